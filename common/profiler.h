@@ -1,0 +1,36 @@
+// A kernel summary without Nsight Systems: CUPTI's Activity API records every kernel's GPU
+// start and end; CUPTI's callback API tags each launch with the phase that was current on the
+// host when the kernel was LAUNCHED (not when it ran: launches are asynchronous, so a kernel
+// queued during "forward" may still be running after the host moved on to "backward").
+// The two are joined by CUPTI's correlation id.
+//
+//   profiler_start();
+//   profiler_set_phase("forward");  ... launches ...
+//   profiler_set_phase("backward"); ... launches ...
+//   profiler_stop();                        // waits for the GPU, flushes every record
+//   profiler_print_summary(stdout, 15);     // Markdown tables, per phase
+//   profiler_write_csv("results/01_benchmarking/kernels.csv");
+//
+// Built with HAVE_CUPTI=0 (the Makefile's detection) or run without a GPU, every call is a
+// no-op and profiler_available() is 0. One profiling session at a time per process.
+#pragma once
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int  profiler_available(void);            // 0 when built without CUPTI or no GPU is present
+void profiler_start(void);                 // clears earlier results; phase becomes "unphased"
+void profiler_set_phase(const char* phase);  // "forward", "backward", "optimizer", ... (copied)
+void profiler_stop(void);                  // cudaDeviceSynchronize + flush all records
+// Markdown: one table of phases (kernels, calls, GPU ms, share), then per phase the top_n
+// kernels by total time: kernel, calls, total ms, mean us, share of all GPU kernel time.
+void profiler_print_summary(FILE* out, int top_n);
+// CSV (atomic): phase,kernel,calls,total_ms,mean_us,min_us,max_us,share_pct — every kernel,
+// not only the top ones. 0 on success, -1 on failure.
+int  profiler_write_csv(const char* path);
+
+#ifdef __cplusplus
+}
+#endif
