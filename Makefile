@@ -1,0 +1,204 @@
+# CS336 Assignment 2 (systems) in C11 and CUDA C — the build.
+#
+#   make            build everything (libraries, programs, tests)
+#   make run        the tour: environment report, then every stage's demo
+#   make test       every test (GPU tests skip with a reason on a machine without a GPU)
+#   make test-NN    one stage's tests (make test-03); make test-common for common/
+#   make bench-NN   one stage's benchmark (writes tables under results/)
+#   make grade      every stage's tests, with a per-stage score report (results/grade.md)
+#   make fuzz       the .npy reader under libFuzzer for FUZZ_SECONDS (default 60)
+#   make clean
+#
+# Overrides: ARCH=sm_90a (GPU arch), SAN=1 (ASan+UBSan host build, in build-san/),
+#            CRITERION_HOME=/abs/path (a bundled Criterion: include/ and lib/),
+#            CUDA_HOME=/usr/local/cuda, NVCC_FLAGS+=..., CFLAGS_EXTRA=...
+#
+# Layout: every stage NN_name/ builds its *.c and *.cu (except *_main.c and test_*.c) into
+# build/NN_name/libNN.a; each NN_name/X_main.c becomes the program build/NN_name/X; all
+# NN_name/test_*.c become one Criterion binary build/NN_name/test_NN. A stage links its own
+# library, every earlier stage's and common's. common/ never includes a stage.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+ARCH      ?= sm_90a
+SAN       ?=
+BUILD     ?= build$(if $(SAN),-san)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc))
+NVCC      := $(CUDA_HOME)/bin/nvcc
+CC        ?= gcc
+ifeq ($(CC),cc)
+CC := gcc
+endif
+
+STAGES := 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero
+
+# ---------------------------------------------------------------- dependency detection
+have = $(if $(1),1,)
+HAVE_NVCC     := $(call have,$(wildcard $(NVCC)))
+HAVE_GPU      := $(call have,$(shell nvidia-smi -L 2>/dev/null | grep -m1 GPU))
+HAVE_CUBLAS   := $(call have,$(wildcard $(CUDA_HOME)/lib64/libcublas.so $(CUDA_HOME)/targets/*/lib/libcublas.so))
+HAVE_CUPTI    := $(call have,$(wildcard $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extras/CUPTI/include/cupti.h))
+HAVE_NCCL     := $(call have,$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+HAVE_MPI      := $(call have,$(shell command -v mpicc 2>/dev/null))
+HAVE_GNUPLOT  := $(call have,$(shell command -v gnuplot 2>/dev/null))
+ifdef CRITERION_HOME
+HAVE_CRITERION := $(call have,$(wildcard $(CRITERION_HOME)/include/criterion/criterion.h))
+else
+HAVE_CRITERION := $(call have,$(wildcard /usr/include/criterion/criterion.h /usr/local/include/criterion/criterion.h))
+endif
+GPU_NAME := $(shell nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+
+mark = $(if $(1),✓,✗)
+define DEPS_REPORT
+echo "$(call mark,$(HAVE_NVCC)) CUDA toolkit   $(if $(HAVE_NVCC),$(NVCC),not found: install the CUDA toolkit (nvcc) — required)"
+echo "$(call mark,$(HAVE_GPU)) GPU present    $(if $(HAVE_GPU),$(GPU_NAME),none: GPU tests will skip, GPU demos say so)"
+echo "$(call mark,$(HAVE_CUBLAS)) cuBLAS"
+echo "$(call mark,$(HAVE_NCCL)) NCCL           $(if $(HAVE_NCCL),,not found: stages 05-07 GPU backends are skipped)"
+echo "$(call mark,$(HAVE_MPI)) MPI            $(if $(HAVE_MPI),$(shell command -v mpicc 2>/dev/null),not found: scripts/setup.sh installs OpenMPI)"
+echo "$(call mark,$(HAVE_CUPTI)) CUPTI          $(if $(HAVE_CUPTI),,not found: --profile is disabled)"
+echo "$(call mark,$(HAVE_CRITERION)) Criterion      $(if $(HAVE_CRITERION),$(or $(CRITERION_HOME),system),not found: tests are not built (scripts/setup.sh installs it, or set CRITERION_HOME))"
+echo "$(call mark,$(HAVE_GNUPLOT)) gnuplot        $(if $(HAVE_GNUPLOT),,not found: benchmarks write CSV but no PNG)"
+echo "  GPU arch       $(ARCH) (override with ARCH=)$(if $(SAN),   SAN=1: ASan+UBSan host build in $(BUILD)/,)"
+endef
+
+ifeq ($(HAVE_NVCC),)
+$(error CUDA toolkit not found at $(CUDA_HOME) (no nvcc). Install it or set CUDA_HOME=/path/to/cuda)
+endif
+
+# ---------------------------------------------------------------- flags
+CUDA_LIBDIR := $(CUDA_HOME)/lib64
+CPPFLAGS := -I. -I$(CUDA_HOME)/include -DHAVE_CUPTI=$(if $(HAVE_CUPTI),1,0)
+CFLAGS   := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -fopenmp -MMD -MP $(CFLAGS_EXTRA)
+SANFLAGS_ON := -fsanitize=address -fsanitize=undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SANFLAGS := $(if $(SAN),$(SANFLAGS_ON))
+CFLAGS   += $(SANFLAGS)
+NVCC_ARCH  := -gencode=arch=compute_$(patsubst sm_%,%,$(ARCH)),code=$(ARCH)
+NVCC_FLAGS ?=
+NVCCFLAGS  := -std=c++17 -O3 -g -lineinfo $(NVCC_ARCH) -Xcompiler -Wall,-fPIC -MMD -MP $(NVCC_FLAGS)
+LDFLAGS  := -fopenmp $(SANFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)
+LDLIBS   := -lcublasLt -lcublas -lcudart $(if $(HAVE_CUPTI),-lcupti,) -lstdc++ -ldl -lpthread -lm
+
+ifdef CRITERION_HOME
+CRIT_CPPFLAGS := -I$(CRITERION_HOME)/include
+CRIT_LDFLAGS  := -L$(CRITERION_HOME)/lib -Wl,-rpath-link,$(CRITERION_HOME)/lib -Wl,--disable-new-dtags,-rpath,$(CRITERION_HOME)/lib
+endif
+CRIT_LDLIBS := -lcriterion
+
+# ---------------------------------------------------------------- common
+COMMON_SRC  := $(filter-out common/%_main.c,$(wildcard common/*.c)) $(wildcard common/*.cu)
+COMMON_OBJ  := $(patsubst %,$(BUILD)/%.o,$(COMMON_SRC))
+COMMON_LIB  := $(BUILD)/common/libcommon.a
+COMMON_PROGS := $(patsubst common/%_main.c,$(BUILD)/common/%,$(wildcard common/*_main.c))
+
+$(BUILD)/%.c.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring test_,$(notdir $<))$(findstring tests/,$<),$(CRIT_CPPFLAGS),) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@
+
+$(COMMON_LIB): $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/common/%: $(BUILD)/common/%_main.c.o $(COMMON_LIB)
+	$(CC) $(LDFLAGS) $< $(COMMON_LIB) $(LDLIBS) -o $@
+
+# ---------------------------------------------------------------- test harness and common tests
+HARNESS_SRC := tests/harness.c
+HARNESS_OBJ := $(BUILD)/tests/harness.c.o
+COMMON_TEST_SRC := $(wildcard tests/test_*.c)
+COMMON_TEST_BIN := $(BUILD)/tests/test_common
+TEST_BINS :=
+ifneq ($(HAVE_CRITERION),)
+ifneq ($(COMMON_TEST_SRC),)
+TEST_BINS += $(COMMON_TEST_BIN)
+$(COMMON_TEST_BIN): $(patsubst %,$(BUILD)/%.o,$(COMMON_TEST_SRC)) $(HARNESS_OBJ) $(COMMON_LIB)
+	$(CC) $(LDFLAGS) $(CRIT_LDFLAGS) $^ $(LDLIBS) $(CRIT_LDLIBS) -o $@
+endif
+endif
+
+# ---------------------------------------------------------------- stages
+ALL_PROGS := $(COMMON_PROGS)
+STAGE_LIBS_SO_FAR :=
+# $(1) = stage dir, $(2) = stage number
+define STAGE_RULES
+$(1)_SRC   := $$(filter-out $(1)/%_main.c $(1)/test_%.c,$$(wildcard $(1)/*.c)) $$(wildcard $(1)/*.cu)
+$(1)_OBJ   := $$(patsubst %,$(BUILD)/%.o,$$($(1)_SRC))
+$(1)_LIB   := $$(if $$($(1)_SRC),$(BUILD)/$(1)/lib$(2).a,)
+$(1)_LINK  := $$($(1)_LIB) $$(STAGE_LIBS_SO_FAR)
+$(1)_PROGS := $$(patsubst $(1)/%_main.c,$(BUILD)/$(1)/%,$$(wildcard $(1)/*_main.c))
+$(1)_TSRC  := $$(wildcard $(1)/test_*.c)
+$(1)_TBIN  := $$(if $$(and $$($(1)_TSRC),$(HAVE_CRITERION)),$(BUILD)/$(1)/test_$(2),)
+ALL_PROGS  += $$($(1)_PROGS)
+TEST_BINS  += $$($(1)_TBIN)
+
+ifneq ($$($(1)_LIB),)
+$$($(1)_LIB): $$($(1)_OBJ)
+	@mkdir -p $$(@D)
+	@rm -f $$@
+	ar rcs $$@ $$^
+endif
+
+$(BUILD)/$(1)/%: $(BUILD)/$(1)/%_main.c.o $$($(1)_LINK) $(COMMON_LIB)
+	$$(CC) $$(LDFLAGS) $$< $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) -o $$@
+
+ifneq ($$($(1)_TBIN),)
+$$($(1)_TBIN): $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB)
+	$$(CC) $$(LDFLAGS) $$(CRIT_LDFLAGS) $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) $$(CRIT_LDLIBS) -o $$@
+endif
+
+.PHONY: test-$(2) bench-$(2) build-$(2)
+build-$(2): $$($(1)_PROGS) $$($(1)_TBIN) $(COMMON_PROGS)
+test-$(2): deps build-$(2) $(COMMON_PROGS)
+	@scripts/run_tests.sh $$($(1)_TBIN) $$(if $$($(1)_TBIN),,--none "$(1): no tests yet$(if $(HAVE_CRITERION),, (Criterion not found))")
+bench-$(2): deps build-$(2)
+	@if [ -x $(1)/bench.sh ]; then BUILD=$(BUILD) $(1)/bench.sh; else echo "$(1): no benchmark yet"; fi
+
+STAGE_LIBS_SO_FAR := $$($(1)_LIB) $$(STAGE_LIBS_SO_FAR)
+endef
+$(foreach s,$(STAGES),$(eval $(call STAGE_RULES,$(s),$(firstword $(subst _, ,$(s))))))
+
+# ---------------------------------------------------------------- top-level targets
+.PHONY: all deps setup run test tests-only test-common grade fuzz clean
+all: deps $(COMMON_LIB) $(ALL_PROGS) $(TEST_BINS)
+
+deps:
+	@$(DEPS_REPORT)
+
+setup:
+	@scripts/setup.sh
+
+# `make test` and `make run` install what is missing first, then re-enter make so that the
+# dependency detection above sees what was installed.
+test: setup
+	@$(MAKE) --no-print-directory tests-only
+
+tests-only: all
+	@scripts/run_tests.sh $(TEST_BINS) $(if $(HAVE_CRITERION),,--none "Criterion not found: no tests were built")
+
+test-common: deps $(COMMON_TEST_BIN) $(COMMON_PROGS)
+	@scripts/run_tests.sh $(COMMON_TEST_BIN)
+
+grade: all
+	@scripts/run_tests.sh --grade results/grade.md $(TEST_BINS)
+
+run: setup
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) scripts/tour.sh
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	@mkdir -p $(BUILD)/fuzz $(BUILD)/fuzz/corpus
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -I$(CUDA_HOME)/include -fsanitize=fuzzer,address,undefined \
+	  tests/fuzz_npy.c common/npy.c common/check.c common/dtype.c common/fileio.c -o $(BUILD)/fuzz/fuzz_npy
+	cp tests/fixtures/*.npy $(BUILD)/fuzz/corpus/ 2>/dev/null || true
+	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz/corpus
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,134 @@
+// Shared test helpers: allclose with a useful failure report, running programs, paths.
+#include "tests/harness.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/dtype.h"
+
+static int report(const char* what, size_t n, size_t nbad, size_t first_bad, double max_abs,
+                  double max_rel, const float* got, const float* want, double rtol, double atol) {
+    if (nbad == 0) return 1;
+    fprintf(stderr, "allclose(%s): %zu of %zu elements differ (rtol %g, atol %g); max abs err %.3g, "
+            "max rel err %.3g; first bad index %zu\n", what, nbad, n, rtol, atol, max_abs, max_rel,
+            first_bad);
+    size_t shown = 0;
+    for (size_t i = first_bad; i < n && shown < 5; i++) {
+        double a = got[i], b = want[i];
+        if (!(fabs(a - b) <= atol + rtol * fabs(b))) {
+            fprintf(stderr, "  [%zu] got %.8g want %.8g\n", i, a, b);
+            shown++;
+        }
+    }
+    return 0;
+}
+
+int allclose_report(const float* got, const float* want, size_t n, double rtol, double atol,
+                    const char* what) {
+    size_t nbad = 0, first_bad = 0;
+    double max_abs = 0, max_rel = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double a = got[i], b = want[i];
+        const double d = fabs(a - b);
+        // written so that NaN in either operand fails: NaN compares false
+        const int ok = d <= atol + rtol * fabs(b);
+        if (!ok) {
+            if (nbad++ == 0) first_bad = i;
+        }
+        if (isnan(d)) {
+            max_abs = NAN;
+        } else if (!isnan(max_abs)) {
+            if (d > max_abs) max_abs = d;
+            if (fabs(b) > 0 && d / fabs(b) > max_rel) max_rel = d / fabs(b);
+        }
+    }
+    return report(what, n, nbad, first_bad, max_abs, max_rel, got, want, rtol, atol);
+}
+
+int allclose_bf16_report(const uint16_t* got, const float* want, size_t n, double rtol, double atol,
+                         const char* what) {
+    float* g = malloc((n ? n : 1) * sizeof(float));
+    cr_assert_not_null(g);
+    f32_from_bf16_array(g, got, n);
+    const int ok = allclose_report(g, want, n, rtol, atol, what);
+    free(g);
+    return ok;
+}
+
+double max_abs_diff(const float* a, const float* b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(d)) return NAN;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+int run_capture(const char* cmd, char* out, size_t outlen) {
+    char full[8192];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE* p = popen(full, "r");
+    cr_assert_not_null(p, "popen(%s) failed", cmd);
+    size_t off = 0;
+    if (outlen) out[0] = '\0';
+    char buf[4096];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, p)) > 0) {
+        if (outlen && off < outlen - 1) {
+            size_t take = k < outlen - 1 - off ? k : outlen - 1 - off;
+            memcpy(out + off, buf, take);
+            off += take;
+            out[off] = '\0';
+        }
+    }
+    int st = pclose(p);
+    if (st == -1) return -1;
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
+
+const char* build_dir(void) {
+    static char dir[PATH_MAX] = "";
+    if (dir[0]) return dir;
+    const char* env = getenv("BUILD");
+    if (env && *env) {
+        snprintf(dir, sizeof dir, "%s", env);
+        return dir;
+    }
+    // The test binary lives in <build>/<part>/test_xx: go two levels up from it.
+    char self[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k > 0) {
+        self[k] = '\0';
+        char* s = strrchr(self, '/');
+        if (s) *s = '\0';
+        s = strrchr(self, '/');
+        if (s) *s = '\0';
+        snprintf(dir, sizeof dir, "%s", self);
+        return dir;
+    }
+    snprintf(dir, sizeof dir, "build");
+    return dir;
+}
+
+const char* test_tmpdir(void) {
+    static char dir[256] = "";
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/cs336c-test-%d-XXXXXX", (int)getpid());
+        cr_assert_not_null(mkdtemp(dir), "mkdtemp failed");
+    }
+    return dir;
+}
+
+const char* fixture_path(const char* name, char* buf, size_t len) {
+    snprintf(buf, len, "tests/fixtures/%s", name);
+    return buf;
+}

@@ -1,0 +1,40 @@
+// Shared test helpers for every Criterion test binary.
+//   ASSERT_ALLCLOSE(got, want, n, rtol, atol, "what")   |a - b| <= atol + rtol*|b|, NaN never passes
+//   SKIP_WITHOUT_GPU()                                  cr_skip_test with the reason when no GPU
+//   run_capture("build/.../prog --bad", out, sizeof out) exit status and combined output of a command
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <criterion/criterion.h>
+#include "common/gpu.h"
+
+// Returns 1 if every element is close. On failure prints (to stderr) the count of bad
+// elements, max abs and max rel error, the first bad index and a few (got, want) pairs.
+int allclose_report(const float* got, const float* want, size_t n, double rtol, double atol,
+                    const char* what);
+// The same for bf16 bits in `got` against fp32 `want`.
+int allclose_bf16_report(const uint16_t* got, const float* want, size_t n, double rtol, double atol,
+                         const char* what);
+// max |got - want| / (max |want| + tiny): a scale-free summary used in some messages.
+double max_abs_diff(const float* a, const float* b, size_t n);
+
+#define ASSERT_ALLCLOSE(got, want, n, rtol, atol, what)                                  \
+    cr_assert(allclose_report((got), (want), (n), (rtol), (atol), (what)),               \
+              "%s: not allclose (rtol %g, atol %g); details above", (what), (double)(rtol), (double)(atol))
+
+#define SKIP_WITHOUT_GPU()                                                               \
+    do {                                                                                 \
+        if (gpu_count() == 0) cr_skip_test("needs a CUDA GPU: %s", gpu_absent_reason()); \
+    } while (0)
+
+// Runs `cmd` with /bin/sh, stdout and stderr together into out (truncated to outlen - 1).
+// Returns the exit status (0-255), or 128 + signal number if it was killed.
+int run_capture(const char* cmd, char* out, size_t outlen);
+// The build directory the tests were built into ("build" or "build-san"): from $BUILD, else
+// derived from the test binary's own path, so tests can run the programs next to them.
+const char* build_dir(void);
+// A fresh directory under /tmp for this test process (created on first call).
+const char* test_tmpdir(void);
+// Path of a committed fixture: tests/fixtures/<name> (relative to the repository root, which
+// make and scripts/run_tests.sh use as the working directory).
+const char* fixture_path(const char* name, char* buf, size_t len);
