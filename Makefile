@@ -31,6 +31,11 @@ ifeq ($(CC),cc)
 CC := gcc
 endif
 
+# Under SAN=1 only host code changes, so CUDA objects are shared with the plain build dir
+# (build-san/ reuses build/'s .cu.o files instead of compiling every kernel twice).
+CUDA_OBJDIR ?= $(if $(SAN),$(patsubst %-san,%,$(BUILD)),$(BUILD))
+objs = $(patsubst %.c,$(BUILD)/%.c.o,$(filter %.c,$(1))) $(patsubst %.cu,$(CUDA_OBJDIR)/%.cu.o,$(filter %.cu,$(1)))
+
 STAGES := 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero
 
 # ---------------------------------------------------------------- dependency detection
@@ -87,7 +92,7 @@ CRIT_LDLIBS := -lcriterion
 
 # ---------------------------------------------------------------- common
 COMMON_SRC  := $(filter-out common/%_main.c,$(wildcard common/*.c)) $(wildcard common/*.cu)
-COMMON_OBJ  := $(patsubst %,$(BUILD)/%.o,$(COMMON_SRC))
+COMMON_OBJ  := $(call objs,$(COMMON_SRC))
 COMMON_LIB  := $(BUILD)/common/libcommon.a
 COMMON_PROGS := $(patsubst common/%_main.c,$(BUILD)/common/%,$(wildcard common/*_main.c))
 
@@ -95,7 +100,7 @@ $(BUILD)/%.c.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring test_,$(notdir $<))$(findstring tests/,$<),$(CRIT_CPPFLAGS),) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu
+$(CUDA_OBJDIR)/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@
 
@@ -127,7 +132,7 @@ STAGE_LIBS_SO_FAR :=
 # $(1) = stage dir, $(2) = stage number
 define STAGE_RULES
 $(1)_SRC   := $$(filter-out $(1)/%_main.c $(1)/test_%.c,$$(wildcard $(1)/*.c)) $$(wildcard $(1)/*.cu)
-$(1)_OBJ   := $$(patsubst %,$(BUILD)/%.o,$$($(1)_SRC))
+$(1)_OBJ   := $$(call objs,$$($(1)_SRC))
 $(1)_LIB   := $$(if $$($(1)_SRC),$(BUILD)/$(1)/lib$(2).a,)
 $(1)_LINK  := $$($(1)_LIB) $$(STAGE_LIBS_SO_FAR)
 $(1)_PROGS := $$(patsubst $(1)/%_main.c,$(BUILD)/$(1)/%,$$(wildcard $(1)/*_main.c))
@@ -174,8 +179,9 @@ setup:
 
 # `make test` and `make run` install what is missing first, then re-enter make so that the
 # dependency detection above sees what was installed.
+JOBS ?= $(shell nproc)
 test: setup
-	@$(MAKE) --no-print-directory tests-only
+	@$(MAKE) --no-print-directory -j$(JOBS) tests-only
 
 tests-only: all
 	@scripts/run_tests.sh $(TEST_BINS) $(if $(HAVE_CRITERION),,--none "Criterion not found: no tests were built")
@@ -187,7 +193,7 @@ grade: all
 	@scripts/run_tests.sh --grade results/grade.md $(TEST_BINS)
 
 run: setup
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@BUILD=$(BUILD) scripts/tour.sh
 
 FUZZ_SECONDS ?= 60
@@ -201,4 +207,4 @@ fuzz:
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) $(CUDA_OBJDIR) -name '*.d' 2>/dev/null)
