@@ -167,6 +167,9 @@ STAGE_LIBS_SO_FAR := $$($(1)_LIB) $$(STAGE_LIBS_SO_FAR)
 endef
 $(foreach s,$(STAGES),$(eval $(call STAGE_RULES,$(s),$(firstword $(subst _, ,$(s))))))
 
+# keep objects of programs (make would delete them as intermediates and relink every time)
+.SECONDARY:
+
 # ---------------------------------------------------------------- top-level targets
 .PHONY: all deps setup run test tests-only test-common grade fuzz clean
 all: deps $(COMMON_LIB) $(ALL_PROGS) $(TEST_BINS)
