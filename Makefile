@@ -159,7 +159,7 @@ endif
 .PHONY: test-$(2) bench-$(2) build-$(2)
 build-$(2): $$($(1)_PROGS) $$($(1)_TBIN) $(COMMON_PROGS)
 test-$(2): deps build-$(2) $(COMMON_PROGS)
-	@scripts/run_tests.sh $$($(1)_TBIN) $$(if $$($(1)_TBIN),,--none "$(1): no tests yet$(if $(HAVE_CRITERION),, (Criterion not found))")
+	@BUILD=$(BUILD) scripts/run_tests.sh $$($(1)_TBIN) $$(if $$($(1)_TBIN),,--none "$(1): no tests yet$(if $(HAVE_CRITERION),, (Criterion not found))")
 bench-$(2): deps build-$(2)
 	@if [ -x $(1)/bench.sh ]; then BUILD=$(BUILD) $(1)/bench.sh; else echo "$(1): no benchmark yet"; fi
 
@@ -187,13 +187,13 @@ test: setup
 	@$(MAKE) --no-print-directory -j$(JOBS) tests-only
 
 tests-only: all
-	@scripts/run_tests.sh $(TEST_BINS) $(if $(HAVE_CRITERION),,--none "Criterion not found: no tests were built")
+	@BUILD=$(BUILD) scripts/run_tests.sh $(TEST_BINS) $(if $(HAVE_CRITERION),,--none "Criterion not found: no tests were built")
 
 test-common: deps $(COMMON_TEST_BIN) $(COMMON_PROGS)
-	@scripts/run_tests.sh $(COMMON_TEST_BIN)
+	@BUILD=$(BUILD) scripts/run_tests.sh $(COMMON_TEST_BIN)
 
 grade: all
-	@scripts/run_tests.sh --grade results/grade.md $(TEST_BINS)
+	@BUILD=$(BUILD) scripts/run_tests.sh --grade results/grade.md $(TEST_BINS)
 
 run: setup
 	@$(MAKE) --no-print-directory -j$(JOBS) all
