@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole workbook on a GPU machine in one go (what a device lease runs): build, every test,
+# compute-sanitizer on the kernels' tests, the tour, then the benchmarks named in $BENCHES.
+# Logs go to $OUT (default results/gpu_check). Needs CRITERION_HOME where Criterion is not
+# installed:   CRITERION_HOME=$PWD/.criterion scripts/gpu_check.sh
+#   BENCHES="02 03 04 01"   benchmarks to run (default: none)
+#   SANITIZE="02 03 04"     stages whose test binary runs under memcheck and racecheck
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/gpu_check}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/summary.txt"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+log "build"
+make -j"$(nproc)" all > "$OUT/build.log" 2>&1 || { log "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+log "make test"
+SETUP_SKIP=1 make tests-only 2>&1 | grep -v '^gcc\|^nvcc\|^ar ' | tee "$OUT/test.log" | tail -n 60
+log "tests: $(tail -n 1 "$OUT/test.log")"
+for s in ${SANITIZE:-}; do
+  bin=$(ls build/${s}_*/test_$s 2>/dev/null | head -1)
+  [ -x "$bin" ] || continue
+  for tool in memcheck racecheck; do
+    log "compute-sanitizer $tool $bin"
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --jobs 1 > "$OUT/sanitize_${s}_$tool.log" 2>&1
+    log "  exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize_${s}_$tool.log") clean summaries, $(grep -E 'ERROR SUMMARY: [1-9]' "$OUT/sanitize_${s}_$tool.log" | head -1))"
+  done
+done
+log "tour"
+SETUP_SKIP=1 BUILD=build scripts/tour.sh > "$OUT/tour.log" 2>&1; log "  tour exit $?"
+for b in ${BENCHES:-}; do
+  log "bench-$b"
+  SETUP_SKIP=1 make bench-$b > "$OUT/bench_$b.log" 2>&1; log "  bench-$b exit $?"
+done
+[ -d results ] && tar czf "$OUT/results.tgz" --exclude=gpu_check results 2>/dev/null
+log "done"
