@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The whole workbook on a GPU machine in one go (what a device lease runs): build, every test,
 # compute-sanitizer on the kernels' tests, the tour, then the benchmarks named in $BENCHES.
-# Logs go to $OUT (default results/gpu_check). Needs CRITERION_HOME where Criterion is not
+# Logs go to results/gpu_check/; with $OUT set (a device lease) everything under results/ is
+# packed into $OUT/results.tgz and the summary copied to $OUT/summary.txt (few files travel back). Needs CRITERION_HOME where Criterion is not
 # installed:   CRITERION_HOME=$PWD/.criterion scripts/gpu_check.sh
 #   BENCHES="02 03 04 01"   benchmarks to run (default: none)
 #   SANITIZE="02 03 04"     stages whose test binary runs under memcheck and racecheck
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-results/gpu_check}
+DEST=${OUT:-}
+OUT=results/gpu_check
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$OUT/summary.txt"; }
@@ -32,5 +34,8 @@ for b in ${BENCHES:-}; do
   log "bench-$b"
   SETUP_SKIP=1 make bench-$b > "$OUT/bench_$b.log" 2>&1; log "  bench-$b exit $?"
 done
-[ -d results ] && tar czf "$OUT/results.tgz" --exclude=gpu_check results 2>/dev/null
 log "done"
+if [ -n "$DEST" ]; then
+  tar czf "$DEST/results.tgz" results 2>/dev/null
+  cp "$OUT/summary.txt" "$DEST/summary.txt"
+fi
