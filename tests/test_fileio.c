@@ -1,0 +1,167 @@
+// Tests of atomic output files (common/fileio.c): a committed file appears whole, an aborted or
+// failed one leaves the old file untouched and no temporary, a process that exits before
+// committing leaves nothing behind; and mkdir_p.
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+#include "tests/child.h"
+#include "tests/harness.h"
+
+// A fresh directory per test under the test's temporary directory.
+static const char* fresh_dir(const char* name) {
+    static char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), name);
+    cr_assert_eq(mkdir_p(dir), 0, "mkdir_p(%s): %s", dir, strerror(errno));
+    return dir;
+}
+
+static void write_text(const char* path, const char* text) {
+    FILE* f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void expect_text(const char* path, const char* want) {
+    char buf[4096] = "";
+    FILE* f = fopen(path, "r");
+    cr_assert_not_null(f, "%s does not exist", path);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    cr_assert_str_eq(buf, want, "contents of %s", path);
+}
+
+// Number of entries in `dir` other than . and .. (every test expects an exact count).
+static int count_entries(const char* dir) {
+    char cmd[600], out[64];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 0);
+    return atoi(out);
+}
+
+Test(fileio, commit_replaces_the_file) {
+    const char* dir = fresh_dir("commit");
+    char path[600];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    write_text(path, "old\n");
+    FILE* f = afile_open(path);
+    cr_assert_not_null(f, "%s", strerror(errno));
+    fputs("new contents\n", f);
+    expect_text(path, "old\n");  // not visible before the commit
+    cr_assert_eq(count_entries(dir), 2, "the temporary sits beside the target");
+    cr_assert_eq(afile_commit(f), 0, "%s", strerror(errno));
+    expect_text(path, "new contents\n");
+    cr_assert_eq(count_entries(dir), 1, "the temporary is gone after the commit");
+}
+
+Test(fileio, abort_keeps_the_old_file) {
+    const char* dir = fresh_dir("abort");
+    char path[600];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    write_text(path, "old\n");
+    FILE* f = afile_open(path);
+    cr_assert_not_null(f);
+    fputs("half written", f);
+    afile_abort(f);
+    expect_text(path, "old\n");
+    cr_assert_eq(count_entries(dir), 1);
+}
+
+Test(fileio, same_path_twice_is_refused) {
+    const char* dir = fresh_dir("twice");
+    char path[600];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    FILE* f = afile_open(path);
+    cr_assert_not_null(f);
+    errno = 0;
+    cr_assert_null(afile_open(path), "two open temporaries for one path would overwrite each other");
+    cr_assert_eq(errno, EBUSY);
+    afile_abort(f);
+    cr_assert_eq(count_entries(dir), 0);
+    cr_assert_eq(afile_commit(NULL), -1);
+    cr_assert_eq(afile_commit(stdout), -1, "a stream that afile_open did not return is refused");
+}
+
+static void child_exit_before_commit(void* p) {
+    FILE* f = afile_open((const char*)p);
+    if (!f) exit(10);
+    fputs("never committed\n", f);
+    exit(3);  // as die() and fail() do
+}
+
+Test(fileio, exit_before_commit_leaves_nothing) {
+    const char* dir = fresh_dir("exit");
+    char path[600], out[256];
+    snprintf(path, sizeof path, "%s/new.txt", dir);
+    cr_assert_eq(run_child(child_exit_before_commit, path, out, sizeof out), 3, "%s", out);
+    cr_assert_eq(count_entries(dir), 0, "the exit handler must remove the temporary");
+
+    snprintf(path, sizeof path, "%s/old.txt", dir);
+    write_text(path, "old\n");
+    cr_assert_eq(run_child(child_exit_before_commit, path, out, sizeof out), 3, "%s", out);
+    expect_text(path, "old\n");
+    cr_assert_eq(count_entries(dir), 1);
+}
+
+// Make the write itself fail: a file-size limit turns the flush at commit into EFBIG.
+static void child_write_fails(void* p) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {100, 100};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) exit(10);
+    FILE* f = afile_open((const char*)p);
+    if (!f) exit(11);
+    for (int i = 0; i < 1000; i++) fputs("0123456789", f);  // 10000 bytes > 100
+    exit(afile_commit(f) == -1 && errno == EFBIG ? 0 : 12);
+}
+
+Test(fileio, failed_write_keeps_the_old_file) {
+    const char* dir = fresh_dir("efbig");
+    char path[600], out[256];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    write_text(path, "old\n");
+    cr_assert_eq(run_child(child_write_fails, path, out, sizeof out), 0,
+                 "afile_commit must report the failed write (child status above): %s", out);
+    expect_text(path, "old\n");
+    cr_assert_eq(count_entries(dir), 1, "a failed commit removes its temporary");
+}
+
+Test(fileio, open_fails_in_a_missing_directory) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/no/such/dir/out.txt", test_tmpdir());
+    errno = 0;
+    cr_assert_null(afile_open(path));
+    cr_assert_eq(errno, ENOENT);
+}
+
+Test(fileio, mkdir_p_nested_existing_and_blocked) {
+    char dir[600], file[600];
+    snprintf(dir, sizeof dir, "%s/a/b//c/", test_tmpdir());
+    cr_assert_eq(mkdir_p(dir), 0, "%s", strerror(errno));
+    struct stat st;
+    cr_assert(stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+    cr_assert_eq(mkdir_p(dir), 0, "an existing directory is fine");
+    cr_assert_eq(mkdir_p(""), 0);
+
+    snprintf(file, sizeof file, "%s/a/plain", test_tmpdir());
+    write_text(file, "x");
+    snprintf(dir, sizeof dir, "%s/a/plain/sub", test_tmpdir());
+    errno = 0;
+    cr_assert_eq(mkdir_p(dir), -1);
+    cr_assert_eq(errno, ENOTDIR);
+    cr_assert_eq(mkdir_p(file), -1, "a file where the directory should be");
+    cr_assert_eq(errno, ENOTDIR);
+
+    snprintf(file, sizeof file, "%s/p/q/r.csv", test_tmpdir());
+    cr_assert_eq(mkdir_parent(file), 0);
+    snprintf(dir, sizeof dir, "%s/p/q", test_tmpdir());
+    cr_assert(stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+    cr_assert_eq(mkdir_parent("plain.csv"), 0, "no directory part: nothing to do");
+}
