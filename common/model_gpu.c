@@ -1,0 +1,295 @@
+// The CUDA Transformer: creation (every buffer, with its tag), parameters in and out, and the
+// AdamW step. The passes are in model_gpu_pass.c, attention in model_gpu_attn.c, the kernels
+// in kernels_*.cu, the matmuls in matmul.c.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/model_gpu_internal.h"
+#include "common/model_kernels.h"
+#include "common/rng.h"
+
+#define CUBLAS_WS_BYTES (32u << 20)  // enough for cuBLAS's Hopper kernels; preallocated
+
+const char* model_precision_name(model_precision_t p) { return p == MP_BF16 ? "bf16" : "fp32"; }
+
+const void* mg_weight(const model_gpu_t* m, param_kind_t k, int layer) {
+    const size_t off = m->lay.p[param_index(&m->lay, k, layer)].offset;
+    return m->prec == MP_BF16 ? (const void*)(m->params_lp + off) : (const void*)(m->params + off);
+}
+float* mg_param(const model_gpu_t* m, param_kind_t k, int layer) {
+    return m->params + m->lay.p[param_index(&m->lay, k, layer)].offset;
+}
+float* mg_grad(const model_gpu_t* m, param_kind_t k, int layer) {
+    return m->grads + m->lay.p[param_index(&m->lay, k, layer)].offset;
+}
+
+// mem_try_alloc with an "out of memory" reason; *ok becomes 0 at the first failure and later
+// calls do nothing, so a creation function can ask for everything and check once.
+static void* try_alloc(size_t bytes, mem_tag_t tag, const char* what, int* ok, char* err,
+                       size_t errlen) {
+    if (!*ok) return NULL;
+    void* p = mem_try_alloc(DEV_CUDA, bytes ? bytes : 1, tag);
+    if (!p) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        cudaGetLastError();
+        snprintf(err, errlen, "out of memory: %s needs %zu bytes, %zu bytes free of %zu", what,
+                 bytes, free_b, total_b);
+        *ok = 0;
+    }
+    return p;
+}
+
+static void errf(char* err, size_t errlen, const char* fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+// The fused products need q,k,v and w1,w3 back to back in the flat buffer (model.h).
+static int check_adjacent(const param_layout_t* lay, int L, char* err, size_t errlen) {
+    for (int l = 0; l < L; l++) {
+        const param_info_t* q = &lay->p[param_index(lay, PK_Q, l)];
+        const param_info_t* k = &lay->p[param_index(lay, PK_K, l)];
+        const param_info_t* v = &lay->p[param_index(lay, PK_V, l)];
+        const param_info_t* w1 = &lay->p[param_index(lay, PK_W1, l)];
+        const param_info_t* w3 = &lay->p[param_index(lay, PK_W3, l)];
+        if (k->offset != q->offset + q->numel || v->offset != k->offset + k->numel ||
+            w3->offset != w1->offset + w1->numel) {
+            errf(err, errlen, "layer %d: q/k/v or w1/w3 are not adjacent in the parameter layout", l);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                              const attention_impl_t* attn, uint64_t seed, char* err,
+                              size_t errlen) {
+    if (model_config_check(cfg, err, errlen) != 0) return NULL;
+    if (B < 1 || T < 1 || T > cfg->context) {
+        errf(err, errlen, "batch %d and sequence length %d must be >= 1 and T <= context %d", B, T,
+             cfg->context);
+        return NULL;
+    }
+    model_gpu_t* m = calloc(1, sizeof *m);
+    if (!m) DIE("out of host memory");
+    m->cfg = *cfg;
+    m->lay = param_layout_make(cfg);
+    m->B = B;
+    m->T = T;
+    m->N = B * T;
+    m->C = cfg->d_model;
+    m->NH = cfg->n_heads;
+    m->HS = cfg->d_model / cfg->n_heads;
+    m->F = cfg->d_ff;
+    m->V = cfg->vocab;
+    m->L = cfg->n_layers;
+    m->prec = prec;
+    m->adt = prec == MP_BF16 ? DT_BF16 : DT_F32;
+    m->asz = dtype_size(m->adt);
+    m->attn = attn;
+    if (check_adjacent(&m->lay, m->L, err, errlen) != 0) {
+        model_gpu_destroy(m);
+        return NULL;
+    }
+    if (attn) {
+        attn_args_t a = {.B = B, .H = m->NH, .Nq = T, .Nk = T, .d = m->HS, .dtype = m->adt,
+                         .causal = 1, .scale = 1.0f / sqrtf((float)m->HS)};
+        char why[256] = "";
+        if (attn->supports && attn->supports(&a, why, sizeof why) != 0) {
+            errf(err, errlen, "attention '%s' does not support this model: %s", attn->name, why);
+            model_gpu_destroy(m);
+            return NULL;
+        }
+    }
+    CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    if (mm_create(&m->mm, m->stream, CUBLAS_WS_BYTES, err, errlen) != 0) {
+        model_gpu_destroy(m);
+        return NULL;
+    }
+
+    const size_t N = m->N, C = m->C, F = m->F, V = m->V, L = m->L, NH = m->NH, es = m->asz;
+    const size_t total = m->lay.total;
+    int ok = 1;
+    m->params = try_alloc(total * 4, MEM_PARAMS, "parameters", &ok, err, errlen);
+    if (prec == MP_BF16)
+        m->params_lp = try_alloc(total * 2, MEM_PARAMS, "bf16 weights", &ok, err, errlen);
+    m->rope_cos = try_alloc((size_t)T * (m->HS / 2) * 4, MEM_OTHER, "RoPE table", &ok, err, errlen);
+    m->rope_sin = try_alloc((size_t)T * (m->HS / 2) * 4, MEM_OTHER, "RoPE table", &ok, err, errlen);
+    m->inputs = try_alloc(N * 4, MEM_OTHER, "inputs", &ok, err, errlen);
+    m->targets = try_alloc(N * 4, MEM_OTHER, "targets", &ok, err, errlen);
+    m->resid1 = try_alloc((L + 1) * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
+    m->resid2 = try_alloc(L * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
+    m->ln1 = try_alloc(L * N * C * es, MEM_ACTS, "norm outputs", &ok, err, errlen);
+    m->ln2 = try_alloc(L * N * C * es, MEM_ACTS, "norm outputs", &ok, err, errlen);
+    m->rstd1 = try_alloc(L * N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
+    m->rstd2 = try_alloc(L * N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
+    m->qkv = try_alloc(L * N * 3 * C * es, MEM_ACTS, "q, k, v", &ok, err, errlen);
+    if (attn)
+        m->lse = try_alloc(L * N * NH * 4, MEM_ACTS, "attention logsumexp", &ok, err, errlen);
+    else
+        m->att = try_alloc(L * (size_t)m->B * NH * T * T * es, MEM_ACTS, "attention scores", &ok,
+                           err, errlen);
+    m->atty = try_alloc(L * N * C * es, MEM_ACTS, "attention outputs", &ok, err, errlen);
+    m->h13 = try_alloc(L * N * 2 * F * es, MEM_ACTS, "W1/W3 outputs", &ok, err, errlen);
+    m->g = try_alloc(L * N * F * es, MEM_ACTS, "SwiGLU outputs", &ok, err, errlen);
+    m->lnf = try_alloc(N * C * es, MEM_ACTS, "final norm output", &ok, err, errlen);
+    m->rstdf = try_alloc(N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
+    m->logits = try_alloc(N * V * es, MEM_ACTS, "logits", &ok, err, errlen);
+    m->ce_lse = try_alloc(N * 4, MEM_ACTS, "loss statistics", &ok, err, errlen);
+    m->losses = try_alloc(N * 4, MEM_ACTS, "losses", &ok, err, errlen);
+    m->d_loss = try_alloc(4, MEM_OTHER, "loss", &ok, err, errlen);
+    if (!ok) {
+        model_gpu_destroy(m);
+        return NULL;
+    }
+
+    // Parameters: model_init_params's numbers, generated on the device (see k_init_param).
+    CUDA_CHECK(cudaMemsetAsync(m->params, 0, total * 4, m->stream));  // padding
+    for (int pi = 0; pi < m->lay.n; pi++) {
+        const param_info_t* p = &m->lay.p[pi];
+        double sd;
+        if (p->kind == PK_LN1 || p->kind == PK_LN2 || p->kind == PK_LNF) sd = 0.0;
+        else if (p->kind == PK_EMBED) sd = 1.0;
+        else sd = sqrt(2.0 / (double)(p->shape[0] + p->shape[1]));
+        k_init_param(m->params + p->offset, p->numel, rng_u64(seed, (uint64_t)pi), (float)sd,
+                     m->stream);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    m->lp_fresh = 0;
+
+    // RoPE tables in double: angle(t, k) = t · theta^(-2k/HS).
+    const int half = m->HS / 2;
+    float* cs = malloc((size_t)T * half * 2 * sizeof(float));
+    if (!cs) DIE("out of host memory");
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < half; k++) {
+            const double ang = (double)t * pow(10000.0, -2.0 * k / (double)m->HS);
+            cs[(size_t)t * half + k] = (float)cos(ang);
+            cs[(size_t)T * half + (size_t)t * half + k] = (float)sin(ang);
+        }
+    CUDA_CHECK(cudaMemcpy(m->rope_cos, cs, (size_t)T * half * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(m->rope_sin, cs + (size_t)T * half, (size_t)T * half * 4,
+                          cudaMemcpyHostToDevice));
+    free(cs);
+    CUDA_CHECK(cudaMemset(m->inputs, 0, N * 4));
+    CUDA_CHECK(cudaMemset(m->targets, 0, N * 4));
+    return m;
+}
+
+void model_gpu_destroy(model_gpu_t* m) {
+    if (!m) return;
+    if (m->stream) CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    void* bufs[] = {m->params, m->params_lp, m->rope_cos, m->rope_sin, m->inputs, m->targets,
+                    m->resid1, m->resid2, m->ln1, m->rstd1, m->ln2, m->rstd2, m->qkv, m->att,
+                    m->lse, m->atty, m->h13, m->g, m->lnf, m->rstdf, m->logits, m->ce_lse,
+                    m->losses, m->d_loss, m->grads, m->dres, m->dln, m->dqkv, m->datt,
+                    m->datty, m->dh13, m->dg, m->dw_partial, m->attn_ws, m->adam_m, m->adam_v};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    if (m->dres_lp != (void*)m->dres) mem_free(m->dres_lp);
+    if (m->mm.h) mm_destroy(&m->mm);
+    if (m->stream) CUDA_CHECK(cudaStreamDestroy(m->stream));
+    param_layout_free(&m->lay);
+    free(m);
+}
+
+const param_layout_t* model_gpu_layout(const model_gpu_t* m) { return &m->lay; }
+const model_config_t* model_gpu_config(const model_gpu_t* m) { return &m->cfg; }
+cudaStream_t model_gpu_stream(const model_gpu_t* m) { return m->stream; }
+float* model_gpu_params(model_gpu_t* m) { return m->params; }
+float* model_gpu_grads(model_gpu_t* m) { return m->grads; }
+void model_gpu_params_changed(model_gpu_t* m) { m->lp_fresh = 0; }
+int32_t* model_gpu_inputs(model_gpu_t* m) { return m->inputs; }
+int32_t* model_gpu_targets(model_gpu_t* m) { return m->targets; }
+
+void model_gpu_set_params(model_gpu_t* m, const float* host) {
+    CUDA_CHECK(cudaMemcpyAsync(m->params, host, m->lay.total * 4, cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    m->lp_fresh = 0;
+}
+void model_gpu_get_params(model_gpu_t* m, float* host) {
+    CUDA_CHECK(cudaMemcpyAsync(host, m->params, m->lay.total * 4, cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+void model_gpu_get_grads(model_gpu_t* m, float* host) {
+    if (!m->grads) {
+        memset(host, 0, m->lay.total * 4);
+        return;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(host, m->grads, m->lay.total * 4, cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+void model_gpu_set_tokens(model_gpu_t* m, const int32_t* inputs, const int32_t* targets) {
+    CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)m->N * 4, cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaMemcpyAsync(m->targets, targets, (size_t)m->N * 4, cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+float model_gpu_loss(model_gpu_t* m) {
+    float loss = 0.0f;
+    CUDA_CHECK(cudaMemcpyAsync(&loss, m->d_loss, 4, cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return loss;
+}
+
+float model_gpu_forward(model_gpu_t* m, const int32_t* d_inputs, const int32_t* d_targets) {
+    model_gpu_forward_async(m, d_inputs, d_targets);
+    return model_gpu_loss(m);
+}
+
+void model_gpu_get_logits(model_gpu_t* m, float* host) {
+    const size_t n = (size_t)m->N * m->V;
+    if (m->adt == DT_F32) {
+        CUDA_CHECK(cudaMemcpyAsync(host, m->logits, n * 4, cudaMemcpyDeviceToHost, m->stream));
+    } else {
+        float* tmp = mem_alloc(DEV_CUDA, n * 4, MEM_OTHER);
+        k_cast_act_f32(m->adt, m->logits, tmp, n, m->stream);
+        CUDA_CHECK(cudaMemcpyAsync(host, tmp, n * 4, cudaMemcpyDeviceToHost, m->stream));
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        mem_free(tmp);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+int model_gpu_can_train(const model_gpu_t* m, char* err, size_t errlen) {
+    if (m->attn && !m->attn->backward) {
+        errf(err, errlen, "attention '%s' has no backward: this model can run forward only",
+             m->attn->name);
+        return 0;
+    }
+    return 1;
+}
+
+int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* err, size_t errlen) {
+    if (step < 1) DIE("AdamW step must be >= 1, got %d", step);
+    if (!m->grads) DIE("model_gpu_adamw before any backward: no gradients");
+    const size_t total = m->lay.total;
+    if (!m->adam_m) {
+        int ok = 1;
+        m->adam_m = try_alloc(total * 4, MEM_OPTIM, "AdamW first moment", &ok, err, errlen);
+        m->adam_v = try_alloc(total * 4, MEM_OPTIM, "AdamW second moment", &ok, err, errlen);
+        if (!ok) {
+            mem_free(m->adam_m);
+            mem_free(m->adam_v);
+            m->adam_m = m->adam_v = NULL;
+            return -1;
+        }
+        CUDA_CHECK(cudaMemsetAsync(m->adam_m, 0, total * 4, m->stream));
+        CUDA_CHECK(cudaMemsetAsync(m->adam_v, 0, total * 4, m->stream));
+    }
+    // Bias corrections in double on the host, rounded once (as PyTorch and adamw_cpu.c do).
+    const float step_size = (float)((double)opt->lr / (1.0 - pow((double)opt->beta1, step)));
+    const float bc2_sqrt = (float)sqrt(1.0 - pow((double)opt->beta2, step));
+    const float decay = 1.0f - opt->lr * opt->weight_decay;
+    k_adamw(m->params, m->grads, m->adam_m, m->adam_v, m->params_lp, total, opt->beta1,
+            opt->beta2, opt->eps, decay, step_size, bc2_sqrt, m->stream);
+    m->lp_fresh = m->params_lp != NULL;
+    return 0;
+}

@@ -1,0 +1,87 @@
+// The CS336 Transformer LM on CUDA (architecture and parameter layout: model.h; the plain-C
+// reference it is tested against: model_cpu.h).
+//
+// Two precisions:
+//   MP_FP32  everything fp32; matmuls are TRUE fp32 (cuBLAS CUBLAS_COMPUTE_32F with default
+//            math: no TF32, see matmul.h).
+//   MP_BF16  mixed precision as torch.autocast does it: fp32 master weights and gradients,
+//            a bf16 copy of the weights made once per step (fused into AdamW, or at the next
+//            forward when the weights changed), bf16 activations and matmul operands with fp32
+//            accumulation; fp32 residual stream, norm statistics, softmax, loss, reductions.
+//
+// Everything runs on one stream (model_gpu_stream) with no host synchronisation inside
+// forward, backward or the optimizer step: only model_gpu_loss()/model_gpu_forward() wait.
+// Every device buffer comes from common/alloc.h with a tag (params, grads, optim, acts,
+// workspace), so mem_stats() shows the memory profile. Gradients, the backward scratch and
+// the AdamW moments are allocated at their first use, so the profile grows phase by phase.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include "common/attention.h"
+#include "common/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { MP_FP32 = 0, MP_BF16 = 1 } model_precision_t;
+#define MODEL_PRECISION_CHOICES "fp32|bf16"
+const char* model_precision_name(model_precision_t p);  // "fp32", "bf16"
+
+typedef struct model_gpu model_gpu_t;
+
+// A model for batches of B sequences of exactly T tokens (T <= cfg->context), parameters
+// initialised by model_init_params(seed) (bit-identical to the CPU reference's). attn NULL:
+// the built-in naive attention (materialised scores); otherwise the plug-in receives q/k/v as
+// strided views into the fused QKV buffer, after RoPE, and writes O and the logsumexp.
+// Returns NULL with a reason in err on out-of-memory ("out of memory: ...") or when the
+// configuration or the plug-in does not fit; other failures (CUDA errors) die.
+model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                              const attention_impl_t* attn, uint64_t seed, char* err,
+                              size_t errlen);
+void model_gpu_destroy(model_gpu_t* m);
+
+const param_layout_t* model_gpu_layout(const model_gpu_t* m);
+const model_config_t* model_gpu_config(const model_gpu_t* m);
+cudaStream_t model_gpu_stream(const model_gpu_t* m);
+float* model_gpu_params(model_gpu_t* m);  // device, flat fp32 (layout.total elements)
+float* model_gpu_grads(model_gpu_t* m);   // device, flat fp32; NULL before the first backward
+// After writing the parameters through model_gpu_params() directly, call this so that the
+// bf16 copy is remade at the next forward (set_params does it for you).
+void model_gpu_params_changed(model_gpu_t* m);
+void model_gpu_set_params(model_gpu_t* m, const float* host);  // layout.total floats
+void model_gpu_get_params(model_gpu_t* m, float* host);
+void model_gpu_get_grads(model_gpu_t* m, float* host);          // zeros before any backward
+
+// Device token buffers owned by the model, (B, T) int32 each; model_gpu_set_tokens copies
+// host tokens into them. Any device pointers may be passed to forward instead.
+int32_t* model_gpu_inputs(model_gpu_t* m);
+int32_t* model_gpu_targets(model_gpu_t* m);
+void model_gpu_set_tokens(model_gpu_t* m, const int32_t* inputs, const int32_t* targets);
+
+// Forward pass, enqueued on the stream; the mean cross-entropy stays on the device.
+void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int32_t* d_targets);
+float model_gpu_loss(model_gpu_t* m);  // waits for the stream, returns the last forward's loss
+float model_gpu_forward(model_gpu_t* m, const int32_t* d_inputs, const int32_t* d_targets);
+// (B, T, V) logits of the last forward as fp32 on the host (waits). Valid only between a
+// forward and the backward: the backward overwrites them with their gradient.
+void model_gpu_get_logits(model_gpu_t* m, float* host);
+
+// 1 if the model can be trained; 0 with a reason (an attention plug-in without a backward).
+int model_gpu_can_train(const model_gpu_t* m, char* err, size_t errlen);
+// Backward of the last forward's loss. Gradients are WRITTEN (not accumulated) into the flat
+// fp32 gradient buffer. `hook` (may be NULL) is called once per parameter, in the order the
+// gradients become final (reverse layer order), right after the kernels that write that
+// gradient were enqueued on model_gpu_stream(): work ordered after them on that stream (an
+// event, an all-reduce) sees the final gradient. Returns 0, or -1 with a reason on
+// out-of-memory at the first call; dies if the model cannot be trained.
+int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err, size_t errlen);
+// One AdamW step t = 1, 2, ... over the flat buffer (one fused kernel; in bf16 it also
+// refreshes the bf16 weights). Returns 0, or -1 with a reason on out-of-memory at the first
+// call (the moments are allocated then).
+int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

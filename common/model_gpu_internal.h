@@ -1,0 +1,87 @@
+// The CUDA Transformer's state, shared by model_gpu.c (creation, parameters, AdamW),
+// model_gpu_pass.c (forward and backward) and model_gpu_attn.c (attention). Not a public API.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "common/attention.h"
+#include "common/matmul.h"
+#include "common/model.h"
+#include "common/model_gpu.h"
+
+struct model_gpu {
+    model_config_t cfg;
+    param_layout_t lay;
+    int B, T, N;           // N = B*T rows
+    int C, NH, HS, F, V, L;
+    model_precision_t prec;
+    dtype_t adt;           // activation / matmul operand dtype: DT_F32 or DT_BF16
+    size_t asz;            // its size in bytes
+    const attention_impl_t* attn;  // NULL: naive
+
+    cudaStream_t stream;
+    mm_handle_t mm;
+
+    // parameters (tag params)
+    float* params;         // (total) fp32 master weights
+    uint16_t* params_lp;   // (total) bf16 copy, MP_BF16 only
+    int lp_fresh;          // 1 when params_lp matches params
+    float* rope_cos;       // (T, HS/2)
+    float* rope_sin;       // (T, HS/2)
+    int32_t* inputs;       // (B, T) owned token buffers (tag other)
+    int32_t* targets;      // (B, T)
+
+    // activations saved for the backward (tag acts); per-layer arrays are L slices
+    float* resid1;         // (L+1, N, C) fp32 block inputs; slice L is the final norm's input
+    float* resid2;         // (L, N, C) fp32 after the attention residual add
+    void* ln1;             // (L, N, C) adt
+    float* rstd1;          // (L, N)
+    void* ln2;             // (L, N, C) adt
+    float* rstd2;          // (L, N)
+    void* qkv;             // (L, B, T, 3, NH, HS) adt, q and k after RoPE
+    void* att;             // naive: (L, B, NH, T, T) adt, softmax probabilities P
+    float* lse;            // plug-in: (L, B, NH, T) fp32 logsumexp
+    void* atty;            // (L, B, T, NH, HS) adt attention output (input of Wo)
+    void* h13;             // (L, N, 2F) adt, [W1 x | W3 x]
+    void* g;               // (L, N, F) adt, SiLU(W1 x) * W3 x
+    void* lnf;             // (N, C) adt
+    float* rstdf;          // (N)
+    void* logits;          // (N, V) adt; the backward turns it into dlogits in place
+    float* ce_lse;         // (N)
+    float* losses;         // (N)
+    float* d_loss;         // (1)
+    const int32_t* last_inputs;   // the last forward's tokens (device), for the backward
+    const int32_t* last_targets;
+
+    // gradients and backward scratch (allocated at the first backward)
+    float* grads;          // (total) fp32, tag grads
+    float* dres;           // (N, C) fp32 gradient of the residual stream (workspace)
+    void* dres_lp;         // (N, C) adt copy of dres (MP_BF16; == dres in MP_FP32)
+    void* dln;             // (N, C) adt gradient of a norm's output
+    void* dqkv;            // (B, T, 3, NH, HS) adt
+    void* datt;            // naive: (B, NH, T, T) adt, dP then dS
+    void* datty;           // (N, C) adt
+    void* dh13;            // (N, 2F) adt
+    void* dg;              // (N, F) adt
+    float* dw_partial;     // k_rmsnorm_partial_len(N, C) floats
+    void* attn_ws;         // plug-in backward workspace
+    int bwd_ready;
+
+    // optimizer (allocated at the first step, tag optim)
+    float* adam_m;         // (total)
+    float* adam_v;         // (total)
+};
+
+// Weight pointer for matmuls (the bf16 copy in MP_BF16) and fp32 pointers into the flat buffers.
+const void* mg_weight(const model_gpu_t* m, param_kind_t k, int layer);
+float* mg_param(const model_gpu_t* m, param_kind_t k, int layer);
+float* mg_grad(const model_gpu_t* m, param_kind_t k, int layer);
+// Byte offset helpers for per-layer activation slices.
+static inline void* mg_slice(void* base, size_t elems_per_layer, size_t elem_size, int l) {
+    return (char*)base + (size_t)l * elems_per_layer * elem_size;
+}
+
+// model_gpu_attn.c: attention of layer l, reading qkv slice l, writing atty slice l (and the
+// saved P or lse); the backward reads datty and writes dqkv (before the inverse RoPE).
+void mg_attention_forward(model_gpu_t* m, int l);
+void mg_attention_backward(model_gpu_t* m, int l);
+size_t mg_attention_ws_bytes(const model_gpu_t* m);
