@@ -1,0 +1,86 @@
+// Stage 03: bad input to the CUDA forward is refused with a clear reason, before any GPU work
+// (these run without a GPU: flash_fwd_supports only inspects the arguments).
+#include <string.h>
+#include "03_flashattn_fwd/test_util.h"
+
+// A valid bf16 argument block with fake (never dereferenced) device pointers.
+static attn_args_t valid_args(void) {
+    attn_args_t a = {0};
+    a.B = 2, a.H = 3, a.Nq = 100, a.Nk = 90, a.d = 64, a.dtype = DT_BF16, a.causal = 1, a.scale = 0.125f;
+    a.q = (void*)0x10000, a.k = (void*)0x20000, a.v = (void*)0x30000, a.o = (void*)0x40000;
+    a.lse = (float*)0x50000;
+    attn_contiguous_strides(a.sq, a.H, a.Nq, a.d);
+    attn_contiguous_strides(a.sk, a.H, a.Nk, a.d);
+    attn_contiguous_strides(a.sv, a.H, a.Nk, a.d);
+    attn_contiguous_strides(a.so, a.H, a.Nq, a.d);
+    return a;
+}
+
+static void expect_reject(const attn_args_t* a, const char* needle) {
+    char err[256] = "";
+    cr_assert_eq(flash_fwd_supports(a, err, sizeof err), -1, "accepted an invalid case (wanted: %s)", needle);
+    cr_assert(strstr(err, needle), "reason '%s' does not mention '%s'", err, needle);
+}
+
+Test(api, accepts_valid) {
+    attn_args_t a = valid_args();
+    char err[256] = "";
+    cr_assert_eq(flash_fwd_supports(&a, err, sizeof err), 0, "%s", err);
+    a.dtype = DT_F32;
+    cr_assert_eq(flash_fwd_supports(&a, err, sizeof err), 0, "%s", err);
+    for (int d = 16; d <= 128; d *= 2) {
+        a.d = d;
+        cr_assert_eq(flash_fwd_supports(&a, err, sizeof err), 0, "d %d: %s", d, err);
+    }
+}
+
+Test(api, rejects_head_dim) {
+    const int bad[] = {0, 8, 48, 80, 96, 256};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        attn_args_t a = valid_args();
+        a.d = bad[i];
+        expect_reject(&a, "head dim");
+    }
+}
+
+Test(api, rejects_dtype) {
+    attn_args_t a = valid_args();
+    a.dtype = DT_I32;
+    expect_reject(&a, "dtype i32");  // names the dtype it got
+    a.dtype = (dtype_t)99;
+    expect_reject(&a, "dtype");
+}
+
+Test(api, rejects_sizes_pointers_scale) {
+    attn_args_t a = valid_args();
+    a.Nk = 0;
+    expect_reject(&a, "sizes");
+    a = valid_args(), a.B = -1;
+    expect_reject(&a, "sizes");
+    a = valid_args(), a.v = NULL;
+    expect_reject(&a, "NULL");
+    a = valid_args(), a.lse = NULL;
+    expect_reject(&a, "NULL");
+    a = valid_args(), a.scale = 0.0f;
+    expect_reject(&a, "scale");
+}
+
+Test(api, rejects_misaligned_bf16) {
+    attn_args_t a = valid_args();
+    a.sk[2] = 68;  // rows not 16-byte aligned
+    expect_reject(&a, "multiples of 8");
+    a = valid_args(), a.q = (void*)0x10002;
+    expect_reject(&a, "aligned");
+    a = valid_args(), a.sq[0] = -64;
+    expect_reject(&a, "non-negative");
+    a = valid_args(), a.dtype = DT_F32, a.sk[2] = 65;  // fp32 takes any row stride
+    char err[256];
+    cr_assert_eq(flash_fwd_supports(&a, err, sizeof err), 0, "%s", err);
+}
+
+// flash_forward_cuda refuses bad input as a user error: one line, exit status 2.
+Test(api, forward_fails_cleanly, .exit_code = 2) {
+    attn_args_t a = valid_args();
+    a.d = 48;
+    flash_forward_cuda(&a, 0);
+}
