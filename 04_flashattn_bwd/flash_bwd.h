@@ -1,0 +1,56 @@
+// Stage 04: FlashAttention-2 backward. CPU references (naive and tiled Algorithm 2, fp32) and the
+// CUDA kernels (two-pass without atomics, and Algorithm 2's single pass with an atomic dQ),
+// behind common/attention.h's attention_impl_t together with stage 03's forward.
+//
+// Conventions (the same as stage 03's flash_fwd.h): S = scale * Q K^T; causal is top-left
+// aligned (query i sees keys j <= i, also when Nq != Nk); L_i = log sum_j exp(S_ij) (natural
+// log) comes from the forward; the loss is any function of O, whose gradient dO is given.
+// Backward by recomputation:
+//   D = rowsum(dO o O)            (Nq)       P = exp(S - L)           (Nq, Nk)
+//   dV = P^T dO                   (Nk, d)    dP = dO V^T              (Nq, Nk)
+//   dS = P o (dP - D)             (Nq, Nk)   dQ = scale * dS K        (Nq, d)
+//   dK = scale * dS^T Q           (Nk, d)
+#pragma once
+#include <stddef.h>
+#include <cuda_runtime_api.h>
+#include "common/attention.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// CPU references, contiguous fp32 arrays: q, o, dout, dq [BH, Nq, d]; k, v, dk, dv [BH, Nk, d];
+// lse [BH, Nq] (the forward's logsumexp). dq, dk, dv are written, not accumulated into.
+void attn_naive_backward_cpu(const float* q, const float* k, const float* v, const float* o,
+                             const float* dout, const float* lse, float* dq, float* dk, float* dv,
+                             int BH, int Nq, int Nk, int d, int causal, float scale);
+// FlashAttention-2 Algorithm 2: key tiles of Bk rows outside, query tiles of Bq rows inside,
+// dQ accumulated across key tiles (what the GPU needs atomics for).
+void flash_backward_cpu(const float* q, const float* k, const float* v, const float* o,
+                        const float* dout, const float* lse, float* dq, float* dk, float* dv,
+                        int BH, int Nq, int Nk, int d, int causal, float scale, int Bq, int Bk);
+
+// CUDA. Returns 0 if the backward kernels handle *a, else -1 with a one-line reason in err
+// (head dim above 128 or zero, dtype not f32/bf16, bad sizes or strides, NULL pointers).
+int flash_bwd_supports(const attn_args_t* a, char* err, size_t errlen);
+// Device scratch the two-pass backward needs in a->workspace: D, fp32 [B, H, Nq].
+size_t flash_bwd_workspace_bytes(const attn_args_t* a);
+// The single-pass variant needs D and an fp32 dQ accumulator [B, H, Nq, d].
+size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a);
+// Two passes, no atomics: D pre-pass, a key-tile-parallel kernel for dK and dV, a
+// query-tile-parallel kernel for dQ (P recomputed in each). Reads q, k, v, o, dout, lse;
+// writes dq, dk, dv. Asynchronous on stream; fail() (exit 2) if flash_bwd_supports rejects *a.
+void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream);
+// Algorithm 2 as written: one key-tile-parallel kernel that also adds its share of dQ into an
+// fp32 accumulator with atomicAdd, then a pass that scales and casts it into dq.
+void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream);
+// Which kernels flash_backward_cuda picks for *a: "mma-bf16" (tensor cores) or "simt".
+const char* flash_bwd_kernel_name(const attn_args_t* a);
+
+// Stage 03's forward and this stage's two-pass backward:
+// {"flash2", flash_bwd_supports (which also asks stage 03), forward, backward, workspace}.
+const attention_impl_t* flash_attention_impl(void);
+
+#ifdef __cplusplus
+}
+#endif

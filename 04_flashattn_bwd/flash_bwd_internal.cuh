@@ -1,0 +1,81 @@
+// Shared by the backward kernels (CUDA C++ only): the parameter block every kernel takes, the
+// element-type helpers, and the PTX wrappers (ldmatrix, mma.sync, cp.async) of the tensor-core
+// path. Names follow the paper: Q_i, dO_i (query tile i), K_j, V_j (key tile j), Bq, Bk.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include "common/attention.h"
+
+// What every backward kernel reads: the attn_args_t views, plus the workspace split into
+// D [B*H*Nq] and (single-pass variant only) the fp32 dQ accumulator [B*H*Nq, d].
+struct BwdParams {
+    int B, H, Nq, Nk, d, causal;
+    float scale;
+    const void *q, *k, *v, *o, *dout;
+    void *dq, *dk, *dv;
+    int64_t sq[3], sk[3], sv[3], so[3], sdo[3], sdq[3], sdk[3], sdv[3];  // (batch, head, row)
+    const float* lse;  // [B*H, Nq]
+    float* D;          // [B*H, Nq]   rowsum(dO o O), written by the pre-pass
+    float* dq_accum;   // [B*H, Nq, d] fp32, atomic variant only (else NULL)
+};
+
+// Offset of (batch*head index bh, row r) in a [B, H, N, d] view with strides s.
+__device__ __forceinline__ int64_t view_off(const int64_t s[3], int bh, int H, int r) {
+    return (int64_t)(bh / H) * s[0] + (int64_t)(bh % H) * s[1] + (int64_t)r * s[2];
+}
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+#define LOG2E_F 1.4426950408889634f
+
+// ---------------------------------------------------------------- PTX wrappers (sm_80+)
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+// Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m. Thread `lane`
+// gets row lane/4, columns 2(lane%4) and +1 of each matrix (.trans: the transposed element).
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+// C (16x8 fp32) += A (16x16 bf16, row) * B (16x8 bf16, col).
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// 16-byte global -> shared copy that bypasses registers; valid == false writes 16 zero bytes
+// (src-size 0), which is how rows past the end of the sequence become zeros.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// Launchers (flash_bwd_simt.cu, flash_bwd_mma.cu), called by flash_bwd_cuda.cu.
+void bwd_launch_prepass(const BwdParams& p, dtype_t dt, cudaStream_t s);
+void bwd_launch_simt(const BwdParams& p, dtype_t dt, bool atomic_dq, cudaStream_t s);
+void bwd_launch_mma(const BwdParams& p, bool atomic_dq, cudaStream_t s);
+void bwd_launch_dq_convert(const BwdParams& p, dtype_t dt, cudaStream_t s);
