@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/model_gpu_internal.h"
 #include "common/model_kernels.h"
+#include "common/nvtx.h"
 #include "common/rng.h"
 
 #define CUBLAS_WS_BYTES (32u << 20)  // enough for cuBLAS's Hopper kernels; preallocated
@@ -288,8 +289,10 @@ int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* e
     const float step_size = (float)((double)opt->lr / (1.0 - pow((double)opt->beta1, step)));
     const float bc2_sqrt = (float)sqrt(1.0 - pow((double)opt->beta2, step));
     const float decay = 1.0f - opt->lr * opt->weight_decay;
+    nvtx_push("optimizer");
     k_adamw(m->params, m->grads, m->adam_m, m->adam_v, m->params_lp, total, opt->beta1,
             opt->beta2, opt->eps, decay, step_size, bc2_sqrt, m->stream);
+    nvtx_pop();
     m->lp_fresh = m->params_lp != NULL;
     return 0;
 }
