@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/table.h"
+#include "tests/child.h"
 #include "tests/harness.h"
 
 static table_t* sample(void) {
@@ -162,15 +164,22 @@ Test(table, empty_table_and_control_characters) {
     table_free(t);
 }
 
-Test(table, unwritable_path_returns_error) {
+static void child_write_blocked(void* p) {
     table_t* t = sample();
-    char path[512];
+    int a = table_write_csv(t, (const char*)p), b = table_write_json(t, (const char*)p);
+    table_free(t);
+    exit(a == -1 && b == -1 ? 0 : 1);
+}
+
+Test(table, unwritable_path_returns_error_and_warns) {
+    char path[512], out[2048], want[1024];
     // A regular file where a directory should be.
     snprintf(path, sizeof path, "%s/blocker", test_tmpdir());
     FILE* f = fopen(path, "w");
     fclose(f);
     snprintf(path, sizeof path, "%s/blocker/x.csv", test_tmpdir());
-    cr_assert_eq(table_write_csv(t, path), -1);
-    cr_assert_eq(table_write_json(t, path), -1);
-    table_free(t);
+    cr_assert_eq(run_child(child_write_blocked, path, out, sizeof out), 0, "both writes must return -1: %s", out);
+    snprintf(want, sizeof want, "%s: warning: cannot create the directory for %s: Not a directory\n", progname(),
+             path);
+    cr_assert(strstr(out, want) == out, "got: %s", out);
 }
