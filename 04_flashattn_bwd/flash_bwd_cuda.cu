@@ -1,6 +1,7 @@
 // The host side of the CUDA backward: argument checks, the workspace layout, the choice between
 // the tensor-core kernels (flash_bwd_mma.cu) and the SIMT ones (flash_bwd_simt.cu), and the
 // attention_impl_t that pairs stage 03's forward with this backward.
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "04_flashattn_bwd/flash_bwd.h"
@@ -32,10 +33,16 @@ static int bwd_check(const attn_args_t* a, char* err, size_t errlen, int check_p
         REJECT("sizes must be positive (B %d, H %d, Nq %d, Nk %d)", a->B, a->H, a->Nq, a->Nk);
     if (check_ptrs && (!a->q || !a->k || !a->v || !a->o || !a->dout || !a->lse || !a->dq || !a->dk || !a->dv))
         REJECT("a tensor pointer is NULL (q, k, v, o, dout, lse, dq, dk, dv are all needed)");
+    if (!(a->scale > 0.0f) || !isfinite(a->scale)) REJECT("scale must be positive and finite (got %g)", (double)a->scale);
+    // Tiles of 32 rows go in gridDim.y (at most 65535).
+    if ((a->Nq + 31) / 32 > 65535 || (a->Nk + 31) / 32 > 65535)
+        REJECT("sequence too long (Nq %d, Nk %d; at most %d)", a->Nq, a->Nk, 65535 * 32);
     const int64_t* strides[] = {a->sq, a->sk, a->sv, a->so, a->sdo, a->sdq, a->sdk, a->sdv};
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 8; i++) {
+        if (strides[i][0] < 0 || strides[i][1] < 0) REJECT("strides must be non-negative");
         if (strides[i][2] < a->d) REJECT("a row stride (%lld) is smaller than the head dim %d",
                                          (long long)strides[i][2], a->d);
+    }
     return 0;
 #undef REJECT
 }

@@ -1,0 +1,320 @@
+// Stage 04 GPU tests: both CUDA backwards (two-pass and single-pass atomic) against PyTorch's
+// gradients and against the CPU reference on random shapes (ragged, Nq != Nk, every head dim,
+// bf16 and fp32, causal and not, strided views), and the whole chain with stage 03's forward.
+#include <cuda_runtime_api.h>
+#include "common/alloc.h"
+#include "common/check.h"
+#include "04_flashattn_bwd/test_bwd_util.h"
+
+typedef struct {
+    int B, H, Nq, Nk, d, causal;
+    dtype_t dt;
+    int atomic;   // 0: flash_backward_cuda, 1: flash_backward_atomic_cuda
+    int pad;      // extra elements per row: views as (B, N, H, d + pad), like a fused projection
+} bwd_case_t;
+
+// Strides of a (B, H, N, d) view stored as (B, N, H, d + pad) when pad >= 0 (pad = 0 and
+// layout_bnhd = 0: plain contiguous [B, H, N, d]).
+static void case_strides(const bwd_case_t* c, int N, int64_t s[3]) {
+    if (c->pad == 0) {
+        attn_contiguous_strides(s, c->H, N, c->d);
+        return;
+    }
+    const int64_t row = (int64_t)c->d + c->pad;
+    s[0] = (int64_t)N * c->H * row;
+    s[1] = row;
+    s[2] = (int64_t)c->H * row;
+}
+
+static size_t view_elems(const bwd_case_t* c, int N, const int64_t s[3]) {
+    return (size_t)((c->B - 1) * s[0] + (c->H - 1) * s[1] + (int64_t)(N - 1) * s[2] + c->d);
+}
+
+// Host contiguous fp32 [B*H, N, d] -> a new device view of dtype c->dt with strides s.
+static void* upload(const bwd_case_t* c, const float* x, int N, const int64_t s[3]) {
+    const size_t n = view_elems(c, N, s), es = dtype_size(c->dt);
+    unsigned char* h = malloc(n * es);
+    cr_assert(h);
+    memset(h, 0xFF, n * es);  // gaps hold NaN: reading one would poison the result
+    for (int bh = 0; bh < c->B * c->H; bh++)
+        for (int r = 0; r < N; r++)
+            for (int e = 0; e < c->d; e++) {
+                const size_t off = (size_t)((bh / c->H) * s[0] + (bh % c->H) * s[1] + (int64_t)r * s[2] + e);
+                const float v = x[((size_t)bh * N + r) * c->d + e];
+                if (c->dt == DT_BF16) ((uint16_t*)h)[off] = bf16_from_f32(v);
+                else ((float*)h)[off] = v;
+            }
+    void* dptr = mem_alloc(DEV_CUDA, n * es, MEM_OTHER);
+    CUDA_CHECK(cudaMemcpy(dptr, h, n * es, cudaMemcpyHostToDevice));
+    free(h);
+    return dptr;
+}
+
+// A poisoned (0xFF: NaN) device view for an output.
+static void* alloc_out(const bwd_case_t* c, int N, const int64_t s[3]) {
+    const size_t bytes = view_elems(c, N, s) * dtype_size(c->dt);
+    void* dptr = mem_alloc(DEV_CUDA, bytes, MEM_OTHER);
+    CUDA_CHECK(cudaMemset(dptr, 0xFF, bytes));
+    return dptr;
+}
+
+// Device view -> host contiguous fp32 [B*H, N, d].
+static float* download(const bwd_case_t* c, const void* dptr, int N, const int64_t s[3]) {
+    const size_t n = view_elems(c, N, s), es = dtype_size(c->dt);
+    unsigned char* h = malloc(n * es);
+    cr_assert(h);
+    CUDA_CHECK(cudaMemcpy(h, dptr, n * es, cudaMemcpyDeviceToHost));
+    float* x = malloc((size_t)c->B * c->H * N * c->d * sizeof(float));
+    cr_assert(x);
+    for (int bh = 0; bh < c->B * c->H; bh++)
+        for (int r = 0; r < N; r++)
+            for (int e = 0; e < c->d; e++) {
+                const size_t off = (size_t)((bh / c->H) * s[0] + (bh % c->H) * s[1] + (int64_t)r * s[2] + e);
+                x[((size_t)bh * N + r) * c->d + e] =
+                    c->dt == DT_BF16 ? f32_from_bf16(((uint16_t*)h)[off]) : ((float*)h)[off];
+            }
+    free(h);
+    return x;
+}
+
+// Runs the CUDA backward on inputs (q, k, v, dO, O, L: host contiguous fp32, already rounded to
+// the dtype) and returns dq, dk, dv as host fp32.
+static void run_gpu_backward(const bwd_case_t* c, const float* q, const float* k, const float* v,
+                             const float* dO, const float* O, const float* L, float** dq, float** dk,
+                             float** dv) {
+    attn_args_t a;
+    memset(&a, 0, sizeof a);
+    a.B = c->B; a.H = c->H; a.Nq = c->Nq; a.Nk = c->Nk; a.d = c->d; a.dtype = c->dt;
+    a.causal = c->causal;
+    a.scale = 1.0f / sqrtf((float)c->d);
+    case_strides(c, c->Nq, a.sq); case_strides(c, c->Nk, a.sk); case_strides(c, c->Nk, a.sv);
+    case_strides(c, c->Nq, a.so); case_strides(c, c->Nq, a.sdo); case_strides(c, c->Nq, a.sdq);
+    case_strides(c, c->Nk, a.sdk); case_strides(c, c->Nk, a.sdv);
+    a.q = upload(c, q, c->Nq, a.sq);
+    a.k = upload(c, k, c->Nk, a.sk);
+    a.v = upload(c, v, c->Nk, a.sv);
+    a.o = upload(c, O, c->Nq, a.so);
+    a.dout = upload(c, dO, c->Nq, a.sdo);
+    const size_t nl = (size_t)c->B * c->H * c->Nq;
+    a.lse = mem_alloc(DEV_CUDA, nl * sizeof(float), MEM_OTHER);
+    CUDA_CHECK(cudaMemcpy(a.lse, L, nl * sizeof(float), cudaMemcpyHostToDevice));
+    a.dq = alloc_out(c, c->Nq, a.sdq);
+    a.dk = alloc_out(c, c->Nk, a.sdk);
+    a.dv = alloc_out(c, c->Nk, a.sdv);
+    const size_t ws = c->atomic ? flash_bwd_atomic_workspace_bytes(&a) : flash_bwd_workspace_bytes(&a);
+    a.workspace = mem_alloc(DEV_CUDA, ws, MEM_WORKSPACE);
+    CUDA_CHECK(cudaMemset(a.workspace, 0xFF, ws));  // the pre-pass must write every D
+    if (c->atomic) flash_backward_atomic_cuda(&a, 0);
+    else flash_backward_cuda(&a, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    *dq = download(c, a.dq, c->Nq, a.sdq);
+    *dk = download(c, a.dk, c->Nk, a.sdk);
+    *dv = download(c, a.dv, c->Nk, a.sdv);
+    mem_free((void*)a.q); mem_free((void*)a.k); mem_free((void*)a.v); mem_free(a.o);
+    mem_free((void*)a.dout); mem_free(a.lse); mem_free(a.dq); mem_free(a.dk); mem_free(a.dv);
+    mem_free(a.workspace);
+}
+
+// Random inputs, CPU forward and naive backward (in double) as the truth, then the GPU.
+static void check_case(bwd_case_t c, uint64_t seed) {
+    const int BH = c.B * c.H;
+    const size_t nq = (size_t)BH * c.Nq * c.d, nk = (size_t)BH * c.Nk * c.d, nl = (size_t)BH * c.Nq;
+    float *q = bwd_randn(nq, seed), *k = bwd_randn(nk, seed + 1), *v = bwd_randn(nk, seed + 2);
+    float *dO = bwd_randn(nq, seed + 3), *O = bwd_poisoned(nq), *L = bwd_poisoned(nl);
+    if (c.dt == DT_BF16) {
+        bwd_round_bf16(q, nq); bwd_round_bf16(k, nk); bwd_round_bf16(v, nk); bwd_round_bf16(dO, nq);
+    }
+    const float scale = 1.0f / sqrtf((float)c.d);
+    attn_naive_forward_cpu(q, k, v, O, L, BH, c.Nq, c.Nk, c.d, c.causal, scale);
+    if (c.dt == DT_BF16) bwd_round_bf16(O, nq);  // the GPU gets O in bf16, as the forward writes it
+    float *wq = bwd_poisoned(nq), *wk = bwd_poisoned(nk), *wv = bwd_poisoned(nk);
+    attn_naive_backward_cpu(q, k, v, O, dO, L, wq, wk, wv, BH, c.Nq, c.Nk, c.d, c.causal, scale);
+    float *gq, *gk, *gv;
+    run_gpu_backward(&c, q, k, v, dO, O, L, &gq, &gk, &gv);
+    // fp32: fast exp and fp32 sums against double: 1e-3 of the largest gradient.
+    // bf16: P and dS are rounded to bf16 (2^-9 relative) before the tensor-core products and the
+    // outputs to bf16 (2^-9): 3e-2 relative plus 2e-2 of the largest gradient.
+    const int bf = c.dt == DT_BF16;
+    const double rtol = bf ? 3e-2 : 1e-3;
+    char what[160];
+    const float* got[3] = {gq, gk, gv};
+    const float* want[3] = {wq, wk, wv};
+    const size_t n[3] = {nq, nk, nk};
+    const char* names[3] = {"dQ", "dK", "dV"};
+    for (int x = 0; x < 3; x++) {
+        const double atol = (bf ? 2e-2 : 1e-3) * (bwd_max_abs(want[x], n[x]) + 1e-6);
+        snprintf(what, sizeof what, "%s (%s, %s, B %d H %d Nq %d Nk %d d %d %s pad %d)", names[x],
+                 c.atomic ? "atomic" : "two-pass", dtype_name(c.dt), c.B, c.H, c.Nq, c.Nk, c.d,
+                 c.causal ? "causal" : "noncausal", c.pad);
+        ASSERT_ALLCLOSE(got[x], want[x], n[x], rtol, atol, what);
+    }
+    free(q); free(k); free(v); free(dO); free(O); free(L);
+    free(wq); free(wk); free(wv); free(gq); free(gk); free(gv);
+}
+
+// PyTorch's gradients at the course's shape, fp32, rtol = atol = 1e-2 (the course's tolerance).
+static void check_fixture_gpu(int causal, int atomic) {
+    SKIP_WITHOUT_GPU();
+    const size_t n = (size_t)BWD_FX_BH * BWD_FX_N * BWD_FX_D, nl = (size_t)BWD_FX_BH * BWD_FX_N;
+    const char* tag = causal ? "causal" : "noncausal";
+    char name[64];
+    float *q = bwd_load_fixture("q", n), *k = bwd_load_fixture("k", n), *v = bwd_load_fixture("v", n);
+    float* dO = bwd_load_fixture("dO", n);
+    snprintf(name, sizeof name, "%s_O", tag);
+    float* O = bwd_load_fixture(name, n);
+    snprintf(name, sizeof name, "%s_L", tag);
+    float* L = bwd_load_fixture(name, nl);
+    bwd_case_t c = {BWD_FX_BH, 1, BWD_FX_N, BWD_FX_N, BWD_FX_D, causal, DT_F32, atomic, 0};
+    float *gq, *gk, *gv;
+    run_gpu_backward(&c, q, k, v, dO, O, L, &gq, &gk, &gv);
+    const char* names[3] = {"dQ", "dK", "dV"};
+    float* got[3] = {gq, gk, gv};
+    for (int x = 0; x < 3; x++) {
+        snprintf(name, sizeof name, "%s_%s", tag, names[x]);
+        float* want = bwd_load_fixture(name, n);
+        ASSERT_ALLCLOSE(got[x], want, n, 1e-2, 1e-2, name);  // the course's tolerance
+        free(want);
+    }
+    free(q); free(k); free(v); free(dO); free(O); free(L); free(gq); free(gk); free(gv);
+}
+
+Test(bwd_cuda, fixture_noncausal) { check_fixture_gpu(0, 0); }
+Test(bwd_cuda, fixture_causal) { check_fixture_gpu(1, 0); }
+Test(bwd_cuda, fixture_noncausal_atomic) { check_fixture_gpu(0, 1); }
+Test(bwd_cuda, fixture_causal_atomic) { check_fixture_gpu(1, 1); }
+
+// Every head dim, both dtypes, causal and not, both variants, ragged Nq != Nk.
+static void sweep(dtype_t dt, int atomic) {
+    SKIP_WITHOUT_GPU();
+    const int ds[4] = {16, 32, 64, 128};
+    const int shapes[3][2] = {{77, 77}, {150, 67}, {45, 203}};
+    uint64_t seed = 1000 + 100 * (uint64_t)dt + 10 * (uint64_t)atomic;
+    for (int di = 0; di < 4; di++)
+        for (int si = 0; si < 3; si++)
+            for (int causal = 0; causal < 2; causal++) {
+                bwd_case_t c = {2, 3, shapes[si][0], shapes[si][1], ds[di], causal, dt, atomic, 0};
+                check_case(c, seed++);
+            }
+}
+Test(bwd_cuda, sweep_f32_two_pass, .timeout = 300) { sweep(DT_F32, 0); }
+Test(bwd_cuda, sweep_bf16_two_pass, .timeout = 300) { sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_f32_atomic, .timeout = 300) { sweep(DT_F32, 1); }
+Test(bwd_cuda, sweep_bf16_atomic, .timeout = 300) { sweep(DT_BF16, 1); }
+
+// Longer sequences: many tiles, so the causal start/stop and the double buffering are exercised.
+Test(bwd_cuda, long_bf16_causal_d64) {
+    SKIP_WITHOUT_GPU();
+    bwd_case_t c = {1, 2, 517, 517, 64, 1, DT_BF16, 0, 0};
+    check_case(c, 77);
+}
+Test(bwd_cuda, long_bf16_causal_d128_atomic) {
+    SKIP_WITHOUT_GPU();
+    bwd_case_t c = {1, 2, 389, 301, 128, 1, DT_BF16, 1, 0};
+    check_case(c, 78);
+}
+
+// Strided views as the model hands them over (B, N, H, d + pad): pad 8 keeps the tensor-core
+// path (16-byte rows), pad 3 sends bf16 to the SIMT fallback. d = 40 has no tensor-core kernel.
+Test(bwd_cuda, strided_bf16_tensor_core) {
+    SKIP_WITHOUT_GPU();
+    bwd_case_t c = {2, 3, 100, 90, 64, 1, DT_BF16, 0, 8};
+    check_case(c, 81);
+}
+Test(bwd_cuda, strided_bf16_unaligned_fallback) {
+    SKIP_WITHOUT_GPU();
+    bwd_case_t c = {2, 3, 100, 90, 32, 1, DT_BF16, 0, 3};
+    check_case(c, 82);
+}
+Test(bwd_cuda, strided_f32_odd_head_dim) {
+    SKIP_WITHOUT_GPU();
+    bwd_case_t c = {2, 2, 61, 70, 40, 0, DT_F32, 0, 5};
+    check_case(c, 83);
+}
+
+// The chain: stage 03's CUDA forward writes O and L, this stage's backward reads them, through
+// the attention_impl_t the model uses; checked against the CPU forward + naive backward.
+static void chain(dtype_t dt) {
+    SKIP_WITHOUT_GPU();
+    bwd_case_t c = {2, 2, 200, 200, 64, 1, dt, 0, 0};
+    const int BH = c.B * c.H;
+    const size_t n = (size_t)BH * c.Nq * c.d, nl = (size_t)BH * c.Nq;
+    float *q = bwd_randn(n, 501), *k = bwd_randn(n, 502), *v = bwd_randn(n, 503), *dO = bwd_randn(n, 504);
+    if (dt == DT_BF16) { bwd_round_bf16(q, n); bwd_round_bf16(k, n); bwd_round_bf16(v, n); bwd_round_bf16(dO, n); }
+    const float scale = 1.0f / sqrtf((float)c.d);
+    float *O = bwd_poisoned(n), *L = bwd_poisoned(nl);
+    attn_naive_forward_cpu(q, k, v, O, L, BH, c.Nq, c.Nk, c.d, 1, scale);
+    if (dt == DT_BF16) bwd_round_bf16(O, n);
+    float *wq = bwd_poisoned(n), *wk = bwd_poisoned(n), *wv = bwd_poisoned(n);
+    attn_naive_backward_cpu(q, k, v, O, dO, L, wq, wk, wv, BH, c.Nq, c.Nk, c.d, 1, scale);
+
+    const attention_impl_t* impl = flash_attention_impl();
+    attn_args_t a;
+    memset(&a, 0, sizeof a);
+    a.B = c.B; a.H = c.H; a.Nq = c.Nq; a.Nk = c.Nk; a.d = c.d; a.dtype = dt; a.causal = 1; a.scale = scale;
+    int64_t s[3];
+    attn_contiguous_strides(s, c.H, c.Nq, c.d);
+    int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
+    for (int i = 0; i < 8; i++) memcpy(all[i], s, sizeof s);
+    a.q = upload(&c, q, c.Nq, s); a.k = upload(&c, k, c.Nk, s); a.v = upload(&c, v, c.Nk, s);
+    a.dout = upload(&c, dO, c.Nq, s);
+    a.o = alloc_out(&c, c.Nq, s);
+    a.lse = mem_alloc(DEV_CUDA, nl * sizeof(float), MEM_OTHER);
+    a.dq = alloc_out(&c, c.Nq, s); a.dk = alloc_out(&c, c.Nk, s); a.dv = alloc_out(&c, c.Nk, s);
+    a.workspace = mem_alloc(DEV_CUDA, impl->bwd_workspace_bytes(&a), MEM_WORKSPACE);
+    char err[256];
+    cr_assert_eq(impl->supports(&a, err, sizeof err), 0, "%s", err);
+    impl->forward(&a, 0);
+    impl->backward(&a, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    float* got[3] = {download(&c, a.dq, c.Nq, s), download(&c, a.dk, c.Nk, s), download(&c, a.dv, c.Nk, s)};
+    float* want[3] = {wq, wk, wv};
+    const char* names[3] = {"dQ chain", "dK chain", "dV chain"};
+    const int bf = dt == DT_BF16;
+    for (int x = 0; x < 3; x++) {
+        // As check_case, with O from the GPU forward instead of the rounded CPU O (bf16: one more
+        // rounding in D); fp32 gets 2e-3 for the forward's own error.
+        const double atol = (bf ? 2e-2 : 2e-3) * (bwd_max_abs(want[x], n) + 1e-6);
+        ASSERT_ALLCLOSE(got[x], want[x], n, bf ? 3e-2 : 2e-3, atol, names[x]);
+        free(got[x]);
+    }
+    mem_free((void*)a.q); mem_free((void*)a.k); mem_free((void*)a.v); mem_free((void*)a.dout);
+    mem_free(a.o); mem_free(a.lse); mem_free(a.dq); mem_free(a.dk); mem_free(a.dv); mem_free(a.workspace);
+    free(q); free(k); free(v); free(dO); free(O); free(L); free(wq); free(wk); free(wv);
+}
+Test(bwd_cuda, chain_stage03_forward_bf16) { chain(DT_BF16); }
+Test(bwd_cuda, chain_stage03_forward_f32) { chain(DT_F32); }
+
+// Small cases for compute-sanitizer (racecheck is slow): make sanitize runs these.
+Test(bwd_cuda, sanitize_bf16) {
+    SKIP_WITHOUT_GPU();
+    bwd_case_t c = {1, 2, 150, 67, 64, 1, DT_BF16, 0, 0};
+    check_case(c, 91);
+    c.atomic = 1;
+    check_case(c, 92);
+}
+Test(bwd_cuda, sanitize_f32) {
+    SKIP_WITHOUT_GPU();
+    bwd_case_t c = {1, 2, 45, 70, 32, 1, DT_F32, 0, 0};
+    check_case(c, 93);
+    c.atomic = 1;
+    check_case(c, 94);
+}
+
+// The kernel choice the tests above rely on.
+Test(bwd_cuda, kernel_choice) {
+    attn_args_t a;
+    memset(&a, 0, sizeof a);
+    a.B = 1; a.H = 1; a.Nq = 8; a.Nk = 8; a.d = 64; a.dtype = DT_BF16;
+    attn_contiguous_strides(a.sq, 1, 8, 64);
+    memcpy(a.sk, a.sq, sizeof a.sq); memcpy(a.sv, a.sq, sizeof a.sq); memcpy(a.sdo, a.sq, sizeof a.sq);
+    memcpy(a.sdq, a.sq, sizeof a.sq); memcpy(a.sdk, a.sq, sizeof a.sq); memcpy(a.sdv, a.sq, sizeof a.sq);
+    cr_assert_str_eq(flash_bwd_kernel_name(&a), "mma-bf16");
+    a.sk[2] = 67;
+    cr_assert_str_eq(flash_bwd_kernel_name(&a), "simt", "an unaligned row stride must fall back");
+    a.sk[2] = 64;
+    a.d = 40;
+    cr_assert_str_eq(flash_bwd_kernel_name(&a), "simt");
+    a.d = 64;
+    a.dtype = DT_F32;
+    cr_assert_str_eq(flash_bwd_kernel_name(&a), "simt");
+}
