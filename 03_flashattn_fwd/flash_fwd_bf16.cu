@@ -187,112 +187,110 @@ __global__ void __launch_bounds__(C::THREADS) flash_fwd_bf16_kernel(const Params
         // Causal: a warp whose rows all lie before the tile's first key has nothing to add
         // (its whole slice of the tile is masked); it skips the maths but not the barriers.
         const int j0 = j * C::BK;
-        if (p.causal && j0 > i0 + wrow0 + 16 * C::MT - 1) {
-            __syncthreads();
-            continue;
-        }
-        const bf16* sKj = sK + stage * C::BK * C::LD;
-        const bf16* sVj = sV + stage * C::BK * C::LD;
+        if (!(p.causal && j0 > i0 + wrow0 + 16 * C::MT - 1)) {
+            const bf16* sKj = sK + stage * C::BK * C::LD;
+            const bf16* sVj = sV + stage * C::BK * C::LD;
 
-        // S = Q_i K_j^T (raw, unscaled)
-        float s[C::MT][C::NT_S][4];
-#pragma unroll
-        for (int mt = 0; mt < C::MT; mt++)
-#pragma unroll
-            for (int nt = 0; nt < C::NT_S; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[mt][nt][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < C::KS_QK; ks++) {
-#pragma unroll
-            for (int np = 0; np < C::NT_S / 2; np++) {
-                // matrices: keys (0-7 | 8-15 of this pair) x d (0-7 | 8-15 of this k-step)
-                uint32_t kb[4];
-                const int r = np * 16 + (lane % 8) + 8 * (lane / 16);
-                const int c = ks * 16 + 8 * ((lane / 8) % 2);
-                ldmatrix_x4(kb, smem_addr(sKj + r * C::LD + c));
-#pragma unroll
-                for (int mt = 0; mt < C::MT; mt++) {
-                    mma_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
-                    mma_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
-                }
-            }
-        }
-
-        // Mask only where needed: the ragged last key tile and tiles crossing the diagonal.
-        const bool need_mask = (j0 + C::BK > p.Nk) || (p.causal && j0 + C::BK - 1 > i0 + wrow0);
-        if (need_mask) {
-#pragma unroll
+            // S = Q_i K_j^T (raw, unscaled)
+            float s[C::MT][C::NT_S][4];
+    #pragma unroll
             for (int mt = 0; mt < C::MT; mt++)
-#pragma unroll
+    #pragma unroll
                 for (int nt = 0; nt < C::NT_S; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int row = i0 + wrow0 + mt * 16 + g + 8 * (e / 2);
-                        const int col = j0 + nt * 8 + 2 * t + (e % 2);
-                        if (col >= p.Nk || (p.causal && col > row)) s[mt][nt][e] = -INFINITY;
+    #pragma unroll
+                    for (int e = 0; e < 4; e++) s[mt][nt][e] = 0.0f;
+    #pragma unroll
+            for (int ks = 0; ks < C::KS_QK; ks++) {
+    #pragma unroll
+                for (int np = 0; np < C::NT_S / 2; np++) {
+                    // matrices: keys (0-7 | 8-15 of this pair) x d (0-7 | 8-15 of this k-step)
+                    uint32_t kb[4];
+                    const int r = np * 16 + (lane % 8) + 8 * (lane / 16);
+                    const int c = ks * 16 + 8 * ((lane / 8) % 2);
+                    ldmatrix_x4(kb, smem_addr(sKj + r * C::LD + c));
+    #pragma unroll
+                    for (int mt = 0; mt < C::MT; mt++) {
+                        mma_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
+                        mma_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
                     }
-        }
-
-        // Online softmax, per row (each row's 2*NT_S values live in the 4 threads of a quad).
-#pragma unroll
-        for (int mt = 0; mt < C::MT; mt++) {
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                float mx = m[mt][hf];
-#pragma unroll
-                for (int nt = 0; nt < C::NT_S; nt++)
-                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                // mx is -inf only if this row has seen no key yet; cannot happen (key 0 is in
-                // tile 0 and visible to every row) but keeps 2^(-inf - -inf) = NaN out regardless.
-                const float mbase = (mx == -INFINITY) ? 0.0f : mx * p.scale_log2;
-                const float alpha = fast_exp2(m[mt][hf] * p.scale_log2 - mbase);
-                float rs = 0.0f;
-#pragma unroll
-                for (int nt = 0; nt < C::NT_S; nt++)
-#pragma unroll
-                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        const float pe = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -mbase));
-                        s[mt][nt][e] = pe;
-                        rs += pe;
-                    }
-                l[mt][hf] = l[mt][hf] * alpha + rs;
-                m[mt][hf] = mx;
-#pragma unroll
-                for (int nt = 0; nt < C::NT_O; nt++) {
-                    o[mt][nt][2 * hf] *= alpha;
-                    o[mt][nt][2 * hf + 1] *= alpha;
                 }
             }
-        }
 
-        // O += P~ V_j: two S n-tiles (16 keys) form one A fragment.
-#pragma unroll
-        for (int ks = 0; ks < C::KS_PV; ks++) {
-            uint32_t pa[C::MT][4];
-#pragma unroll
+            // Mask only where needed: the ragged last key tile and tiles crossing the diagonal.
+            const bool need_mask = (j0 + C::BK > p.Nk) || (p.causal && j0 + C::BK - 1 > i0 + wrow0);
+            if (need_mask) {
+    #pragma unroll
+                for (int mt = 0; mt < C::MT; mt++)
+    #pragma unroll
+                    for (int nt = 0; nt < C::NT_S; nt++)
+    #pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int row = i0 + wrow0 + mt * 16 + g + 8 * (e / 2);
+                            const int col = j0 + nt * 8 + 2 * t + (e % 2);
+                            if (col >= p.Nk || (p.causal && col > row)) s[mt][nt][e] = -INFINITY;
+                        }
+            }
+
+            // Online softmax, per row (each row's 2*NT_S values live in the 4 threads of a quad).
+    #pragma unroll
             for (int mt = 0; mt < C::MT; mt++) {
-                pa[mt][0] = pack_bf16(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-                pa[mt][1] = pack_bf16(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-                pa[mt][2] = pack_bf16(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-                pa[mt][3] = pack_bf16(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
-            }
-#pragma unroll
-            for (int np = 0; np < C::NT_O / 2; np++) {
-                // matrices (transposed): keys (0-7 | 8-15 of this k-step) x d (0-7 | 8-15 of pair)
-                uint32_t vb[4];
-                const int r = ks * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-                const int c = np * 16 + 8 * (lane / 16);
-                ldmatrix_x4_trans(vb, smem_addr(sVj + r * C::LD + c));
-#pragma unroll
-                for (int mt = 0; mt < C::MT; mt++) {
-                    mma_bf16(o[mt][2 * np], pa[mt], vb[0], vb[1]);
-                    mma_bf16(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+    #pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    float mx = m[mt][hf];
+    #pragma unroll
+                    for (int nt = 0; nt < C::NT_S; nt++)
+                        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    // mx is -inf only if this row has seen no key yet; cannot happen (key 0 is in
+                    // tile 0 and visible to every row) but keeps 2^(-inf - -inf) = NaN out regardless.
+                    const float mbase = (mx == -INFINITY) ? 0.0f : mx * p.scale_log2;
+                    const float alpha = fast_exp2(m[mt][hf] * p.scale_log2 - mbase);
+                    float rs = 0.0f;
+    #pragma unroll
+                    for (int nt = 0; nt < C::NT_S; nt++)
+    #pragma unroll
+                        for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+                            const float pe = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -mbase));
+                            s[mt][nt][e] = pe;
+                            rs += pe;
+                        }
+                    l[mt][hf] = l[mt][hf] * alpha + rs;
+                    m[mt][hf] = mx;
+    #pragma unroll
+                    for (int nt = 0; nt < C::NT_O; nt++) {
+                        o[mt][nt][2 * hf] *= alpha;
+                        o[mt][nt][2 * hf + 1] *= alpha;
+                    }
                 }
             }
-        }
+
+            // O += P~ V_j: two S n-tiles (16 keys) form one A fragment.
+    #pragma unroll
+            for (int ks = 0; ks < C::KS_PV; ks++) {
+                uint32_t pa[C::MT][4];
+    #pragma unroll
+                for (int mt = 0; mt < C::MT; mt++) {
+                    pa[mt][0] = pack_bf16(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+                    pa[mt][1] = pack_bf16(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+                    pa[mt][2] = pack_bf16(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+                    pa[mt][3] = pack_bf16(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+                }
+    #pragma unroll
+                for (int np = 0; np < C::NT_O / 2; np++) {
+                    // matrices (transposed): keys (0-7 | 8-15 of this k-step) x d (0-7 | 8-15 of pair)
+                    uint32_t vb[4];
+                    const int r = ks * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                    const int c = np * 16 + 8 * (lane / 16);
+                    ldmatrix_x4_trans(vb, smem_addr(sVj + r * C::LD + c));
+    #pragma unroll
+                    for (int mt = 0; mt < C::MT; mt++) {
+                        mma_bf16(o[mt][2 * np], pa[mt], vb[0], vb[1]);
+                        mma_bf16(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+                    }
+                }
+            }
+        }  // end of this warp's maths on tile j
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
 
@@ -341,12 +339,9 @@ void launch(const attn_args_t* a, cudaStream_t stream) {
     p.causal = a->causal;
     p.scale = a->scale;
     p.scale_log2 = a->scale * 1.4426950408889634f;
-    static bool attr_set = false;  // opt in to more than 48 KiB of dynamic shared memory once
-    if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_bf16_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)C::SMEM));
-        attr_set = true;
-    }
+    // Opt in to more than 48 KiB of dynamic shared memory (per device, so on every launch: cheap).
+    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_bf16_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)C::SMEM));
     const unsigned blocks = (unsigned)p.Tq * (unsigned)p.BH;  // 1-D grid: no 65535 limit on B*H
     flash_fwd_bf16_kernel<C><<<blocks, C::THREADS, C::SMEM, stream>>>(p);
     CUDA_CHECK_LAST();
