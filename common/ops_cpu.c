@@ -8,17 +8,27 @@
 #include <stddef.h>
 #include <string.h>
 
+// Σ_k x[k] w[k] in 8 interleaved partial sums (lane j takes k ≡ j mod 8), added at the end
+// in a fixed order. The compiler may turn the lanes into one vector register without
+// reordering anything, so the result is the same bits with or without vectorisation.
+#define DOT_LANES 8
+static inline float dot_lanes(const float* x, const float* w, int n) {
+    float acc[DOT_LANES] = {0};
+    int k = 0;
+    for (; k + DOT_LANES <= n; k += DOT_LANES)
+        for (int j = 0; j < DOT_LANES; j++) acc[j] += x[k + j] * w[k + j];
+    for (int j = 0; k < n; k++, j++) acc[j] += x[k] * w[k];
+    float s = 0.0f;
+    for (int j = 0; j < DOT_LANES; j++) s += acc[j];
+    return s;
+}
+
 void matmul_fwd_cpu(float* out, const float* inp, const float* W, int N, int din, int dout) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * din;  // (din)
         float* y = out + (size_t)n * dout;       // (dout)
-        for (int o = 0; o < dout; o++) {
-            const float* w = W + (size_t)o * din;  // row o of W: (din)
-            float acc = 0.0f;
-            for (int k = 0; k < din; k++) acc += x[k] * w[k];
-            y[o] = acc;
-        }
+        for (int o = 0; o < dout; o++) y[o] = dot_lanes(x, W + (size_t)o * din, din);  // row o of W
     }
 }
 
@@ -34,6 +44,7 @@ void matmul_bwd_cpu(float* dinp, float* dW, const float* dy, const float* inp, c
             for (int o = 0; o < dout; o++) {
                 const float* w = W + (size_t)o * din;
                 const float go = g[o];
+#pragma omp simd
                 for (int k = 0; k < din; k++) dx[k] += go * w[k];
             }
         }
@@ -46,6 +57,7 @@ void matmul_bwd_cpu(float* dinp, float* dW, const float* dy, const float* inp, c
         for (int n = 0; n < N; n++) {
             const float go = dy[(size_t)n * dout + o];
             const float* x = inp + (size_t)n * din;
+#pragma omp simd
             for (int k = 0; k < din; k++) dw[k] += go * x[k];
         }
     }
