@@ -93,7 +93,8 @@ static void check_grads(const param_layout_t* lay, const float* got, const float
 static void poison_grads(model_gpu_t* m) {
     const param_layout_t* lay = model_gpu_layout(m);
     for (int i = 0; i < lay->n; i++)
-        CUDA_CHECK(cudaMemset(model_gpu_grads(m) + lay->p[i].offset, 0xFF, lay->p[i].numel * 4));
+        CUDA_CHECK(cudaMemsetAsync(model_gpu_grads(m) + lay->p[i].offset, 0xFF, lay->p[i].numel * 4,
+                                   model_gpu_stream(m)));
 }
 
 static void backward_ok(model_gpu_t* m, grad_ready_fn hook, void* ctx) {

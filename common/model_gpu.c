@@ -180,8 +180,10 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
     CUDA_CHECK(cudaMemcpy(m->rope_sin, cs + (size_t)T * half, (size_t)T * half * 4,
                           cudaMemcpyHostToDevice));
     free(cs);
-    CUDA_CHECK(cudaMemset(m->inputs, 0, N * 4));
-    CUDA_CHECK(cudaMemset(m->targets, 0, N * 4));
+    // On the model's stream (non-blocking: it does not wait for the legacy default stream).
+    CUDA_CHECK(cudaMemsetAsync(m->inputs, 0, N * 4, m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->targets, 0, N * 4, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return m;
 }
 
