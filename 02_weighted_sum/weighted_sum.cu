@@ -169,25 +169,29 @@ __global__ void __launch_bounds__(WS_THREADS)
     }
 }
 
-// grad_w[d] = sum over the n rows of partials[:, d]. Block (32 x 8) threads: 32 consecutive
-// columns (coalesced reads of each partial row), 8 threads per column walking the rows with
-// stride 8, then an 8-way sum in shared memory. Also used with n = 1 to round the fp32
-// atomic accumulator to bf16.
+// grad_w[d] = sum over the n rows of partials[:, d]. Block of 32 x 32 threads: 32 consecutive
+// columns (each warp reads 128 contiguous bytes of a partial row), 32 threads per column walking
+// the rows with stride 32 (eight loads in flight each), then a 32-way sum in shared memory.
+// Few blocks (D / 32), so each must have many loads in flight: that is why it is 1024 threads.
+// Also used with n = 1 to round the fp32 atomic accumulator to bf16.
+constexpr int RED_TY = 32;
 template <typename T>
-__global__ void __launch_bounds__(WS_THREADS)
+__global__ void __launch_bounds__(32 * RED_TY)
     ws_reduce_kernel(const float* __restrict__ partials,  // [n, D]
                      T* __restrict__ grad_w,              // [D]
                      int64_t n, int64_t D) {
-    __shared__ float red[WARPS][33];
+    __shared__ float red[RED_TY][33];
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
     const int64_t d = (int64_t)blockIdx.x * 32 + tx;
     float s = 0.0f;
-    if (d < D)
-        for (int64_t t = ty; t < n; t += WARPS) s += partials[t * D + d];
+    if (d < D) {
+#pragma unroll 8
+        for (int64_t t = ty; t < n; t += RED_TY) s += partials[t * D + d];
+    }
     red[ty][tx] = s;
     __syncthreads();
     if (ty == 0 && d < D) {
-        for (int k = 1; k < WARPS; k++) s += red[k][tx];
+        for (int k = 1; k < RED_TY; k++) s += red[k][tx];
         grad_w[d] = from_f32<T>(s);
     }
 }
@@ -288,7 +292,7 @@ static void backward_t(const T* x, int64_t sx, const T* w, const T* gy, T* gx, i
 
     const int64_t n = atomic ? 1 : plan->n_row_tiles;
     if (!(atomic && sizeof(T) == 4)) {
-        ws_reduce_kernel<T><<<(unsigned)((D + 31) / 32), WS_THREADS, 0, stream>>>(
+        ws_reduce_kernel<T><<<(unsigned)((D + 31) / 32), 32 * RED_TY, 0, stream>>>(
             (const float*)workspace, gw, n, D);
         CUDA_CHECK_LAST();
     }
