@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 B=${BUILD:-build}
 OUT=results/02_weighted_sum
 mkdir -p "$OUT"
-"$B/02_weighted_sum/bench" --out "$OUT" "$@" | tee "$OUT/cuda.md"
+status=0
+"$B/02_weighted_sum/bench" --out "$OUT" "$@" | tee "$OUT/cuda.md" || status=$?
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   python3 02_weighted_sum/bench_torch.py --out "$OUT/torch.csv" "$@" | tee "$OUT/torch.md"
 else
@@ -21,3 +22,4 @@ if command -v gnuplot >/dev/null; then
 else
   echo "(gnuplot not found: no plot; run 02_weighted_sum/plot.sh $OUT where it is installed)"
 fi
+exit $status
