@@ -2,6 +2,7 @@
 // and one clear line for every mistake (naming the flag and what it accepts). See cli.h.
 #include "common/cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <limits.h>
@@ -82,7 +83,7 @@ static int set_value(const cli_opt_t* o, const char* val, char* err, size_t errl
     case CLI_INT: {
         errno = 0;
         long v = strtol(val, &end, 10);
-        if (end == val || *end != '\0' || val[0] == ' ' || val[0] == '\t')
+        if (end == val || *end != '\0' || isspace((unsigned char)val[0]))
             return set_err(err, errlen, "--%s: '%s' is not an integer", o->name, val);
         if (errno == ERANGE || v < INT_MIN || v > INT_MAX)
             return set_err(err, errlen, "--%s: '%s' is out of range (%d..%d)", o->name, val, INT_MIN, INT_MAX);
@@ -101,7 +102,7 @@ static int set_value(const cli_opt_t* o, const char* val, char* err, size_t errl
     case CLI_DOUBLE: {
         errno = 0;
         double v = strtod(val, &end);
-        if (end == val || *end != '\0' || val[0] == ' ' || val[0] == '\t' || !isfinite(v))
+        if (end == val || *end != '\0' || isspace((unsigned char)val[0]) || !isfinite(v))
             return set_err(err, errlen, "--%s: '%s' is not a number", o->name, val);
         if (errno == ERANGE && fabs(v) > 1.0)
             return set_err(err, errlen, "--%s: '%s' is out of range", o->name, val);

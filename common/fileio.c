@@ -24,6 +24,7 @@ typedef struct afile_entry {
     FILE* f;
     char* tmp;
     char* path;
+    pid_t owner;  // the process that opened it: a forked child that exits must not remove it
     struct afile_entry* next;
 } afile_entry_t;
 
@@ -35,7 +36,9 @@ static int g_atexit_done;
 // flushes them itself at exit); only the names go away.
 static void afile_cleanup_at_exit(void) {
     pthread_mutex_lock(&g_lock);
-    for (afile_entry_t* e = g_open; e; e = e->next) unlink(e->tmp);
+    pid_t self = getpid();
+    for (afile_entry_t* e = g_open; e; e = e->next)
+        if (e->owner == self) unlink(e->tmp);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -111,6 +114,7 @@ FILE* afile_open(const char* path) {
     e->f = f;
     e->tmp = tmp;
     e->path = final;
+    e->owner = getpid();
     pthread_mutex_lock(&g_lock);
     if (!g_atexit_done) {
         atexit(afile_cleanup_at_exit);

@@ -252,12 +252,18 @@ static int parse_header(const char* h, size_t hlen, npy_array_t* out, char* err,
     return 0;
 }
 
-// numel * element size of the parsed shape, or -1 if it overflows size_t / int64.
+// numel * element size of the parsed shape, or -1 if it overflows int64. A zero dimension makes
+// the array empty whatever the other dimensions are (numpy agrees), so order does not matter.
 static int data_bytes(const npy_array_t* a, size_t* out, char* err, size_t errlen) {
+    for (int i = 0; i < a->rank; i++)
+        if (a->shape[i] == 0) {
+            *out = 0;
+            return 0;
+        }
     uint64_t n = dtype_size(a->dtype);
     for (int i = 0; i < a->rank; i++) {
         uint64_t d = (uint64_t)a->shape[i];
-        if (d != 0 && n > (uint64_t)INT64_MAX / d)
+        if (n > (uint64_t)INT64_MAX / d)
             return set_err(err, errlen, "shape is too large (element count overflows)");
         n *= d;
     }

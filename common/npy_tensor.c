@@ -1,7 +1,6 @@
 // .npy <-> tensor_t: what programs and tests call. The parser itself (npy.c) knows nothing of
 // tensors or CUDA so that it can be fuzzed alone; this file adds loading into a host tensor
 // (bad files are user errors: fail(), exit 2) and saving any tensor (device or strided).
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
@@ -23,49 +22,32 @@ tensor_t npy_load(const char* path, int want_dtype, int want_rank, const int64_t
     return t;
 }
 
-// Gather a strided host tensor `src` (element size es, data starting at `base`, which is the
-// element at all-zero indices) into the contiguous buffer dst. Walks the indices in C order.
-static void gather_strided(char* dst, const char* base, size_t es, const tensor_t* src) {
-    int64_t n = tensor_numel(src);
-    int64_t idx[TENSOR_MAX_RANK] = {0};
-    for (int64_t k = 0; k < n; k++) {
-        int64_t off = 0;
-        for (int d = 0; d < src->rank; d++) off += idx[d] * src->stride[d];
-        memcpy(dst + (size_t)k * es, base + off * (int64_t)es, es);
-        for (int d = src->rank - 1; d >= 0; d--) {  // odometer increment, last index fastest
-            if (++idx[d] < src->shape[d]) break;
-            idx[d] = 0;
-        }
-    }
-}
-
 void npy_save(const char* path, const tensor_t* t) {
     size_t es = dtype_size(t->dtype);
     int64_t numel = tensor_numel(t);
-    tensor_t host = {0};   // a host copy when t is on the device
-    const char* base = t->data;
-    void* packed = NULL;   // contiguous host bytes, numel * es, when t is strided
+    tensor_t host = {0};   // a contiguous host copy, when t is not one already
+    tensor_t span = {0};   // the device memory a strided device view touches, copied to the host
+    const void* base = t->data;
 
     if (numel > 0 && !tensor_is_contiguous(t)) {
-        // The span of memory the view touches: [lo, hi] in elements relative to t->data.
-        int64_t lo = 0, hi = 0;
-        for (int d = 0; d < t->rank; d++) {
-            int64_t reach = (t->shape[d] - 1) * t->stride[d];
-            if (reach < 0) lo += reach;
-            else hi += reach;
-        }
+        tensor_t src = *t;
         if (t->device != DEV_CPU) {
-            // Copy the whole span to the host as one contiguous 1-D tensor, then gather there:
-            // it needs only contiguous copies from tensor.c.
-            int64_t span = hi - lo + 1;
-            tensor_t dspan = tensor_view((char*)t->data + lo * (int64_t)es, t->device, t->dtype, 1, &span, NULL);
-            host = tensor_to(&dspan, DEV_CPU);
-            base = (const char*)host.data - lo * (int64_t)es;
+            // tensor_to gathers strided views only on the host: copy the span of memory the view
+            // touches, [lo, hi] elements from t->data, to the host as one contiguous 1-D tensor,
+            // and gather from a host view of it with the same strides.
+            int64_t lo = 0, hi = 0;
+            for (int d = 0; d < t->rank; d++) {
+                int64_t reach = (t->shape[d] - 1) * t->stride[d];
+                if (reach < 0) lo += reach;
+                else hi += reach;
+            }
+            int64_t n = hi - lo + 1;
+            tensor_t dspan = tensor_view((char*)t->data + lo * (int64_t)es, t->device, t->dtype, 1, &n, NULL);
+            span = tensor_to(&dspan, DEV_CPU);
+            src = tensor_view((char*)span.data - lo * (int64_t)es, DEV_CPU, t->dtype, t->rank, t->shape, t->stride);
         }
-        packed = malloc((size_t)numel * es);
-        if (!packed) DIE("npy_save %s: out of host memory (%zu bytes)", path, (size_t)numel * es);
-        gather_strided(packed, base, es, t);
-        base = packed;
+        host = tensor_to(&src, DEV_CPU);
+        base = host.data;
     } else if (numel > 0 && t->device != DEV_CPU) {
         host = tensor_to(t, DEV_CPU);
         base = host.data;
@@ -73,7 +55,7 @@ void npy_save(const char* path, const tensor_t* t) {
 
     char err[512];
     int rc = npy_write(path, t->dtype, t->rank, t->shape, numel > 0 ? base : NULL, err, sizeof err);
-    free(packed);
     if (host.data) tensor_free(&host);
+    if (span.data) tensor_free(&span);
     if (rc != 0) DIE("cannot save a tensor: %s", err);
 }

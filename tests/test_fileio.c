@@ -111,6 +111,26 @@ Test(fileio, exit_before_commit_leaves_nothing) {
     cr_assert_eq(count_entries(dir), 1);
 }
 
+static void child_just_exits(void* p) {
+    (void)p;
+    exit(0);
+}
+
+Test(fileio, forked_child_exit_keeps_the_parents_temporary) {
+    const char* dir = fresh_dir("forked");
+    char path[600], out[64];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    FILE* f = afile_open(path);
+    cr_assert_not_null(f);
+    fputs("parent's data\n", f);
+    // A child forked while the file is open inherits the list of temporaries; its exit must
+    // leave the parent's alone.
+    cr_assert_eq(run_child(child_just_exits, NULL, out, sizeof out), 0);
+    cr_assert_eq(count_entries(dir), 1, "the child's exit removed the parent's temporary");
+    cr_assert_eq(afile_commit(f), 0, "%s", strerror(errno));
+    expect_text(path, "parent's data\n");
+}
+
 // Make the write itself fail: a file-size limit turns the flush at commit into EFBIG.
 static void child_write_fails(void* p) {
     signal(SIGXFSZ, SIG_IGN);

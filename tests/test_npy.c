@@ -120,6 +120,23 @@ Test(npy, roundtrip_empty_array) {
     roundtrip(DT_F32, 3, shape);
 }
 
+Test(npy, zero_dimension_with_huge_others_is_empty) {
+    unsigned char buf[4096];
+    const char* headers[] = {
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 9223372036854775807), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (9223372036854775807, 0), }",
+    };
+    for (int h = 0; h < 2; h++) {
+        size_t n = make_npy(buf, 1, headers[h], NULL, 0);
+        npy_array_t a;
+        char err[256];
+        cr_assert_eq(npy_parse(buf, n, &a, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(a.nbytes, 0);
+        cr_assert_not_null(a.data, "even an empty array has a data pointer");
+        npy_array_free(&a);
+    }
+}
+
 Test(npy, rank0_is_one_element) {
     char path[512], err[256];
     int64_t v = -1234567890123LL;
