@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""PyTorch side of stage 04's benchmark: forward and forward+backward (the backward of o.sum())
+of attention at the same shapes as `bench --mode sweep`, timed the same way (CUDA events, L2
+flushed before each run, median), for
+  sdpa_flash, sdpa_cudnn   torch.nn.functional.scaled_dot_product_attention with one backend
+                           forced (n/a where it refuses the input, e.g. fp32 for both),
+  naive                    softmax(Q K^T * scale, masked with -1e6) V, eager (OOM is a row).
+Writes a CSV: dtype, d, N, impl, fwd_ms, fwdbwd_ms.
+
+    python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --reps 100   (leaderboard)
+"""
+import argparse
+import csv
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+_flush = None
+
+
+def time_ms(fn, reps, warmup, budget_ms):
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")  # > L2 (50 MiB)
+    first = 0.0
+    for _ in range(warmup):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        first = s.elapsed_time(e)
+    n = reps
+    if first > 0 and first * n > budget_ms:
+        n = int(budget_ms / first)
+    n = max(n, 3)
+    times = []
+    for _ in range(n):
+        _flush.zero_()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def naive_attention(q, k, v, causal):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        n_q, n_k = s.shape[-2], s.shape[-1]
+        mask = torch.arange(n_k, device=q.device)[None, :] > torch.arange(n_q, device=q.device)[:, None]
+        s = s.masked_fill(mask, -1e6)
+    return torch.softmax(s, dim=-1) @ v
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--B", type=int, default=1)
+    ap.add_argument("--H", type=int, default=16)
+    ap.add_argument("--N", default="128,256,512,1024,2048,4096,8192,16384,32768,65536")
+    ap.add_argument("--d", default="16,32,64,128")
+    ap.add_argument("--dtype", default="bf16,f32")
+    ap.add_argument("--causal", type=int, default=1)
+    ap.add_argument("--impls", default="sdpa_flash,sdpa_cudnn,naive")
+    ap.add_argument("--f32-max-N", type=int, default=8192)
+    ap.add_argument("--naive-max-N", type=int, default=8192)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--budget-ms", type=float, default=1000)
+    ap.add_argument("--csv", default="results/04_torch.csv")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_torch.py: needs a CUDA GPU")
+    rows = []
+    print(f"# GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
+    print(f"# batch {a.B}, {a.H} heads, {'causal' if a.causal else 'non-causal'}; fwd+bwd = backward of o.sum()")
+    print("| dtype | d | N | impl | fwd ms | fwd+bwd ms |\n|---|---|---|---|---|---|")
+    for dts in a.dtype.split(","):
+        dt = {"bf16": torch.bfloat16, "f32": torch.float32}[dts]
+        for d in [int(x) for x in a.d.split(",")]:
+            for n in [int(x) for x in a.N.split(",")]:
+                if dts == "f32" and n > a.f32_max_N:
+                    continue
+                g = torch.Generator(device="cuda").manual_seed(0)
+                q, k, v = (torch.randn(a.B, a.H, n, d, device="cuda", dtype=dt, generator=g).requires_grad_(True)
+                           for _ in range(3))
+                for impl in a.impls.split(","):
+                    res = []
+                    for with_bwd in (False, True):
+                        try:
+                            if impl in BACKENDS:
+                                def attn(impl=impl):
+                                    with sdpa_kernel(BACKENDS[impl]):
+                                        return F.scaled_dot_product_attention(q, k, v, is_causal=bool(a.causal))
+                            elif impl == "naive":
+                                if n > a.naive_max_N:
+                                    raise RuntimeError("skipped")
+                                attn = lambda: naive_attention(q, k, v, bool(a.causal))
+                            else:
+                                raise SystemExit(f"unknown impl {impl}")
+                            if with_bwd:
+                                def fn(attn=attn):
+                                    attn().sum().backward()
+                            else:
+                                def fn(attn=attn):
+                                    with torch.no_grad():
+                                        attn()
+                            res.append(f"{time_ms(fn, a.reps, a.warmup, a.budget_ms):.4f}")
+                        except torch.cuda.OutOfMemoryError:
+                            res.append("OOM")
+                        except RuntimeError as e:
+                            res.append("skipped" if "skipped" in str(e) else "n/a")
+                        q.grad = k.grad = v.grad = None
+                        torch.cuda.empty_cache()
+                    rows.append([dts, d, n, impl] + res)
+                    if res[0] != "skipped":
+                        print(f"| {dts} | {d} | {n} | {impl} | {res[0]} | {res[1]} |", flush=True)
+                del q, k, v
+                torch.cuda.empty_cache()
+    os.makedirs(os.path.dirname(a.csv) or ".", exist_ok=True)
+    tmp = a.csv + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["dtype", "d", "N", "impl", "fwd_ms", "fwdbwd_ms"])
+        w.writerows(rows)
+    os.replace(tmp, a.csv)
+
+
+if __name__ == "__main__":
+    main()
