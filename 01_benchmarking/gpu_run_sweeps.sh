@@ -4,7 +4,7 @@
 # accumulation tests, then the quick sweep. Everything lands under $OUT (default
 # results/gpu_run): log.txt, the test output, and results/ (the sweep's tables, CSVs, PNGs).
 #   OUT=/tmp/x 01_benchmarking/gpu_run_sweeps.sh
-# Env: SWEEP_BUDGET_S (seconds left for bench.sh after build and tests; default 150),
+# Env: SWEEP_BUDGET_S (seconds for bench.sh; default: what is left of 225 s after build and tests),
 #      BENCH_QUICK (default 1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,6 @@ else
 fi
 echo "tests: $((SECONDS - T0)) s"
 
-BUDGET=${SWEEP_BUDGET_S:-150}
+BUDGET=${SWEEP_BUDGET_S:-$((225 - (SECONDS - T0)))}
 BUILD=build BENCH_OUT="$OUT/results" BENCH_QUICK=${BENCH_QUICK:-1} timeout "$BUDGET" 01_benchmarking/bench.sh
 echo "bench.sh exit $? after $((SECONDS - T0)) s"
