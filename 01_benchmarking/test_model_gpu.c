@@ -210,9 +210,11 @@ Test(model_gpu, grad_ready_hook_once_per_parameter_when_final) {
     pair_free(&p);
 }
 
-// Three training steps (forward, backward, AdamW) on both. fp32: AdamW's first steps move
-// each weight by about lr·sign(g), so tiny gradient differences stay tiny in the parameters;
-// atol is a fraction of lr (a sign flip, 2·lr, fails).
+// Three training steps (forward, backward, AdamW) on both. fp32: AdamW normalises each
+// gradient element (m̂ / sqrt(v̂)), so an element whose gradient is ~1e-3 of its tensor's scale
+// gets a full-size update whose value fp32 reassociation noise can move by a few % of lr (seen
+// on an H100: one element of 172352 off by 0.09·lr). atol = 0.25·lr allows that and still
+// fails a wrong update, which is off by about lr on many elements (a sign flip is 2·lr).
 Test(model_gpu, fp32_adamw_steps_match_cpu_reference) {
     SKIP_WITHOUT_GPU();
     pair_t p;
@@ -230,7 +232,7 @@ Test(model_gpu, fp32_adamw_steps_match_cpu_reference) {
     }
     float* w = malloc(p.cpu.layout.total * 4);
     model_gpu_get_params(p.gpu, w);
-    ASSERT_ALLCLOSE(w, p.cpu.params, p.cpu.layout.total, 1e-4, 0.05 * opt.lr, "params after 3 AdamW steps");
+    ASSERT_ALLCLOSE(w, p.cpu.params, p.cpu.layout.total, 1e-4, 0.25 * opt.lr, "params after 3 AdamW steps");
     free(w);
     pair_free(&p);
 }

@@ -140,7 +140,7 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
                            err, errlen);
     m->atty = try_alloc(L * N * C * es, MEM_ACTS, "attention outputs", &ok, err, errlen);
     m->h13 = try_alloc(L * N * 2 * F * es, MEM_ACTS, "W1/W3 outputs", &ok, err, errlen);
-    m->g = try_alloc(L * N * F * es, MEM_ACTS, "SwiGLU outputs", &ok, err, errlen);
+    m->g = try_alloc(N * F * es, MEM_WORKSPACE, "SwiGLU output", &ok, err, errlen);
     m->lnf = try_alloc(N * C * es, MEM_ACTS, "final norm output", &ok, err, errlen);
     m->rstdf = try_alloc(N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
     m->logits = try_alloc(N * V * es, MEM_ACTS, "logits", &ok, err, errlen);

@@ -42,7 +42,9 @@ struct model_gpu {
     float* lse;            // plug-in: (L, B, NH, T) fp32 logsumexp
     void* atty;            // (L, B, T, NH, HS) adt attention output (input of Wo)
     void* h13;             // (L, N, 2F) adt, [W1 x | W3 x]
-    void* g;               // (L, N, F) adt, SiLU(W1 x) * W3 x
+    void* g;               // (N, F) adt, SiLU(W1 x) * W3 x of ONE layer (workspace): not
+                           // saved per layer but recomputed from h13 in the backward, which
+                           // saves L·N·F elements for one cheap elementwise pass per layer
     void* lnf;             // (N, C) adt
     float* rstdf;          // (N)
     void* logits;          // (N, V) adt; the backward turns it into dlogits in place

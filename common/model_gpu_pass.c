@@ -45,7 +45,7 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
         void* qkv = mg_slice(m->qkv, NC * 3, es, l);
         void* atty = mg_slice(m->atty, NC, es, l);
         void* h13 = mg_slice(m->h13, (size_t)N * 2 * F, es, l);
-        void* g = mg_slice(m->g, (size_t)N * F, es, l);
+        void* g = m->g;  // (N, F) scratch: recomputed in the backward
         k_rmsnorm_fwd(m->adt, x, mg_param(m, PK_LN1, l), ln1, m->rstd1 + (size_t)l * N, N, C,
                       RMS_EPS, s);
         linear(m, ln1, mg_weight(m, PK_Q, l), qkv, m->adt, C, 3 * C, 0.0f);  // fused q, k, v
@@ -143,9 +143,9 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
         const void* ln2 = mg_slice(m->ln2, NC, es, l);
         const void* atty = mg_slice(m->atty, NC, es, l);
         const void* h13 = mg_slice(m->h13, (size_t)N * 2 * F, es, l);
-        const void* g = mg_slice(m->g, (size_t)N * F, es, l);
         // FFN: x_{l+1} = xm + g W2ᵀ; dres holds d x_{l+1}.
-        linear_dw(m, dres_lp, g, mg_grad(m, PK_W2, l), F, C);
+        k_swiglu_fwd(a, h13, m->g, N, F, s);  // recompute g = SiLU(h1) * h3 (not saved)
+        linear_dw(m, dres_lp, m->g, mg_grad(m, PK_W2, l), F, C);
         ready(m, hook, ctx, PK_W2, l);
         linear_dx(m, dres_lp, mg_weight(m, PK_W2, l), m->dg, F, C);
         k_swiglu_bwd(a, h13, m->dg, m->dh13, N, F, s);
