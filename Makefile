@@ -204,7 +204,7 @@ fuzz:
 	@mkdir -p $(BUILD)/fuzz $(BUILD)/fuzz/corpus
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -I$(CUDA_HOME)/include -fsanitize=fuzzer,address,undefined \
 	  tests/fuzz_npy.c common/npy.c common/check.c common/dtype.c common/fileio.c -o $(BUILD)/fuzz/fuzz_npy
-	cp tests/fixtures/*.npy $(BUILD)/fuzz/corpus/ 2>/dev/null || true
+	find tests/fixtures -name '*.npy' -size -4k -exec cp {} $(BUILD)/fuzz/corpus/ \;
 	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz/corpus
 
 clean:
