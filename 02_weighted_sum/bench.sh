@@ -18,7 +18,7 @@ fi
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 python3 02_weighted_sum/bench_merge.py "$OUT" "${GPU:-unknown GPU}" "make bench-02${*:+ (args: $*)}"
 if command -v gnuplot >/dev/null; then
-  02_weighted_sum/plot.sh "$OUT" && echo "plot: $OUT/bandwidth.png"
+  02_weighted_sum/plot.sh "$OUT" "${GPU:-}" && echo "plot: $OUT/bandwidth.png"
 else
   echo "(gnuplot not found: no plot; run 02_weighted_sum/plot.sh $OUT where it is installed)"
 fi

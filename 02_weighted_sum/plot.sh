@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Draws RESULTS_DIR/bandwidth.png from the plot_<dtype>.dat files bench_merge.py writes:
+# plot.sh [RESULTS_DIR] [GPU name]: draws RESULTS_DIR/bandwidth.png from the plot_<dtype>.dat files bench_merge.py writes:
 # GB/s against the size of x, for the copy, our forward/backward, and PyTorch's.
 set -eu
 OUT=${1:-results/02_weighted_sum}
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+GPU=${2:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)}
 gnuplot <<GP
 set terminal pngcairo size 1400,560 font ",11" noenhanced
 set output "$OUT/bandwidth.png"
@@ -12,7 +12,7 @@ set logscale x 2
 set xlabel "size of x (MiB)"
 set ylabel "GB/s"
 set grid
-set key bottom right
+set key top left
 set yrange [0:*]
 do for [dt in "f32 bf16"] {
   set title dt
