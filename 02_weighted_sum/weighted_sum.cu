@@ -2,7 +2,7 @@
 // over x), the reduction of the partials, and the launchers that pick a compiled variant.
 //
 // Both kernels are memory-bound: per element of x they do one or two multiply-adds and move 4
-// (f32) or 2 (bf16) bytes, about 100x fewer FLOPs per byte than an H100 can sustain. So what
+// (f32) or 2 (bf16) bytes, dozens of times fewer FLOPs per byte than an H100 can sustain. So what
 // matters is only that every byte is moved once, in wide loads, with enough loads in flight
 // to cover the DRAM latency (README, "Why it is fast").
 #include <cuda_runtime.h>
