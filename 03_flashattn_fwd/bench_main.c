@@ -21,8 +21,10 @@
 #include "common/timer.h"
 #include "03_flashattn_fwd/attn_naive.h"
 #include "03_flashattn_fwd/flash_fwd.h"
+#include "03_flashattn_fwd/flash_fwd_internal.h"
 
 static int g_reps, g_warmup;
+static int g_variant[129];  // bf16 kernel variant per head dim (--variants)
 static double g_budget_ms;  // per measurement: fewer reps when one run is slow
 
 typedef void (*run_fn)(void* ctx);
@@ -160,16 +162,22 @@ static void sweep_naive(cublasHandle_t h, const int64_t* Ns, int nN, const int64
 }
 
 static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int nN, const int64_t* ds, int nd,
-                        const char* dtypes, int causal, int naive_max_N, const char* csv) {
-    const char* hdr[] = {"dtype", "d", "N", "flash ms", "flash TFLOP/s", "naive ms", "naive TFLOP/s", "naive/flash"};
+                        const char* dtypes, int causal, int naive_max_N, int scan, const char* csv) {
+    const char* hdr[] = {"dtype", "d", "N", "variant", "flash ms", "flash TFLOP/s", "naive ms", "naive TFLOP/s", "naive/flash"};
     char title[256];
     snprintf(title, sizeof title, "attention forward, batch %d, %d heads, %s", B, H, causal ? "causal" : "non-causal");
-    table_t* t = table_new(title, 8, hdr);
+    table_t* t = table_new(title, 9, hdr);
     for (int pass = 0; pass < 2; pass++) {
         const dtype_t dt = pass == 0 ? DT_BF16 : DT_F32;
         if (!strstr(dtypes, dtype_name(dt))) continue;
         for (int di = 0; di < nd; di++)
             for (int ni = 0; ni < nN; ni++) {
+              // --scan-variants: every bf16 tile-shape variant of this d, one row each
+              const flash_variant_t* vl = NULL;
+              const int nvar = dt == DT_BF16 ? flash_fwd_bf16_variants((int)ds[di], &vl) : 1;
+              const int v_default = dt == DT_BF16 ? g_variant[ds[di]] : 0;
+              for (int var = scan ? 0 : v_default; var < (scan ? nvar : v_default + 1); var++) {
+                if (dt == DT_BF16) flash_fwd_bf16_set_variant((int)ds[di], var);
                 ctx_t c = {0};
                 c.h = h, c.dt = dt, c.BH = B * H, c.N = (int)Ns[ni], c.d = (int)ds[di], c.causal = causal;
                 c.scale = 1.0f / sqrtf((float)c.d);
@@ -188,7 +196,7 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
                     memcpy(a->sk, a->sq, sizeof a->sq), memcpy(a->sv, a->sq, sizeof a->sq), memcpy(a->so, a->sq, sizeof a->sq);
                     fl = time_ms(run_flash_fwd, &c);
                     const size_t nss = (size_t)c.BH * c.N * c.N;
-                    if (c.N <= naive_max_N && (c.S = mem_try_alloc(DEV_CUDA, nss * 4, MEM_WORKSPACE)) &&
+                    if (c.N <= naive_max_N && !(scan && var > 0) && (c.S = mem_try_alloc(DEV_CUDA, nss * 4, MEM_WORKSPACE)) &&
                         (c.P = mem_try_alloc(DEV_CUDA, nss * es, MEM_ACTS)))
                         nv = time_ms(run_naive_fwd, &c);
                 }
@@ -196,6 +204,7 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
                 table_cell(t, "%s", dtype_name(dt));
                 table_cell(t, "%d", c.d);
                 table_cell(t, "%d", c.N);
+                table_cell(t, "%s", vl ? vl[var < nvar ? var : 0].name : "-");
                 if (fl > 0) {
                     table_cell(t, "%.4f", fl);
                     table_cell(t, "%.1f", flops / (fl * 1e-3) / 1e12);
@@ -212,8 +221,11 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
                     table_cell(t, "-");
                     table_cell(t, "-");
                 }
-                fprintf(stderr, "  %s d %d N %d: flash %.4f ms, naive %.4f ms\n", dtype_name(dt), c.d, c.N, fl, nv);
+                fprintf(stderr, "  %s d %d N %d %s: flash %.4f ms, naive %.4f ms\n", dtype_name(dt), c.d, c.N,
+                        vl ? vl[var < nvar ? var : 0].name : "", fl, nv);
                 free_ctx(&c);
+              }
+              if (dt == DT_BF16) flash_fwd_bf16_set_variant((int)ds[di], v_default);
             }
     }
     table_print_md(t, stdout);
@@ -225,8 +237,8 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
 }
 
 int main(int argc, char** argv) {
-    const char *sweep = NULL, *Ns_s = NULL, *ds_s = NULL, *dtypes = NULL, *csv = NULL;
-    int B = 0, H = 0, causal = 0, naive_max_N = 0;
+    const char *sweep = NULL, *Ns_s = NULL, *ds_s = NULL, *dtypes = NULL, *csv = NULL, *variants = NULL;
+    int B = 0, H = 0, causal = 0, naive_max_N = 0, scan = 0;
     cli_opt_t opts[] = {
         {"sweep", CLI_CHOICE, &sweep, "flash", "which sweep", "naive|flash"},
         {"N", CLI_STR, &Ns_s, "", "sequence lengths (comma list); empty: the sweep's default", NULL},
@@ -239,6 +251,8 @@ int main(int argc, char** argv) {
         {"reps", CLI_INT, &g_reps, "20", "timed runs per point (median reported; fewer if one run is slow)", NULL},
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "2000", "cap on the timed ms per point (at least 3 runs)", NULL},
+        {"variants", CLI_STR, &variants, "", "bf16 kernel variant per head dim, e.g. 64:2,128:1 (default: 0)", NULL},
+        {"scan-variants", CLI_FLAG, &scan, "0", "flash sweep: time every bf16 kernel variant", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/03_<sweep>.csv", NULL},
     };
     cli_parse(argc, argv, "Stage 03 benchmarks: naive attention sweep and flash forward sweep.", opts, CLI_COUNT(opts));
@@ -255,6 +269,19 @@ int main(int argc, char** argv) {
             fail("--d: head dim %lld not supported (allowed: 16, 32, 64, 128)", (long long)ds[i]);
     for (int i = 0; i < nN; i++)
         if (Ns[i] < 1 || Ns[i] > (1 << 20)) fail("--N: %lld out of range (1 .. 1M)", (long long)Ns[i]);
+    for (const char* p = variants; *p;) {  // "d:v,d:v"
+        int dd = 0, vv = 0, used = 0;
+        if (sscanf(p, "%d:%d%n", &dd, &vv, &used) != 2 || (dd != 16 && dd != 32 && dd != 64 && dd != 128) || vv < 0)
+            fail("--variants: expected a list like 64:2,128:1 (head dim 16|32|64|128 : variant >= 0), got '%s'", variants);
+        const flash_variant_t* vl;
+        if (vv >= flash_fwd_bf16_variants(dd, &vl))
+            fail("--variants: head dim %d has %d variants (0 .. %d), got %d", dd, flash_fwd_bf16_variants(dd, &vl),
+                 flash_fwd_bf16_variants(dd, &vl) - 1, vv);
+        g_variant[dd] = vv;
+        flash_fwd_bf16_set_variant(dd, vv);
+        p += used;
+        if (*p == ',') p++;
+    }
     char path[512];
     if (!csv[0]) {
         snprintf(path, sizeof path, "results/03_%s.csv", sweep);
@@ -267,7 +294,7 @@ int main(int argc, char** argv) {
     if (is_naive)
         sweep_naive(h, Ns, nN, ds, nd, csv);
     else
-        sweep_flash(h, B, H, Ns, nN, ds, nd, dtypes, causal, naive_max_N, csv);
+        sweep_flash(h, B, H, Ns, nN, ds, nd, dtypes, causal, naive_max_N, scan, csv);
     CUBLAS_CHECK(cublasDestroy(h));
     return 0;
 }

@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--impls", default="sdpa_flash,sdpa_cudnn,sdpa_efficient,naive,naive_compile")
     ap.add_argument("--naive-max-N", type=int, default=16384)
     ap.add_argument("--compile-d", default="64", help="head dims for naive_compile (comma list, 'all')")
+    ap.add_argument("--compile-N", default="all", help="N for naive_compile (comma list, 'all'): one compile each")
+    ap.add_argument("--compile-dtype", default="bf16,f32", help="dtypes for naive_compile")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-ms", type=float, default=2000)
@@ -111,7 +113,9 @@ def main():
                                 raise RuntimeError("skipped")
                             fn = lambda: naive_attention(q, k, v, bool(a.causal))
                         elif impl == "naive_compile":
-                            if n > a.naive_max_N or (a.compile_d != "all" and str(d) not in a.compile_d.split(",")):
+                            if (n > a.naive_max_N or (a.compile_d != "all" and str(d) not in a.compile_d.split(","))
+                                    or (a.compile_N != "all" and str(n) not in a.compile_N.split(","))
+                                    or dts not in a.compile_dtype.split(",")):
                                 raise RuntimeError("skipped")
                             fn = lambda: compiled(q, k, v, bool(a.causal))
                         else:

@@ -12,6 +12,17 @@ extern "C" {
 int flash_fwd_bf16_block_rows(int d);
 int flash_fwd_f32_block_rows(int d);
 void flash_fwd_bf16_launch(const attn_args_t* a, cudaStream_t stream);  // mma.sync tensor cores
+
+// The bf16 kernel's tile-shape variants per head dim (entry 0: the default).
+typedef struct {
+    const char* name;  // "w4 mt2 bk64": warps, 16-row m-tiles per warp, key-tile rows
+    int bq;            // query-tile rows
+    void (*launch)(const attn_args_t* a, cudaStream_t stream);
+} flash_variant_t;
+int flash_fwd_bf16_variants(int d, const flash_variant_t** list);  // count; 0 for an unsupported d
+// Selects variant v (an index into the list; out of range: the default) for head dim d.
+// Tests and the bench only; process-wide, not thread-safe.
+void flash_fwd_bf16_set_variant(int d, int v);
 void flash_fwd_f32_launch(const attn_args_t* a, cudaStream_t stream);   // fp32 CUDA cores
 
 #ifdef __cplusplus

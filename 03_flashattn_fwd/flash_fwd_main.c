@@ -19,6 +19,7 @@
 #include "common/timer.h"
 #include "03_flashattn_fwd/attn_naive.h"
 #include "03_flashattn_fwd/flash_fwd.h"
+#include "03_flashattn_fwd/flash_fwd_internal.h"
 
 typedef struct {
     int B, H, Nq, Nk, d;
@@ -60,7 +61,7 @@ static double max_abs_err(const float* a, const float* b, size_t n) {
 
 int main(int argc, char** argv) {
     const char *pq = NULL, *pk = NULL, *pv = NULL, *out = NULL, *dtype_s = NULL, *device_s = NULL, *impl_s = NULL;
-    int B = 0, H = 0, Nq = 0, Nk = 0, d = 0, causal = 0, seed = 0, Bq = 0, Bk = 0, check = 0, reps = 0;
+    int B = 0, H = 0, Nq = 0, Nk = 0, d = 0, causal = 0, seed = 0, Bq = 0, Bk = 0, check = 0, reps = 0, variant = 0;
     double scale_arg = 0.0;
     cli_opt_t opts[] = {
         {"q", CLI_STR, &pq, "", "q.npy (float32 [B, N, d] or [B, H, N, d]); empty: random inputs", NULL},
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
         {"Bk", CLI_INT, &Bk, "64", "key tile of the CPU tiled reference (>= 16)", NULL},
         {"check", CLI_FLAG, &check, "0", "also run the CPU naive reference and print the max error", NULL},
         {"reps", CLI_INT, &reps, "1", "GPU runs to time (median printed)", NULL},
+        {"variant", CLI_INT, &variant, "0", "bf16 kernel tile-shape variant (0: the default; see bench --scan-variants)", NULL},
         {"out", CLI_STR, &out, "results/flash_fwd", "output directory for O.npy and L.npy; empty: no files", NULL},
     };
     cli_parse(argc, argv, "Attention forward (FlashAttention-2 or naive) on random or .npy inputs; writes O and L.",
@@ -117,6 +119,12 @@ int main(int argc, char** argv) {
     if (s.d != 16 && s.d != 32 && s.d != 64 && s.d != 128)
         fail("head dim %d not supported (allowed: 16, 32, 64, 128)", s.d);
     if (!on_gpu && !naive && (Bq < 16 || Bk < 16)) fail("--Bq and --Bk must be >= 16 (got %d, %d)", Bq, Bk);
+    {
+        const flash_variant_t* vl;
+        const int nv = flash_fwd_bf16_variants(s.d, &vl);
+        if (variant < 0 || variant >= nv) fail("--variant: head dim %d has variants 0 .. %d (got %d)", s.d, nv - 1, variant);
+        flash_fwd_bf16_set_variant(s.d, variant);
+    }
     const float scale = scale_arg > 0.0 ? (float)scale_arg : 1.0f / sqrtf((float)s.d);
     const int BH = s.B * s.H;
     const size_t nq = (size_t)BH * s.Nq * s.d, nk = (size_t)BH * s.Nk * s.d, nl = (size_t)BH * s.Nq;

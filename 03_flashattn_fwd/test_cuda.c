@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include "common/alloc.h"
 #include "common/check.h"
+#include "03_flashattn_fwd/flash_fwd_internal.h"
 #include "03_flashattn_fwd/test_util.h"
 
 // Layouts of q, k, v and o on the device:
@@ -195,18 +196,27 @@ static void random_case(int B, int H, int Nq, int Nk, int d, int causal, dtype_t
     attn_naive_forward_cpu(q, k, v, o_ref, l_ref, BH, Nq, Nk, d, causal, scale);
     float* o = poisoned_f32(nq);
     float* l = poisoned_f32(nl);
-    run_cuda(q, k, v, o, l, B, H, Nq, Nk, d, causal, dt, layout);
-    char what[160];
-    snprintf(what, sizeof what, "O (B %d H %d Nq %d Nk %d d %d %s %s layout %d)", B, H, Nq, Nk, d, dtype_name(dt),
-             causal ? "causal" : "full", layout);
-    // bf16: P is rounded to bf16 before P V and O is stored in bf16 (2^-8 relative): 2e-2.
-    // fp32: ex2.approx and summation order only.
-    const double tol_o = dt == DT_BF16 ? 2e-2 : 1e-4;
-    ASSERT_ALLCLOSE(o, o_ref, nq, tol_o, tol_o, what);
-    snprintf(what, sizeof what, "L (B %d H %d Nq %d Nk %d d %d %s %s layout %d)", B, H, Nq, Nk, d, dtype_name(dt),
-             causal ? "causal" : "full", layout);
-    // L comes from fp32 scores of (rounded) inputs in both paths: 1e-4 covers exp2/log rounding.
-    ASSERT_ALLCLOSE(l, l_ref, nl, 1e-4, 1e-4, what);
+    // bf16: every tile-shape variant of the kernel (the default is variant 0).
+    const flash_variant_t* vl = NULL;
+    const int nvar = dt == DT_BF16 ? flash_fwd_bf16_variants(d, &vl) : 1;
+    for (int var = 0; var < nvar; var++) {
+        if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, var);
+        memset(o, 0xFF, nq * sizeof(float));
+        memset(l, 0xFF, nl * sizeof(float));
+        run_cuda(q, k, v, o, l, B, H, Nq, Nk, d, causal, dt, layout);
+        char what[200];
+        snprintf(what, sizeof what, "O (B %d H %d Nq %d Nk %d d %d %s %s layout %d variant %s)", B, H, Nq, Nk, d,
+                 dtype_name(dt), causal ? "causal" : "full", layout, vl ? vl[var].name : "-");
+        // bf16: P is rounded to bf16 before P V and O is stored in bf16 (2^-8 relative): 2e-2.
+        // fp32: ex2.approx and summation order only.
+        const double tol_o = dt == DT_BF16 ? 2e-2 : 1e-4;
+        ASSERT_ALLCLOSE(o, o_ref, nq, tol_o, tol_o, what);
+        snprintf(what, sizeof what, "L (B %d H %d Nq %d Nk %d d %d %s %s layout %d variant %s)", B, H, Nq, Nk, d,
+                 dtype_name(dt), causal ? "causal" : "full", layout, vl ? vl[var].name : "-");
+        // L comes from fp32 scores of (rounded) inputs in both paths: 1e-4 covers exp2/log rounding.
+        ASSERT_ALLCLOSE(l, l_ref, nl, 1e-4, 1e-4, what);
+    }
+    if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, 0);
     // Also against the tiled CPU reference (the stage's chain: kernel = tiled = naive).
     if (dt == DT_F32 && Nq * Nk <= 129 * 1000) {
         flash_forward_cpu(q, k, v, o_ref, l_ref, BH, Nq, Nk, d, causal, scale, 64, 64);

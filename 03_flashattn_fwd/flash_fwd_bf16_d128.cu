@@ -1,0 +1,17 @@
+// bf16 FlashAttention-2 forward, head dim 128: the tile-shape variants (see NOTES.md for
+// their measured times). Entry 0 is the default; the others stay for the bench and tests.
+// Names: w = warps, mt = 16-row m-tiles per warp (Bq = 16 * mt * w), bk = key-tile rows,
+// pipe = the software-pipelined kernel (flash_fwd_bf16_pipe.cuh).
+#include "03_flashattn_fwd/flash_fwd_bf16_pipe.cuh"
+
+extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[] = {
+    {"w8 mt1 bk64", 16 * 1 * 8, launch<Cfg<128, 8, 1, 64, 1>>},
+    {"w4 mt1 bk64", 16 * 1 * 4, launch<Cfg<128, 4, 1, 64, 3>>},
+    {"w8 mt1 bk32", 16 * 1 * 8, launch<Cfg<128, 8, 1, 32, 2>>},
+    {"w4 mt1 bk32", 16 * 1 * 4, launch<Cfg<128, 4, 1, 32, 3>>},
+    {"pipe w4 mt1 bk64", 16 * 1 * 4, launch_pipe<Cfg<128, 4, 1, 64, 2>>},
+    {"pipe w8 mt1 bk64", 16 * 1 * 8, launch_pipe<Cfg<128, 8, 1, 64, 1>>},
+    {"pipe w4 mt1 bk32", 16 * 1 * 4, launch_pipe<Cfg<128, 4, 1, 32, 3>>},
+};
+extern "C" const int flash_fwd_bf16_n_variants_d128 =
+    (int)(sizeof flash_fwd_bf16_variants_d128 / sizeof flash_fwd_bf16_variants_d128[0]);

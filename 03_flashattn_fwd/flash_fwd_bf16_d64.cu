@@ -1,0 +1,19 @@
+// bf16 FlashAttention-2 forward, head dim 64: the tile-shape variants (see NOTES.md for
+// their measured times). Entry 0 is the default; the others stay for the bench and tests.
+// Names: w = warps, mt = 16-row m-tiles per warp (Bq = 16 * mt * w), bk = key-tile rows,
+// pipe = the software-pipelined kernel (flash_fwd_bf16_pipe.cuh).
+#include "03_flashattn_fwd/flash_fwd_bf16_pipe.cuh"
+
+extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
+    {"w4 mt2 bk64", 16 * 2 * 4, launch<Cfg<64, 4, 2, 64, 2>>},
+    {"w8 mt1 bk64", 16 * 1 * 8, launch<Cfg<64, 8, 1, 64, 2>>},
+    {"w4 mt2 bk32", 16 * 2 * 4, launch<Cfg<64, 4, 2, 32, 3>>},
+    {"w4 mt1 bk64", 16 * 1 * 4, launch<Cfg<64, 4, 1, 64, 4>>},
+    {"w8 mt2 bk64", 16 * 2 * 8, launch<Cfg<64, 8, 2, 64, 1>>},
+    {"pipe w4 mt1 bk64", 16 * 1 * 4, launch_pipe<Cfg<64, 4, 1, 64, 3>>},
+    {"pipe w8 mt1 bk64", 16 * 1 * 8, launch_pipe<Cfg<64, 8, 1, 64, 2>>},
+    {"pipe w4 mt2 bk32", 16 * 2 * 4, launch_pipe<Cfg<64, 4, 2, 32, 2>>},
+    {"pipe w4 mt1 bk128", 16 * 1 * 4, launch_pipe<Cfg<64, 4, 1, 128, 2>>},
+};
+extern "C" const int flash_fwd_bf16_n_variants_d64 =
+    (int)(sizeof flash_fwd_bf16_variants_d64 / sizeof flash_fwd_bf16_variants_d64[0]);
