@@ -228,6 +228,34 @@ static void leaderboard(cublasHandle_t h, int reps, const char* csv) {
     }
     write_table(t, csv);
     table_free(t);
+
+    // Every version of the tensor-core kernels, whole backward and per kernel (NOTES.md).
+    const char* vh[] = {"version", "bwd two-pass ms", "dK/dV kernel ms", "dQ kernel ms", "bwd atomic ms",
+                        "fwd+bwd ms"};
+    table_t* vt = table_new("backward versions at the leaderboard point (medians; kernels include the D pre-pass)",
+                            6, vh);
+    for (int ver = 1; ver <= 3; ver++) {
+        flash_bwd_set_version(ver);
+        const double vb = time_ms(run_bwd, &c, NULL);
+        flash_bwd_set_parts(1);
+        const double vkv = time_ms(run_bwd, &c, NULL);
+        flash_bwd_set_parts(2);
+        const double vq = time_ms(run_bwd, &c, NULL);
+        flash_bwd_set_parts(3);
+        const double va = time_ms(run_bwd_atomic, &c, NULL), vfb = time_ms(run_fwd_bwd, &c, NULL);
+        table_row(vt);
+        table_cell(vt, "%d", ver);
+        table_cell(vt, "%.3f", vb);
+        table_cell(vt, "%.3f", vkv);
+        table_cell(vt, "%.3f", vq);
+        table_cell(vt, "%.3f", va);
+        table_cell(vt, "%.3f", vfb);
+    }
+    flash_bwd_set_version(FLASH_BWD_DEFAULT_VERSION);
+    char vcsv[512];
+    snprintf(vcsv, sizeof vcsv, "%.*s_versions.csv", (int)(strlen(csv) - 4), csv);
+    write_table(vt, vcsv);
+    table_free(vt);
     free_ctx(&c);
 }
 

@@ -9,6 +9,17 @@
 #include "03_flashattn_fwd/flash_fwd.h"
 #include "common/check.h"
 
+static int g_version = FLASH_BWD_DEFAULT_VERSION, g_parts = 3;  // see flash_bwd_set_version / _parts
+
+extern "C" void flash_bwd_set_version(int version) {
+    if (version < 1 || version > 3) DIE("flash_bwd_set_version: %d is not 1, 2 or 3", version);
+    g_version = version;
+}
+extern "C" void flash_bwd_set_parts(int parts) {
+    if (parts < 1 || parts > 3) DIE("flash_bwd_set_parts: %d is not 1, 2 or 3", parts);
+    g_parts = parts;
+}
+
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static size_t d_bytes(const attn_args_t* a) {
@@ -96,7 +107,7 @@ extern "C" void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream) {
     check_args(a, "flash_backward_cuda");
     BwdParams p = make_params(a);
     bwd_launch_prepass(p, a->dtype, stream);  // D = rowsum(dO o O)
-    if (mma_ok(a)) bwd_launch_mma(p, false, stream);
+    if (mma_ok(a)) bwd_launch_mma(p, false, g_version, g_parts, stream);
     else bwd_launch_simt(p, a->dtype, false, stream);
 }
 
@@ -107,7 +118,7 @@ extern "C" void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t st
     const size_t accum_bytes = sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
     CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream));
     bwd_launch_prepass(p, a->dtype, stream);
-    if (mma_ok(a)) bwd_launch_mma(p, true, stream);
+    if (mma_ok(a)) bwd_launch_mma(p, true, g_version, 3, stream);
     else bwd_launch_simt(p, a->dtype, true, stream);
     bwd_launch_dq_convert(p, a->dtype, stream);  // fp32 accumulator -> dq (its dtype, strides)
 }

@@ -77,5 +77,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // Launchers (flash_bwd_simt.cu, flash_bwd_mma.cu), called by flash_bwd_cuda.cu.
 void bwd_launch_prepass(const BwdParams& p, dtype_t dt, cudaStream_t s);
 void bwd_launch_simt(const BwdParams& p, dtype_t dt, bool atomic_dq, cudaStream_t s);
-void bwd_launch_mma(const BwdParams& p, bool atomic_dq, cudaStream_t s);
+// version: 1 or 2 (NOTES.md); parts: 3 both kernels, 1 only dK/dV, 2 only dQ.
+void bwd_launch_mma(const BwdParams& p, bool atomic_dq, int version, int parts, cudaStream_t s);
 void bwd_launch_dq_convert(const BwdParams& p, dtype_t dt, cudaStream_t s);

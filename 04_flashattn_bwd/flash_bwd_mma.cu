@@ -32,14 +32,17 @@ __device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int6
 }
 
 template <int D, int BQ, bool ATOMIC_DQ>
-struct DkdvCfg {
+struct DkdvCfg {  // tile sizes and shared memory of bwd_dkdv_mma_kernel
     static constexpr int BK = kWarps * 16, LD = D + 8, LDS = BQ + 8;
     static constexpr size_t smem = sizeof(bf16) * ((size_t)2 * BK * LD + 4 * BQ * LD +
                                                    (ATOMIC_DQ ? (size_t)BK * LDS : 0)) +
                                    sizeof(float) * 4 * BQ;
 };
 
-template <int D, int BQ, bool ATOMIC_DQ>
+// CACHE_KV (version 2): K_j's and V_j's A fragments stay in registers for the whole loop instead
+// of being re-read from shared memory every query tile. F2 (versions 2 and 3): the atomic
+// variant adds dQ in float2 pairs (sm_90's vector atomicAdd: half the atomic operations).
+template <int D, int BQ, bool ATOMIC_DQ, bool CACHE_KV, bool F2>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
     typedef DkdvCfg<D, BQ, ATOMIC_DQ> C;
     constexpr int BK = C::BK, LD = C::LD, LDS = C::LDS;
@@ -83,6 +86,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
     cp_async_commit();
 
     float dK[NT_D][4], dV[NT_D][4];  // this warp's 16 rows of dK_j, dV_j (C fragments)
+    uint32_t kf[CACHE_KV ? KC_D : 1][4], vf[CACHE_KV ? KC_D : 1][4];  // CACHE_KV: K_j, V_j A fragments (16 x D)
 #pragma unroll
     for (int n = 0; n < NT_D; n++)
 #pragma unroll
@@ -98,6 +102,13 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
         const bf16* dOb = dOs + buf * BQ * LD;
         const float* Lb = Ls + buf * BQ;
         const float* Db = Ds + buf * BQ;
+        if (CACHE_KV && i == i_start) {  // K_j and V_j have landed with the first query tile
+#pragma unroll
+            for (int kc = 0; kc < KC_D; kc++) {
+                ldsm_x4(kf[CACHE_KV ? kc : 0], Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldsm_x4(vf[CACHE_KV ? kc : 0], Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+            }
+        }
 
         // S^T = K_j Q_i^T and dP^T = V_j dO_i^T: (16 keys of this warp) x BQ queries.
         float S[NT_Q][4], dP[NT_Q][4];
@@ -108,8 +119,13 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
 #pragma unroll
         for (int kc = 0; kc < KC_D; kc++) {
             uint32_t ak[4], av[4];
-            ldsm_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-            ldsm_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+            if (CACHE_KV) {
+#pragma unroll
+                for (int x = 0; x < 4; x++) ak[x] = kf[CACHE_KV ? kc : 0][x], av[x] = vf[CACHE_KV ? kc : 0][x];
+            } else {
+                ldsm_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldsm_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+            }
 #pragma unroll
             for (int np = 0; np < BQ / 16; np++) {
                 // B = Q_i^T (k = head dim, n = query): Q_i's rows hold k contiguously.
@@ -200,9 +216,16 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
 #pragma unroll
             for (int n = 0; n < DW / 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int qg = q0 + m0 + g + ((e >> 1) << 3), c = n0 + n * 8 + 2 * t + (e & 1);
-                    if (qg < p.Nq) atomicAdd(&p.dq_accum[((int64_t)bh * p.Nq + qg) * D + c], acc[n][e] * p.scale);
+                for (int h = 0; h < 2; h++) {
+                    const int qg = q0 + m0 + g + 8 * h, c = n0 + n * 8 + 2 * t;
+                    if (qg >= p.Nq) continue;
+                    float* dst = &p.dq_accum[((int64_t)bh * p.Nq + qg) * D + c];
+                    if (F2) {
+                        atomicAdd((float2*)dst, make_float2(acc[n][2 * h] * p.scale, acc[n][2 * h + 1] * p.scale));
+                    } else {
+                        atomicAdd(dst, acc[n][2 * h] * p.scale);
+                        atomicAdd(dst + 1, acc[n][2 * h + 1] * p.scale);
+                    }
                 }
         }
         __syncthreads();  // everyone is done with buffer buf (and dSs) before they are refilled
@@ -225,17 +248,21 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
         }
 }
 
-template <int D>
+// MT m-tiles (16 query rows each) per warp, BK keys per step. Version 1: MT = 1, BK = 64.
+// Version 2 (d <= 64): MT = 2, BK = 32: each K_j / V_j fragment read from shared memory feeds two
+// mma instead of one (40 ldmatrix per 96 mma instead of 56), with the same accumulator count.
+template <int D, int MT, int BK_>
 struct DqCfg {
-    static constexpr int BQ = kWarps * 16, BK = 64, LD = D + 8;
+    static constexpr int BQ = kWarps * 16 * MT, BK = BK_, LD = D + 8;
     static constexpr size_t smem = sizeof(bf16) * ((size_t)2 * BQ * LD + 4 * BK * LD);
 };
 
-template <int D>
+template <int D, int MT, int BK_>
 __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
-    typedef DqCfg<D> C;
+    typedef DqCfg<D, MT, BK_> C;
     constexpr int BQ = C::BQ, BK = C::BK, LD = C::LD;
     constexpr int NT_K = BK / 8, NT_D = D / 8, KC_D = D / 16, KC_K = BK / 16;
+    static_assert(BK % 16 == 0 && D % 16 == 0, "tiles must be multiples of the mma's 16");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* Qs = (bf16*)smem_raw;   // Q_i (BQ, LD)
     bf16* dOs = Qs + BQ * LD;     // dO_i (BQ, LD)
@@ -247,7 +274,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
     const int i = Tq - 1 - (int)blockIdx.y;  // the longest causal rows start first
     const int q0 = i * BQ;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-    const int qw = warp * 16;
+    const int qw = warp * 16 * MT;  // this warp's first query row within the tile
     const bf16* Kg = (const bf16*)p.k + view_off(p.sk, bh, p.H, 0);
     const bf16* Vg = (const bf16*)p.v + view_off(p.sv, bh, p.H, 0);
     const float sl2 = p.scale * LOG2E_F;
@@ -259,19 +286,23 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
     load_rows_async<D, BK>(Ks, Kg, p.sk[2], 0, p.Nk);
     load_rows_async<D, BK>(Vs, Vg, p.sv[2], 0, p.Nk);
     cp_async_commit();
-    // This thread's two rows (g and g + 8 of the warp's 16): L * log2(e) and D.
-    float L2[2], Dr[2];
+    // This thread's rows (g and g + 8 of each of its m-tiles): L * log2(e) and D.
+    float L2[MT][2], Dr[MT][2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = q0 + qw + g + 8 * h;
-        L2[h] = r < p.Nq ? p.lse[(int64_t)bh * p.Nq + r] * LOG2E_F : INFINITY;
-        Dr[h] = r < p.Nq ? p.D[(int64_t)bh * p.Nq + r] : 0.0f;
-    }
-    float dQ[NT_D][4];
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-    for (int n = 0; n < NT_D; n++)
+        for (int h = 0; h < 2; h++) {
+            const int r = q0 + qw + mt * 16 + g + 8 * h;
+            L2[mt][h] = r < p.Nq ? p.lse[(int64_t)bh * p.Nq + r] * LOG2E_F : INFINITY;
+            Dr[mt][h] = r < p.Nq ? p.D[(int64_t)bh * p.Nq + r] : 0.0f;
+        }
+    float dQ[MT][NT_D][4];
 #pragma unroll
-        for (int e = 0; e < 4; e++) dQ[n][e] = 0.0f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < NT_D; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dQ[mt][n][e] = 0.0f;
 
     for (int j = 0; j < j_end; j++) {
         const int buf = j & 1, k0 = j * BK;
@@ -285,58 +316,78 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
         const bf16* Kb = Ks + buf * BK * LD;
         const bf16* Vb = Vs + buf * BK * LD;
 
-        // S = Q_i K_j^T and dP = dO_i V_j^T: this warp's 16 queries x BK keys.
-        float S[NT_K][4], dP[NT_K][4];
+        // S = Q_i K_j^T and dP = dO_i V_j^T: this warp's 16 MT queries x BK keys.
+        float S[MT][NT_K][4], dP[MT][NT_K][4];
 #pragma unroll
-        for (int n = 0; n < NT_K; n++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) S[n][e] = dP[n][e] = 0.0f;
+            for (int n = 0; n < NT_K; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[mt][n][e] = dP[mt][n][e] = 0.0f;
 #pragma unroll
         for (int kc = 0; kc < KC_D; kc++) {
-            uint32_t aq[4], ao[4];
-            ldsm_x4(aq, Qs + (qw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-            ldsm_x4(ao, dOs + (qw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+            uint32_t aq[MT][4], ao[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                ldsm_x4(aq[mt], Qs + (qw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldsm_x4(ao[mt], dOs + (qw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+            }
 #pragma unroll
             for (int np = 0; np < BK / 16; np++) {
+                // B = K_j^T (k = head dim, n = key): K_j's rows hold k contiguously.
                 const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
                 uint32_t bk[4], bv[4];
                 ldsm_x4(bk, Kb + n * LD + kk);
                 ldsm_x4(bv, Vb + n * LD + kk);
-                mma_16816(S[2 * np], aq, bk[0], bk[1]);
-                mma_16816(S[2 * np + 1], aq, bk[2], bk[3]);
-                mma_16816(dP[2 * np], ao, bv[0], bv[1]);
-                mma_16816(dP[2 * np + 1], ao, bv[2], bv[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_16816(S[mt][2 * np], aq[mt], bk[0], bk[1]);
+                    mma_16816(S[mt][2 * np + 1], aq[mt], bk[2], bk[3]);
+                    mma_16816(dP[mt][2 * np], ao[mt], bv[0], bv[1]);
+                    mma_16816(dP[mt][2 * np + 1], ao[mt], bv[2], bv[3]);
+                }
             }
         }
         // Keys past Nk must be masked here (zero-filled K rows would give P = exp(-L) != 0).
         const bool need_mask = (p.causal && k0 + BK - 1 > q0) || (k0 + BK > p.Nk);
 #pragma unroll
-        for (int n = 0; n < NT_K; n++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e >> 1;
-                float pr = exp2f(S[n][e] * sl2 - L2[h]);
-                if (need_mask) {
-                    const int kg = k0 + n * 8 + 2 * t + (e & 1), qg = q0 + qw + g + 8 * h;
-                    if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+            for (int n = 0; n < NT_K; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1;
+                    float pr = exp2f(S[mt][n][e] * sl2 - L2[mt][h]);
+                    if (need_mask) {
+                        const int kg = k0 + n * 8 + 2 * t + (e & 1), qg = q0 + qw + mt * 16 + g + 8 * h;
+                        if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+                    }
+                    dP[mt][n][e] = pr * (dP[mt][n][e] - Dr[mt][h]);  // dS
                 }
-                dP[n][e] = pr * (dP[n][e] - Dr[h]);  // dS
-            }
         // dQ_i += dS K_j (scale at the end).
 #pragma unroll
         for (int kk = 0; kk < KC_K; kk++) {
-            const uint32_t a[4] = {pack_bf16(dP[2 * kk][0], dP[2 * kk][1]), pack_bf16(dP[2 * kk][2], dP[2 * kk][3]),
-                                   pack_bf16(dP[2 * kk + 1][0], dP[2 * kk + 1][1]),
-                                   pack_bf16(dP[2 * kk + 1][2], dP[2 * kk + 1][3])};
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                a[mt][0] = pack_bf16(dP[mt][2 * kk][0], dP[mt][2 * kk][1]);
+                a[mt][1] = pack_bf16(dP[mt][2 * kk][2], dP[mt][2 * kk][3]);
+                a[mt][2] = pack_bf16(dP[mt][2 * kk + 1][0], dP[mt][2 * kk + 1][1]);
+                a[mt][3] = pack_bf16(dP[mt][2 * kk + 1][2], dP[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int dn = 0; dn < D / 16; dn++) {
+                // B = K_j (k = key, n = head dim): rows hold n contiguously, hence .trans.
                 const int kr = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int nc = dn * 16 + (lane >> 4) * 8;
                 uint32_t b[4];
                 ldsm_x4_trans(b, Kb + kr * LD + nc);
-                mma_16816(dQ[2 * dn], a, b[0], b[1]);
-                mma_16816(dQ[2 * dn + 1], a, b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_16816(dQ[mt][2 * dn], a[mt], b[0], b[1]);
+                    mma_16816(dQ[mt][2 * dn + 1], a[mt], b[2], b[3]);
+                }
             }
         }
         __syncthreads();
@@ -345,55 +396,86 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
 
     bf16* dq = (bf16*)p.dq + view_off(p.sdq, bh, p.H, 0);
 #pragma unroll
-    for (int n = 0; n < NT_D; n++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int qg = q0 + qw + g + 8 * h, c = n * 8 + 2 * t;
-            if (qg < p.Nq)
-                *(uint32_t*)(dq + (int64_t)qg * p.sdq[2] + c) =
-                    pack_bf16(dQ[n][2 * h] * p.scale, dQ[n][2 * h + 1] * p.scale);
-        }
+        for (int n = 0; n < NT_D; n++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int qg = q0 + qw + mt * 16 + g + 8 * h, c = n * 8 + 2 * t;
+                if (qg < p.Nq)
+                    *(uint32_t*)(dq + (int64_t)qg * p.sdq[2] + c) =
+                        pack_bf16(dQ[mt][n][2 * h] * p.scale, dQ[mt][n][2 * h + 1] * p.scale);
+            }
 }
 
-template <int D, int BQ, bool ATOMIC_DQ>
+template <int D, int BQ, bool ATOMIC_DQ, bool CACHE_KV, bool F2>
 void launch_dkdv(const BwdParams& p, cudaStream_t s) {
     typedef DkdvCfg<D, BQ, ATOMIC_DQ> C;
-    auto kern = bwd_dkdv_mma_kernel<D, BQ, ATOMIC_DQ>;
+    auto kern = bwd_dkdv_mma_kernel<D, BQ, ATOMIC_DQ, CACHE_KV, F2>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
     dim3 grid(p.B * p.H, (p.Nk + C::BK - 1) / C::BK);  // x = head: the longest causal tiles start first
     kern<<<grid, kThreads, C::smem, s>>>(p);
     CUDA_CHECK_LAST();
 }
 
-template <int D>
+template <int D, int MT, int BK>
 void launch_dq(const BwdParams& p, cudaStream_t s) {
-    typedef DqCfg<D> C;
-    auto kern = bwd_dq_mma_kernel<D>;
+    typedef DqCfg<D, MT, BK> C;
+    auto kern = bwd_dq_mma_kernel<D, MT, BK>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
     dim3 grid(p.B * p.H, (p.Nq + C::BQ - 1) / C::BQ);
     kern<<<grid, kThreads, C::smem, s>>>(p);
     CUDA_CHECK_LAST();
 }
 
+// The versions (NOTES.md has their timings):
+//   1  dK/dV: K_j, V_j fragments re-read from shared memory; dQ: 1 m-tile per warp, 64-key steps;
+//      atomic variant: scalar atomicAdd.
+//   2  dK/dV: K_j, V_j fragments cached in registers; dQ: 2 m-tiles per warp, 32-key steps;
+//      atomic variant: float2 atomicAdd.
+//   3  as 2, but dK/dV without the register cache.
+// At d = 128 the registers are not there for the cache or the second m-tile: every version runs
+// version 1's kernels (with float2 atomics from version 2 on).
+// parts: 3 both kernels, 1 only dK/dV, 2 only dQ (the benchmark's per-kernel times).
 template <int D, int BQ>
-void launch_all(const BwdParams& p, bool atomic_dq, cudaStream_t s) {
+void launch_all(const BwdParams& p, bool atomic_dq, int version, int parts, cudaStream_t s) {
+    constexpr bool small = D <= 64;
+    const bool cache = small && version == 2, f2 = version >= 2, mt2 = small && version >= 2;
     if (atomic_dq) {
-        launch_dkdv<D, BQ, true>(p, s);
-    } else {
-        launch_dkdv<D, BQ, false>(p, s);
-        launch_dq<D>(p, s);
+        if constexpr (small) {
+            if (cache) { launch_dkdv<D, BQ, true, true, true>(p, s); return; }
+        }
+        if (f2) launch_dkdv<D, BQ, true, false, true>(p, s);
+        else launch_dkdv<D, BQ, true, false, false>(p, s);
+        return;
+    }
+    if (parts & 1) {
+        if constexpr (small) {
+            if (cache) launch_dkdv<D, BQ, false, true, false>(p, s);
+            else launch_dkdv<D, BQ, false, false, false>(p, s);
+        } else {
+            launch_dkdv<D, BQ, false, false, false>(p, s);
+        }
+    }
+    if (parts & 2) {
+        if constexpr (small) {
+            if (mt2) launch_dq<D, 2, 32>(p, s);
+            else launch_dq<D, 1, 64>(p, s);
+        } else {
+            launch_dq<D, 1, 64>(p, s);
+        }
     }
 }
 
 }  // namespace
 
-void bwd_launch_mma(const BwdParams& p, bool atomic_dq, cudaStream_t s) {
+void bwd_launch_mma(const BwdParams& p, bool atomic_dq, int version, int parts, cudaStream_t s) {
     switch (p.d) {
-    case 16: launch_all<16, 64>(p, atomic_dq, s); break;
-    case 32: launch_all<32, 64>(p, atomic_dq, s); break;
-    case 64: launch_all<64, 64>(p, atomic_dq, s); break;
+    case 16: launch_all<16, 64>(p, atomic_dq, version, parts, s); break;
+    case 32: launch_all<32, 64>(p, atomic_dq, version, parts, s); break;
+    case 64: launch_all<64, 64>(p, atomic_dq, version, parts, s); break;
     // d = 128: 32-query tiles keep S^T, dP^T, dK_j and dV_j within the register file.
-    case 128: launch_all<128, 32>(p, atomic_dq, s); break;
+    case 128: launch_all<128, 32>(p, atomic_dq, version, parts, s); break;
     default: DIE("bwd_launch_mma: head dim %d has no tensor-core kernel", p.d);
     }
 }

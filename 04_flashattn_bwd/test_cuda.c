@@ -200,6 +200,24 @@ Test(bwd_cuda, sweep_f32_two_pass, .timeout = 300) { sweep(DT_F32, 0); }
 Test(bwd_cuda, sweep_bf16_two_pass, .timeout = 300) { sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_f32_atomic, .timeout = 300) { sweep(DT_F32, 1); }
 Test(bwd_cuda, sweep_bf16_atomic, .timeout = 300) { sweep(DT_BF16, 1); }
+// Every version of the tensor-core kernels the benchmark times (each test is its own process,
+// so the process-wide version switch does not leak into other tests).
+Test(bwd_cuda, sweep_bf16_two_pass_version1, .timeout = 300) { flash_bwd_set_version(1); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_atomic_version1, .timeout = 300) { flash_bwd_set_version(1); sweep(DT_BF16, 1); }
+Test(bwd_cuda, sweep_bf16_two_pass_version2, .timeout = 300) { flash_bwd_set_version(2); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_atomic_version2, .timeout = 300) { flash_bwd_set_version(2); sweep(DT_BF16, 1); }
+Test(bwd_cuda, sweep_bf16_two_pass_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_atomic_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 1); }
+Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
+    SKIP_WITHOUT_GPU();
+    for (int ver = 1; ver <= 3; ver++) {
+        flash_bwd_set_version(ver);
+        bwd_case_t c = {1, 2, 700, 650, 64, 1, DT_BF16, 0, 0};
+        check_case(c, 700 + (uint64_t)ver);
+        c.atomic = 1;
+        check_case(c, 710 + (uint64_t)ver);
+    }
+}
 
 // Longer sequences: many tiles, so the causal start/stop and the double buffering are exercised.
 Test(bwd_cuda, long_bf16_causal_d64) {
