@@ -5,10 +5,13 @@
 //
 //   build/01_benchmarking/demo                     tiny model, batch 4 x 64, 10 steps (~1 s)
 //   build/01_benchmarking/demo --data README.md    a text file as raw bytes instead of random ids
+// With a GPU it then does the same with the CUDA model at a larger size (--gpu-size, default
+// small, bf16 mixed precision), so the tour shows both implementations learning.
 // Exit status 1 if the loss did not go down (the demo doubles as a smoke test).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
@@ -16,12 +19,59 @@
 #include "common/data.h"
 #include "common/model.h"
 #include "common/model_cpu.h"
+#include "common/model_gpu.h"
+#include "common/gpu.h"
 #include "common/table.h"
 #include "common/timer.h"
+
+// The same memorisation run on the CUDA model. Returns 1 if the loss went down.
+static int run_gpu(const char* size, int batch, int seq, int steps, const adamw_config_t* opt,
+                   const data_source_t* src, uint64_t seed) {
+    model_config_t cfg;
+    if (model_config_by_name(size, seq, &cfg) != 0) fail("--gpu-size %s is unknown", size);
+    char err[256];
+    model_gpu_t* m = model_gpu_create(&cfg, batch, seq, MP_BF16, NULL, seed, err, sizeof err);
+    if (!m) fail("CUDA model %s: %s", size, err);
+    if (src->kind != DATA_RANDOM && data_check_seq(src, seq, err, sizeof err) != 0) fail("%s", err);
+    const size_t BT = (size_t)batch * seq;
+    int32_t* inputs = mem_alloc(DEV_CPU, BT * sizeof(int32_t), MEM_OTHER);
+    int32_t* targets = mem_alloc(DEV_CPU, BT * sizeof(int32_t), MEM_OTHER);
+    sample_batch(src, batch, seq, 0, inputs, targets);
+    model_gpu_set_tokens(m, inputs, targets);
+    printf("\n# CUDA model: %s (%zu parameters), bf16 mixed precision, batch %d x %d\n", cfg.name,
+           param_count(model_gpu_layout(m)), batch, seq);
+    table_t* t = table_new("CUDA training on one batch", 3, (const char*[]){"step", "loss", "ms"});
+    float first = 0.0f, last = 0.0f;
+    for (int s = 0; s < steps; s++) {
+        const double t0 = time_now_s();
+        const float loss = model_gpu_forward(m, model_gpu_inputs(m), model_gpu_targets(m));
+        if (model_gpu_backward(m, NULL, NULL, err, sizeof err) != 0 ||
+            model_gpu_adamw(m, opt, s + 1, err, sizeof err) != 0)
+            fail("CUDA model %s: %s", size, err);
+        CUDA_CHECK(cudaStreamSynchronize(model_gpu_stream(m)));
+        const double ms = (time_now_s() - t0) * 1e3;  // step 0 includes one-time set-up
+        if (s == 0) first = loss;
+        last = loss;
+        table_row(t);
+        table_cell(t, "%d", s);
+        table_cell(t, "%.4f", loss);
+        table_cell(t, "%.1f", ms);
+    }
+    table_print_md(t, stdout);
+    table_free(t);
+    const int down = isfinite(last) && last < first;
+    printf("loss %.4f -> %.4f: %s\n", first, last, down ? "going down" : "NOT going down");
+    mem_free(inputs);
+    mem_free(targets);
+    model_gpu_destroy(m);
+    return down;
+}
 
 int main(int argc, char** argv) {
     const char* size = NULL;
     const char* data = NULL;
+    const char* gpu_size = NULL;
+    const char* device = NULL;
     int batch = 0, seq = 0, context = 0, steps = 0, seed = 0;
     double lr = 0.0;
     cli_opt_t opts[] = {
@@ -33,11 +83,14 @@ int main(int argc, char** argv) {
         {"lr", CLI_DOUBLE, &lr, "0.01", "AdamW learning rate", NULL},
         {"data", CLI_STR, &data, "random", "random | a .npy of token ids | any file (bytes)", NULL},
         {"seed", CLI_INT, &seed, "1", "seed of the init and of the batch", NULL},
+        {"device", CLI_CHOICE, &device, "auto", "auto: CPU, then the GPU if there is one", "auto|cpu|cuda"},
+        {"gpu-size", CLI_CHOICE, &gpu_size, "small", "model size for the CUDA run", MODEL_SIZE_CHOICES},
     };
     cli_parse(argc, argv,
               "Trains the Transformer LM on one fixed batch with the CPU reference and prints the loss.",
               opts, CLI_COUNT(opts));
     if (steps < 1) fail("--steps is %d, must be >= 1", steps);
+    if (strcmp(device, "cuda") == 0) gpu_require("--device cuda");
     if (!(lr > 0.0)) fail("--lr is %g, must be > 0", lr);
 
     model_config_t cfg;
@@ -81,8 +134,12 @@ int main(int argc, char** argv) {
     }
     table_print_md(t, stdout);
     table_free(t);
-    const int down = isfinite(last) && last < first;
+    int down = isfinite(last) && last < first;
     printf("loss %.4f -> %.4f: %s\n", first, last, down ? "going down" : "NOT going down");
+
+    const int want_gpu = strcmp(device, "cuda") == 0 || (strcmp(device, "auto") == 0 && gpu_count() > 0);
+    if (want_gpu) down = run_gpu(gpu_size, batch, 256, steps, &opt, &src, (uint64_t)seed) && down;
+    else if (strcmp(device, "auto") == 0) printf("(no GPU here: %s — the CUDA run is skipped)\n", gpu_absent_reason());
 
     mem_free(inputs);
     mem_free(targets);
