@@ -15,26 +15,27 @@ void set_progname(const char* argv0) {
 
 const char* progname(void) { return g_progname; }
 
-void die_at(const char* file, int line, const char* fmt, ...) {
-    va_list ap;
+static void vreport(const char* file, int line, const char* hint, const char* fmt, va_list ap) {
     fflush(stdout);
     fprintf(stderr, "%s:%d: error: ", file, line);
-    va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
-    va_end(ap);
     fputc('\n', stderr);
+    if (hint && *hint) fprintf(stderr, "  HINT: %s\n", hint);
+}
+
+void die_at(const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(file, line, NULL, fmt, ap);
+    va_end(ap);
     exit(EXIT_FAILURE_RT);  // atexit handlers remove half-written output files (fileio.c)
 }
 
 void die_hint_at(const char* file, int line, const char* hint, const char* fmt, ...) {
     va_list ap;
-    fflush(stdout);
-    fprintf(stderr, "%s:%d: error: ", file, line);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vreport(file, line, hint, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    if (hint && *hint) fprintf(stderr, "  HINT: %s\n", hint);
     exit(EXIT_FAILURE_RT);
 }
 

@@ -21,22 +21,14 @@ static void set_shape(tensor_t* t, int rank, const int64_t* shape, const int64_t
 }
 
 tensor_t tensor_try_alloc(device_t dev, dtype_t dt, int rank, const int64_t* shape, mem_tag_t tag) {
-    tensor_t t;
-    memset(&t, 0, sizeof t);
-    t.dtype = dt;
-    t.device = dev;
-    set_shape(&t, rank, shape, NULL);
+    tensor_t t = tensor_view(NULL, dev, dt, rank, shape, NULL);
     t.data = mem_try_alloc(dev, tensor_nbytes(&t), tag);
     t.owns = t.data != NULL;
     return t;
 }
 
 tensor_t tensor_alloc(device_t dev, dtype_t dt, int rank, const int64_t* shape, mem_tag_t tag) {
-    tensor_t t;
-    memset(&t, 0, sizeof t);
-    t.dtype = dt;
-    t.device = dev;
-    set_shape(&t, rank, shape, NULL);
+    tensor_t t = tensor_view(NULL, dev, dt, rank, shape, NULL);
     t.data = mem_alloc(dev, tensor_nbytes(&t), tag);
     t.owns = 1;
     return t;
