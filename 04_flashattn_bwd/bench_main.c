@@ -234,7 +234,7 @@ static void leaderboard(cublasHandle_t h, int reps, const char* csv) {
                         "fwd+bwd ms"};
     table_t* vt = table_new("backward versions at the leaderboard point (medians; kernels include the D pre-pass)",
                             6, vh);
-    for (int ver = 1; ver <= 3; ver++) {
+    for (int ver = 1; ver <= 4; ver++) {
         flash_bwd_set_version(ver);
         const double vb = time_ms(run_bwd, &c, NULL);
         flash_bwd_set_parts(1);

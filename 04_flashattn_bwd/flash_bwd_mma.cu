@@ -31,20 +31,43 @@ __device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int6
     }
 }
 
-template <int D, int BQ, bool ATOMIC_DQ>
+// How the single-pass variant adds its dQ share (DQM): 0 it does not (two-pass), 1 scalar
+// atomicAdd per element, 2 float2 atomicAdd (sm_90's vector atomics: half the operations),
+// 3 the tile goes to shared memory and one thread hands it to the bulk-copy engine as a single
+// reduce-add into global memory (cp.reduce.async.bulk, sm_90).
+enum { DQM_NONE = 0, DQM_ATOMIC = 1, DQM_ATOMIC2 = 2, DQM_BULK = 3 };
+
+template <int D, int BQ, int DQM>
 struct DkdvCfg {  // tile sizes and shared memory of bwd_dkdv_mma_kernel
     static constexpr int BK = kWarps * 16, LD = D + 8, LDS = BQ + 8;
     static constexpr size_t smem = sizeof(bf16) * ((size_t)2 * BK * LD + 4 * BQ * LD +
-                                                   (ATOMIC_DQ ? (size_t)BK * LDS : 0)) +
-                                   sizeof(float) * 4 * BQ;
+                                                   (DQM != DQM_NONE ? (size_t)BK * LDS : 0)) +
+                                   sizeof(float) * (4 * BQ + (DQM == DQM_BULK ? (size_t)BQ * D : 0));
 };
 
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// global[0 .. bytes) += shared[0 .. bytes) as fp32, by the bulk-copy engine (asynchronous).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, const float* ssrc, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst),
+                 "r"(smem_u32(ssrc)), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() {  // the source may be overwritten
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() {  // the writes are done
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 // CACHE_KV (version 2): K_j's and V_j's A fragments stay in registers for the whole loop instead
-// of being re-read from shared memory every query tile. F2 (versions 2 and 3): the atomic
-// variant adds dQ in float2 pairs (sm_90's vector atomicAdd: half the atomic operations).
-template <int D, int BQ, bool ATOMIC_DQ, bool CACHE_KV, bool F2>
+// of being re-read from shared memory every query tile.
+template <int D, int BQ, int DQM, bool CACHE_KV>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
-    typedef DkdvCfg<D, BQ, ATOMIC_DQ> C;
+    constexpr bool ATOMIC_DQ = DQM != DQM_NONE;
+    typedef DkdvCfg<D, BQ, DQM> C;
     constexpr int BK = C::BK, LD = C::LD, LDS = C::LDS;
     constexpr int NT_Q = BQ / 8, NT_D = D / 8, KC_D = D / 16, KC_Q = BQ / 16;
     static_assert(D % 16 == 0 && D <= 128, "head dim must be a multiple of 16, at most 128");
@@ -57,6 +80,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
     bf16* dSs = dOs + 2 * BQ * LD;         // dS_ij^T (BK, LDS), ATOMIC_DQ only
     float* Ls = (float*)(dSs + (ATOMIC_DQ ? BK * LDS : 0));  // L_i * log2(e) (2, BQ)
     float* Ds = Ls + 2 * BQ;                                 // D_i (2, BQ)
+    float* dQs = Ds + 2 * BQ;                                // dQ_i share (BQ, D), DQM_BULK only
 
     const int bh = blockIdx.x, j = blockIdx.y, k0 = j * BK;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
@@ -188,6 +212,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
                 for (int h = 0; h < 2; h++)
                     *(uint32_t*)(dSs + (kw + g + 8 * h) * LDS + n * 8 + 2 * t) =
                         pack_bf16(dP[n][2 * h], dP[n][2 * h + 1]);
+            if (DQM == DQM_BULK && tid == 0) bulk_wait_read();  // last tile's reduce has read dQs
             __syncthreads();
             constexpr int MG = BQ / 16, WG = kWarps / MG, DW = D / WG;
             static_assert(MG * WG == kWarps && DW % 16 == 0, "warp split of the dQ tile");
@@ -217,20 +242,36 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
             for (int n = 0; n < DW / 8; n++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int qg = q0 + m0 + g + 8 * h, c = n0 + n * 8 + 2 * t;
+                    const int ql = m0 + g + 8 * h, qg = q0 + ql, c = n0 + n * 8 + 2 * t;
+                    const float2 v = make_float2(acc[n][2 * h] * p.scale, acc[n][2 * h + 1] * p.scale);
+                    if (DQM == DQM_BULK) {
+                        *(float2*)(dQs + ql * D + c) = v;  // rows past Nq are written but not sent
+                        continue;
+                    }
                     if (qg >= p.Nq) continue;
                     float* dst = &p.dq_accum[((int64_t)bh * p.Nq + qg) * D + c];
-                    if (F2) {
-                        atomicAdd((float2*)dst, make_float2(acc[n][2 * h] * p.scale, acc[n][2 * h + 1] * p.scale));
+                    if (DQM == DQM_ATOMIC2) {
+                        atomicAdd((float2*)dst, v);
                     } else {
-                        atomicAdd(dst, acc[n][2 * h] * p.scale);
-                        atomicAdd(dst + 1, acc[n][2 * h + 1] * p.scale);
+                        atomicAdd(dst, v.x);
+                        atomicAdd(dst + 1, v.y);
                     }
                 }
+            if constexpr (DQM == DQM_BULK) {
+                // The (rows, D) tile is contiguous in dq_accum: one bulk reduce-add of its rows.
+                fence_async_shared();  // make the generic-proxy stores visible to the bulk engine
+                __syncthreads();
+                if (tid == 0) {
+                    const int rows = min(BQ, p.Nq - q0);
+                    bulk_reduce_add_f32(p.dq_accum + ((int64_t)bh * p.Nq + q0) * D, dQs,
+                                        (uint32_t)(rows * D * sizeof(float)));
+                }
+            }
         }
         __syncthreads();  // everyone is done with buffer buf (and dSs) before they are refilled
     }
     cp_async_wait<0>();
+    if (DQM == DQM_BULK && tid == 0) bulk_wait_all();
 
     // Write dK_j (scaled) and dV_j once; keys past Nk are not written.
     bf16* dk = (bf16*)p.dk + view_off(p.sdk, bh, p.H, 0);
@@ -408,10 +449,10 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
             }
 }
 
-template <int D, int BQ, bool ATOMIC_DQ, bool CACHE_KV, bool F2>
+template <int D, int BQ, int DQM, bool CACHE_KV>
 void launch_dkdv(const BwdParams& p, cudaStream_t s) {
-    typedef DkdvCfg<D, BQ, ATOMIC_DQ> C;
-    auto kern = bwd_dkdv_mma_kernel<D, BQ, ATOMIC_DQ, CACHE_KV, F2>;
+    typedef DkdvCfg<D, BQ, DQM> C;
+    auto kern = bwd_dkdv_mma_kernel<D, BQ, DQM, CACHE_KV>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
     dim3 grid(p.B * p.H, (p.Nk + C::BK - 1) / C::BK);  // x = head: the longest causal tiles start first
     kern<<<grid, kThreads, C::smem, s>>>(p);
@@ -430,40 +471,37 @@ void launch_dq(const BwdParams& p, cudaStream_t s) {
 
 // The versions (NOTES.md has their timings):
 //   1  dK/dV: K_j, V_j fragments re-read from shared memory; dQ: 1 m-tile per warp, 64-key steps;
-//      atomic variant: scalar atomicAdd.
+//      single pass: scalar atomicAdd.
 //   2  dK/dV: K_j, V_j fragments cached in registers; dQ: 2 m-tiles per warp, 32-key steps;
-//      atomic variant: float2 atomicAdd.
+//      single pass: float2 atomicAdd.
 //   3  as 2, but dK/dV without the register cache.
+//   4  as 2, but the single pass adds dQ tiles with the bulk-copy engine (cp.reduce.async.bulk).
 // At d = 128 the registers are not there for the cache or the second m-tile: every version runs
-// version 1's kernels (with float2 atomics from version 2 on).
+// version 1's two-pass kernels there (the single pass still changes with the version).
 // parts: 3 both kernels, 1 only dK/dV, 2 only dQ (the benchmark's per-kernel times).
+template <int D, int BQ, int DQM>
+void launch_dkdv_v(const BwdParams& p, bool cache, cudaStream_t s) {
+    if constexpr (D <= 64) {
+        if (cache) { launch_dkdv<D, BQ, DQM, true>(p, s); return; }
+    }
+    launch_dkdv<D, BQ, DQM, false>(p, s);
+}
+
 template <int D, int BQ>
 void launch_all(const BwdParams& p, bool atomic_dq, int version, int parts, cudaStream_t s) {
-    constexpr bool small = D <= 64;
-    const bool cache = small && version == 2, f2 = version >= 2, mt2 = small && version >= 2;
+    const bool cache = version == 2 || version == 4, mt2 = version >= 2;
     if (atomic_dq) {
-        if constexpr (small) {
-            if (cache) { launch_dkdv<D, BQ, true, true, true>(p, s); return; }
-        }
-        if (f2) launch_dkdv<D, BQ, true, false, true>(p, s);
-        else launch_dkdv<D, BQ, true, false, false>(p, s);
+        if (version == 1) launch_dkdv_v<D, BQ, DQM_ATOMIC>(p, false, s);
+        else if (version == 4) launch_dkdv_v<D, BQ, DQM_BULK>(p, cache, s);
+        else launch_dkdv_v<D, BQ, DQM_ATOMIC2>(p, cache, s);
         return;
     }
-    if (parts & 1) {
-        if constexpr (small) {
-            if (cache) launch_dkdv<D, BQ, false, true, false>(p, s);
-            else launch_dkdv<D, BQ, false, false, false>(p, s);
-        } else {
-            launch_dkdv<D, BQ, false, false, false>(p, s);
-        }
-    }
+    if (parts & 1) launch_dkdv_v<D, BQ, DQM_NONE>(p, cache, s);
     if (parts & 2) {
-        if constexpr (small) {
-            if (mt2) launch_dq<D, 2, 32>(p, s);
-            else launch_dq<D, 1, 64>(p, s);
-        } else {
-            launch_dq<D, 1, 64>(p, s);
+        if constexpr (D <= 64) {
+            if (mt2) { launch_dq<D, 2, 32>(p, s); return; }
         }
+        launch_dq<D, 1, 64>(p, s);
     }
 }
 
