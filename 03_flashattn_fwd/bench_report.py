@@ -88,7 +88,7 @@ def main():
                     vals = [num(r["flash ms"])] + [num(tor.get((dt, d, n, i))) for i in TORCH_IMPLS]
                     f.write(f"{n} " + " ".join(f"{flops / (v * 1e-3) / 1e12:.2f}" if v else "nan" for v in vals) + "\n")
         png = os.path.join(a.plots, f"03_flash_{dt}.png")
-        script = [f"set terminal pngcairo size 1400,900 font ',10'", f"set output '{png}'",
+        script = [f"set terminal pngcairo size 1400,900 font ',10' noenhanced", f"set output '{png}'",
                   f"set multiplot layout 2,2 title 'attention forward, causal, batch 1, 1 head, {dt}: TFLOP/s vs N'",
                   "set logscale x 2", "set key top left", "set grid", "set xlabel 'N'", "set ylabel 'TFLOP/s'"]
         for d in dims:

@@ -2,10 +2,14 @@
 # The device runs of stage 03 (what was run through the `run` tool, kind nvidia-h100-x1):
 #   03_flashattn_fwd/gpu_run.sh check   build, tests, compute-sanitizer, leaderboard point vs SDPA
 #   03_flashattn_fwd/gpu_run.sh bench   build, leaderboard point, the naive and flash sweeps
-# Logs and CSVs go to $OUT (the run tool's output folder), else results/.
+# Run as:  03_flashattn_fwd/gpu_run.sh bench 2>&1 | tee $OUT/log.txt
+# Logs and CSVs go to results/gpu_run/, packed at the end into $OUT/results.tgz: the run tool
+# returns at most 8 files, and a second run once lost its test log to that limit.
 set -uo pipefail
-OUT=${OUT:-results}
-mkdir -p "$OUT" results
+FINAL_OUT=${OUT:-results}
+OUT=results/gpu_run
+mkdir -p "$OUT" "$FINAL_OUT"
+trap 'tar czf "$FINAL_OUT/results.tgz" -C results gpu_run' EXIT
 export BUILD=build
 B=build/03_flashattn_fwd
 log() { echo "=== $(date -u +%T) $*"; }
@@ -26,7 +30,7 @@ leaderboard() {
 case "${1:-check}" in
 check)
   log "tests"
-  timeout 120 $B/test_03 --jobs 16 2>&1 | tail -30
+  timeout 120 $B/test_03 --jobs 16 2>&1 | tee "$OUT/tests.log" | tail -30
   leaderboard
   log "quick flash sweep (N 4096, every d, both dtypes)"
   timeout 40 $B/bench --sweep flash --H 16 --N 4096 --naive-max-N 4096 --csv "$OUT/03_quick.csv" 2>/dev/null
@@ -42,7 +46,7 @@ check)
   ;;
 bench)
   log "tests (every bf16 variant)"
-  timeout 60 $B/test_03 --jobs 16 2>&1 | tail -15
+  timeout 60 $B/test_03 --jobs 16 2>&1 | tee "$OUT/tests.log" | tail -15
   log "variant scan: batch 1, 16 heads, N 16384, causal, bf16"
   timeout 30 $B/bench --sweep flash --H 16 --N 16384 --dtype bf16 --scan-variants --naive-max-N 0 --reps 10 \
     --warmup 2 --budget-ms 100 --csv "$OUT/03_variants.csv" 2>/dev/null
