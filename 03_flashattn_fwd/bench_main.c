@@ -161,6 +161,56 @@ static void sweep_naive(cublasHandle_t h, const int64_t* Ns, int nN, const int64
     table_free(t);
 }
 
+// One row of the flash table: our flash forward (and, if N <= naive_max_N, our naive forward)
+// at one (dtype, d, N), with the bf16 variant already selected.
+static void flash_point(table_t* t, cublasHandle_t h, dtype_t dt, int B, int H, int N, int d, int causal,
+                        int naive_max_N, const char* variant) {
+    ctx_t c = {0};
+    c.h = h, c.dt = dt, c.BH = B * H, c.N = N, c.d = d, c.causal = causal;
+    c.scale = 1.0f / sqrtf((float)d);
+    const size_t nqd = (size_t)c.BH * N * d, es = dtype_size(dt);
+    const int ok = (c.q = rand_dev(dt, nqd, 1, MEM_OTHER)) && (c.k = rand_dev(dt, nqd, 2, MEM_OTHER)) &&
+                   (c.v = rand_dev(dt, nqd, 3, MEM_OTHER)) && (c.o = mem_try_alloc(DEV_CUDA, nqd * es, MEM_ACTS)) &&
+                   (c.lse = mem_try_alloc(DEV_CUDA, (size_t)c.BH * N * 4, MEM_ACTS));
+    const double flops = 4.0 * c.BH * (double)N * N * d / (causal ? 2.0 : 1.0);
+    double fl = 0.0, nv = 0.0;
+    if (ok) {
+        attn_args_t* a = &c.a;
+        a->B = B, a->H = H, a->Nq = a->Nk = N, a->d = d, a->dtype = dt, a->causal = causal, a->scale = c.scale;
+        a->q = c.q, a->k = c.k, a->v = c.v, a->o = c.o, a->lse = c.lse;
+        attn_contiguous_strides(a->sq, H, N, d);
+        memcpy(a->sk, a->sq, sizeof a->sq), memcpy(a->sv, a->sq, sizeof a->sq), memcpy(a->so, a->sq, sizeof a->sq);
+        fl = time_ms(run_flash_fwd, &c);
+        const size_t nss = (size_t)c.BH * N * N;  // S (fp32) and P (dtype) of the naive forward
+        if (N <= naive_max_N && (c.S = mem_try_alloc(DEV_CUDA, nss * 4, MEM_WORKSPACE)) &&
+            (c.P = mem_try_alloc(DEV_CUDA, nss * es, MEM_ACTS)))
+            nv = time_ms(run_naive_fwd, &c);
+    }
+    table_row(t);
+    table_cell(t, "%s", dtype_name(dt));
+    table_cell(t, "%d", d);
+    table_cell(t, "%d", N);
+    table_cell(t, "%s", variant);
+    if (fl > 0) {
+        table_cell(t, "%.4f", fl);
+        table_cell(t, "%.1f", flops / (fl * 1e-3) / 1e12);
+    } else {
+        table_cell(t, "OOM");
+        table_cell(t, "-");
+    }
+    if (nv > 0) {
+        table_cell(t, "%.4f", nv);
+        table_cell(t, "%.1f", flops / (nv * 1e-3) / 1e12);
+        table_cell(t, "%.2f", nv / fl);
+    } else {
+        table_cell(t, "%s", N > naive_max_N ? "skipped" : "OOM");
+        table_cell(t, "-");
+        table_cell(t, "-");
+    }
+    fprintf(stderr, "  %s d %d N %d %s: flash %.4f ms, naive %.4f ms\n", dtype_name(dt), d, N, variant, fl, nv);
+    free_ctx(&c);
+}
+
 static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int nN, const int64_t* ds, int nd,
                         const char* dtypes, int causal, int naive_max_N, int scan, const char* csv) {
     const char* hdr[] = {"dtype", "d", "N", "variant", "flash ms", "flash TFLOP/s", "naive ms", "naive TFLOP/s", "naive/flash"};
@@ -170,63 +220,20 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
     for (int pass = 0; pass < 2; pass++) {
         const dtype_t dt = pass == 0 ? DT_BF16 : DT_F32;
         if (!strstr(dtypes, dtype_name(dt))) continue;
-        for (int di = 0; di < nd; di++)
-            for (int ni = 0; ni < nN; ni++) {
-              // --scan-variants: every bf16 tile-shape variant of this d, one row each
-              const flash_variant_t* vl = NULL;
-              const int nvar = dt == DT_BF16 ? flash_fwd_bf16_variants((int)ds[di], &vl) : 1;
-              const int v_default = dt == DT_BF16 ? g_variant[ds[di]] : 0;
-              for (int var = scan ? 0 : v_default; var < (scan ? nvar : v_default + 1); var++) {
-                if (dt == DT_BF16) flash_fwd_bf16_set_variant((int)ds[di], var);
-                ctx_t c = {0};
-                c.h = h, c.dt = dt, c.BH = B * H, c.N = (int)Ns[ni], c.d = (int)ds[di], c.causal = causal;
-                c.scale = 1.0f / sqrtf((float)c.d);
-                const size_t nqd = (size_t)c.BH * c.N * c.d, es = dtype_size(dt);
-                int ok = (c.q = rand_dev(dt, nqd, 1, MEM_OTHER)) && (c.k = rand_dev(dt, nqd, 2, MEM_OTHER)) &&
-                         (c.v = rand_dev(dt, nqd, 3, MEM_OTHER)) && (c.o = mem_try_alloc(DEV_CUDA, nqd * es, MEM_ACTS)) &&
-                         (c.lse = mem_try_alloc(DEV_CUDA, (size_t)c.BH * c.N * 4, MEM_ACTS));
-                const double flops = 4.0 * c.BH * (double)c.N * c.N * c.d / (causal ? 2.0 : 1.0);
-                double fl = 0.0, nv = 0.0;
-                if (ok) {
-                    attn_args_t* a = &c.a;
-                    a->B = B, a->H = H, a->Nq = a->Nk = c.N, a->d = c.d, a->dtype = dt, a->causal = causal;
-                    a->scale = c.scale;
-                    a->q = c.q, a->k = c.k, a->v = c.v, a->o = c.o, a->lse = c.lse;
-                    attn_contiguous_strides(a->sq, H, c.N, c.d);
-                    memcpy(a->sk, a->sq, sizeof a->sq), memcpy(a->sv, a->sq, sizeof a->sq), memcpy(a->so, a->sq, sizeof a->sq);
-                    fl = time_ms(run_flash_fwd, &c);
-                    const size_t nss = (size_t)c.BH * c.N * c.N;
-                    if (c.N <= naive_max_N && !(scan && var > 0) && (c.S = mem_try_alloc(DEV_CUDA, nss * 4, MEM_WORKSPACE)) &&
-                        (c.P = mem_try_alloc(DEV_CUDA, nss * es, MEM_ACTS)))
-                        nv = time_ms(run_naive_fwd, &c);
+        for (int di = 0; di < nd; di++) {
+            const int d = (int)ds[di];
+            const flash_variant_t* vl = NULL;
+            const int nvar = dt == DT_BF16 ? flash_fwd_bf16_variants(d, &vl) : 1;
+            const int v0 = dt == DT_BF16 ? g_variant[d] : 0;
+            for (int ni = 0; ni < nN; ni++)
+                // --scan-variants: every bf16 tile-shape variant, one row each (naive only once)
+                for (int v = scan ? 0 : v0; v < (scan ? nvar : v0 + 1); v++) {
+                    if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, v);
+                    flash_point(t, h, dt, B, H, (int)Ns[ni], d, causal, scan && v > 0 ? 0 : naive_max_N,
+                                vl ? vl[v].name : "-");
                 }
-                table_row(t);
-                table_cell(t, "%s", dtype_name(dt));
-                table_cell(t, "%d", c.d);
-                table_cell(t, "%d", c.N);
-                table_cell(t, "%s", vl ? vl[var < nvar ? var : 0].name : "-");
-                if (fl > 0) {
-                    table_cell(t, "%.4f", fl);
-                    table_cell(t, "%.1f", flops / (fl * 1e-3) / 1e12);
-                } else {
-                    table_cell(t, "OOM");
-                    table_cell(t, "-");
-                }
-                if (nv > 0) {
-                    table_cell(t, "%.4f", nv);
-                    table_cell(t, "%.1f", flops / (nv * 1e-3) / 1e12);
-                    table_cell(t, "%.2f", nv / fl);
-                } else {
-                    table_cell(t, "%s", c.N > naive_max_N ? "skipped" : "OOM");
-                    table_cell(t, "-");
-                    table_cell(t, "-");
-                }
-                fprintf(stderr, "  %s d %d N %d %s: flash %.4f ms, naive %.4f ms\n", dtype_name(dt), c.d, c.N,
-                        vl ? vl[var < nvar ? var : 0].name : "", fl, nv);
-                free_ctx(&c);
-              }
-              if (dt == DT_BF16) flash_fwd_bf16_set_variant((int)ds[di], v_default);
-            }
+            if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, v0);
+        }
     }
     table_print_md(t, stdout);
     table_write_csv(t, csv);
