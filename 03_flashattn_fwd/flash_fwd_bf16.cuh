@@ -1,5 +1,5 @@
-// The kernel template of the bf16 FlashAttention-2 forward inputs on tensor cores (mma.sync.m16n8k16, bf16 in, fp32
-// accumulate), the fast path of flash_forward_cuda.
+// The kernel template of the bf16 FlashAttention-2 forward on tensor cores (mma.sync.m16n8k16,
+// bf16 in, fp32 accumulate): the fast path of flash_forward_cuda.
 //
 // One thread block per (query tile Q_i of Bq rows, batch*head). Each of WARPS warps owns
 // 16*MT consecutive query rows and keeps, in registers for the whole key loop:

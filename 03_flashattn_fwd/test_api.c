@@ -1,6 +1,7 @@
 // Stage 03: bad input to the CUDA forward is refused with a clear reason, before any GPU work
 // (these run without a GPU: flash_fwd_supports only inspects the arguments).
 #include <string.h>
+#include "03_flashattn_fwd/flash_fwd_internal.h"
 #include "03_flashattn_fwd/test_util.h"
 
 // A valid bf16 argument block with fake (never dereferenced) device pointers.
@@ -83,4 +84,24 @@ Test(api, forward_fails_cleanly, .exit_code = 2) {
     attn_args_t a = valid_args();
     a.d = 48;
     flash_forward_cuda(&a, 0);
+}
+
+// The bf16 tile-shape table: every supported head dim has variants, each with Bq = 16*mt*w
+// matching its name, and unsupported head dims have none.
+Test(api, variant_tables) {
+    const int dims[] = {16, 32, 64, 128};
+    for (int i = 0; i < 4; i++) {
+        const flash_variant_t* vl = NULL;
+        const int n = flash_fwd_bf16_variants(dims[i], &vl);
+        cr_assert(n >= 1 && vl, "head dim %d has no variants", dims[i]);
+        for (int v = 0; v < n; v++) {
+            int w = 0, mt = 0, bk = 0;
+            const char* s = strncmp(vl[v].name, "pipe ", 5) == 0 ? vl[v].name + 5 : vl[v].name;
+            cr_assert_eq(sscanf(s, "w%d mt%d bk%d", &w, &mt, &bk), 3, "bad variant name '%s'", vl[v].name);
+            cr_assert_eq(vl[v].bq, 16 * mt * w, "%s: Bq %d", vl[v].name, vl[v].bq);
+            cr_assert_not_null(vl[v].launch);
+        }
+    }
+    const flash_variant_t* vl = NULL;
+    cr_assert_eq(flash_fwd_bf16_variants(48, &vl), 0);
 }
