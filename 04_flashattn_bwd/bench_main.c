@@ -203,7 +203,7 @@ static void sweep(cublasHandle_t h, int B, int H, const int64_t* Ns, int nN, con
     table_free(t);
 }
 
-static void leaderboard(cublasHandle_t h, int reps, const char* csv) {
+static void leaderboard(cublasHandle_t h, int reps, int version0, const char* csv) {
     const int B = 1, H = 16, N = 16384, d = 64;
     ctx_t c = {0};
     c.h = h;
@@ -234,7 +234,7 @@ static void leaderboard(cublasHandle_t h, int reps, const char* csv) {
                         "fwd+bwd ms"};
     table_t* vt = table_new("backward versions at the leaderboard point (medians; kernels include the D pre-pass)",
                             6, vh);
-    for (int ver = 1; ver <= 4; ver++) {
+    for (int ver = 1; ver <= 5; ver++) {
         flash_bwd_set_version(ver);
         const double vb = time_ms(run_bwd, &c, NULL);
         flash_bwd_set_parts(1);
@@ -251,7 +251,7 @@ static void leaderboard(cublasHandle_t h, int reps, const char* csv) {
         table_cell(vt, "%.3f", va);
         table_cell(vt, "%.3f", vfb);
     }
-    flash_bwd_set_version(FLASH_BWD_DEFAULT_VERSION);
+    flash_bwd_set_version(version0);
     char vcsv[512];
     snprintf(vcsv, sizeof vcsv, "%.*s_versions.csv", (int)(strlen(csv) - 4), csv);
     write_table(vt, vcsv);
@@ -261,7 +261,7 @@ static void leaderboard(cublasHandle_t h, int reps, const char* csv) {
 
 int main(int argc, char** argv) {
     const char *mode = NULL, *Ns_s = NULL, *ds_s = NULL, *dtypes = NULL, *csv = NULL;
-    int B = 0, H = 0, causal = 0, f32_max_N = 0, naive_max_N = 0, lb_reps = 0;
+    int B = 0, H = 0, causal = 0, f32_max_N = 0, naive_max_N = 0, lb_reps = 0, version = 0;
     cli_opt_t opts[] = {
         {"mode", CLI_CHOICE, &mode, "sweep", "what to time", "sweep|leaderboard"},
         {"N", CLI_STR, &Ns_s, "128,256,512,1024,2048,4096,8192,16384,32768,65536", "sequence lengths (comma list)",
@@ -277,6 +277,7 @@ int main(int argc, char** argv) {
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "1000", "cap on the timed ms per measurement (>= 3 runs)", NULL},
         {"lb-reps", CLI_INT, &lb_reps, "100", "leaderboard: timed runs (median)", NULL},
+        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..5 (NOTES.md); 0: the default", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/04_<mode>.csv", NULL},
     };
     cli_parse(argc, argv, "Stage 04 benchmarks: flash backward sweep and the leaderboard point.", opts,
@@ -284,6 +285,10 @@ int main(int argc, char** argv) {
     gpu_require("bench");
     if (g_reps < 1 || g_warmup < 1 || lb_reps < 3) fail("--reps and --warmup must be >= 1, --lb-reps >= 3");
     if (B < 1 || H < 1) fail("--B and --H must be >= 1");
+    if (version < 0 || version > 5) fail("--version must be 0 (default) or 1..5 (got %d)", version);
+    if (version == 0) version = FLASH_BWD_DEFAULT_VERSION;
+    flash_bwd_set_version(version);
+    printf("# backward kernel version %d\n", version);
     int64_t Ns[32], ds[8];
     const int nN = parse_size_list(Ns_s, Ns, 32), nd = parse_size_list(ds_s, ds, 8);
     if (nN < 1) fail("--N: not a comma list of sizes: '%s'", Ns_s);
@@ -302,7 +307,7 @@ int main(int argc, char** argv) {
     if (gpu_info(0, &gi) == 0) printf("# GPU: %s\n", gi.name);
     cublasHandle_t h;
     CUBLAS_CHECK(cublasCreate(&h));
-    if (strcmp(mode, "leaderboard") == 0) leaderboard(h, lb_reps, csv);
+    if (strcmp(mode, "leaderboard") == 0) leaderboard(h, lb_reps, version, csv);
     else sweep(h, B, H, Ns, nN, ds, nd, dtypes, causal, f32_max_N, naive_max_N, csv);
     CUBLAS_CHECK(cublasDestroy(h));
     return 0;

@@ -47,8 +47,8 @@ void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream);
 // Which kernels flash_backward_cuda picks for *a: "mma-bf16" (tensor cores) or "simt".
 const char* flash_bwd_kernel_name(const attn_args_t* a);
 // Benchmark knobs (process-wide, not thread-safe; the defaults are what ships):
-// version of the tensor-core kernels, 1 (the first), 2 (the default), 3 or 4 (flash_bwd_mma.cu and
-// NOTES.md say what changed); parts of the two-pass tensor-core backward that run, 3 (both kernels, the default),
+// version of the tensor-core kernels, 1 (the first) to 5 (flash_bwd_mma.cu and
+// NOTES.md say what changed; FLASH_BWD_DEFAULT_VERSION is the default); parts of the two-pass tensor-core backward that run, 3 (both kernels, the default),
 // 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel only): for per-kernel
 // timings, the results are then incomplete. Bad values die.
 #define FLASH_BWD_DEFAULT_VERSION 2

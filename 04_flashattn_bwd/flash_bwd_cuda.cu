@@ -12,7 +12,7 @@
 static int g_version = FLASH_BWD_DEFAULT_VERSION, g_parts = 3;  // see flash_bwd_set_version / _parts
 
 extern "C" void flash_bwd_set_version(int version) {
-    if (version < 1 || version > 4) DIE("flash_bwd_set_version: %d is not 1, 2, 3 or 4", version);
+    if (version < 1 || version > 5) DIE("flash_bwd_set_version: %d is not 1 to 5", version);
     g_version = version;
 }
 extern "C" void flash_bwd_set_parts(int parts) {

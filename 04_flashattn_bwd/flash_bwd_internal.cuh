@@ -74,9 +74,27 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// ---------------------------------------------------------------- tensor-core kernels' helpers
+constexpr int kMmaWarps = 4, kMmaThreads = kMmaWarps * 32;  // every tensor-core block: 4 warps
+
+// rows [r0, r0 + ROWS) of a [N, D] bf16 view (row stride rs) into smem (ROWS, D + 8) with
+// 16-byte cp.async; rows at or past N are zero-filled.
+template <int D, int ROWS>
+__device__ __forceinline__ void load_rows_async(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t rs,
+                                                int r0, int N) {
+    constexpr int CH = D / 8, LD = D + 8;  // 16-byte chunks per row
+    for (int x = threadIdx.x; x < ROWS * CH; x += kMmaThreads) {
+        const int r = x / CH, c = x % CH;
+        const bool valid = r0 + r < N;
+        cp_async16(dst + r * LD + c * 8, valid ? src + (int64_t)(r0 + r) * rs + c * 8 : src, valid);
+    }
+}
+
 // Launchers (flash_bwd_simt.cu, flash_bwd_mma.cu), called by flash_bwd_cuda.cu.
 void bwd_launch_prepass(const BwdParams& p, dtype_t dt, cudaStream_t s);
 void bwd_launch_simt(const BwdParams& p, dtype_t dt, bool atomic_dq, cudaStream_t s);
 // version: 1 or 2 (NOTES.md); parts: 3 both kernels, 1 only dK/dV, 2 only dQ.
 void bwd_launch_mma(const BwdParams& p, bool atomic_dq, int version, int parts, cudaStream_t s);
 void bwd_launch_dq_convert(const BwdParams& p, dtype_t dt, cudaStream_t s);
+// Version 5's dK/dV kernel (flash_bwd_dkdv_mt2.cu): two m-tiles per warp, d in {16, 32, 64}.
+void bwd_launch_dkdv_mt2(const BwdParams& p, cudaStream_t s);

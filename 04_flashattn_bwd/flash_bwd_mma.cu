@@ -17,19 +17,7 @@
 namespace {
 
 typedef __nv_bfloat16 bf16;
-constexpr int kWarps = 4, kThreads = kWarps * 32;
-
-// rows [r0, r0 + ROWS) of a [N, D] bf16 view (row stride rs) into smem (ROWS, D + 8) with
-// 16-byte cp.async; rows at or past N are zero-filled.
-template <int D, int ROWS>
-__device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int64_t rs, int r0, int N) {
-    constexpr int CH = D / 8, LD = D + 8;  // 16-byte chunks per row
-    for (int x = threadIdx.x; x < ROWS * CH; x += kThreads) {
-        const int r = x / CH, c = x % CH;
-        const bool valid = r0 + r < N;
-        cp_async16(dst + r * LD + c * 8, valid ? src + (int64_t)(r0 + r) * rs + c * 8 : src, valid);
-    }
-}
+constexpr int kWarps = kMmaWarps, kThreads = kMmaThreads;
 
 // How the single-pass variant adds its dQ share (DQM): 0 it does not (two-pass), 1 scalar
 // atomicAdd per element, 2 float2 atomicAdd (sm_90's vector atomics: half the operations),
@@ -476,6 +464,7 @@ void launch_dq(const BwdParams& p, cudaStream_t s) {
 //      single pass: float2 atomicAdd.
 //   3  as 2, but dK/dV without the register cache.
 //   4  as 2, but the single pass adds dQ tiles with the bulk-copy engine (cp.reduce.async.bulk).
+//   5  as 3, but dK/dV with two m-tiles (32 keys) per warp (flash_bwd_dkdv_mt2.cu).
 // At d = 128 the registers are not there for the cache or the second m-tile: every version runs
 // version 1's two-pass kernels there (the single pass still changes with the version).
 // parts: 3 both kernels, 1 only dK/dV, 2 only dQ (the benchmark's per-kernel times).
@@ -496,7 +485,10 @@ void launch_all(const BwdParams& p, bool atomic_dq, int version, int parts, cuda
         else launch_dkdv_v<D, BQ, DQM_ATOMIC2>(p, cache, s);
         return;
     }
-    if (parts & 1) launch_dkdv_v<D, BQ, DQM_NONE>(p, cache, s);
+    if (parts & 1) {
+        if (version == 5 && D <= 64) bwd_launch_dkdv_mt2(p, s);
+        else launch_dkdv_v<D, BQ, DQM_NONE>(p, cache, s);
+    }
     if (parts & 2) {
         if constexpr (D <= 64) {
             if (mt2) { launch_dq<D, 2, 32>(p, s); return; }

@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
 # The device runs of stage 04 (made through the `run` tool, kind nvidia-h100-x1):
 #   04_flashattn_bwd/gpu_run.sh check   build, tests, compute-sanitizer, leaderboard point vs SDPA
-#   04_flashattn_bwd/gpu_run.sh bench   build, leaderboard point, the bench-04 sweep and table
+#   04_flashattn_bwd/gpu_run.sh final   build, tests (every kernel version), compute-sanitizer on the
+#                                       newer kernels, leaderboard with every version, then the
+#                                       bench-04 sweep with the fastest version that passed its tests
 # Logs and CSVs go to $OUT (the run tool's output folder), else results/.
 set -uo pipefail
 OUT=${OUT:-results}
 mkdir -p "$OUT" results
 export BUILD=build
 B=build/04_flashattn_bwd
-log() { echo "=== $(date -u +%T) $*"; }
+T0=$(date +%s)
+log() { echo "=== $(date -u +%T) (+$(( $(date +%s) - T0 ))s) $*"; }
 
 log "nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
 log "build"
 timeout 170 make -j16 CRITERION_HOME=$PWD/.criterion build-04 > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; }
 
-leaderboard() {
-  log "leaderboard point: ours"
-  timeout 60 $B/bench --mode leaderboard --lb-reps "${LB_REPS:-50}" --csv "$OUT/04_leaderboard.csv"
-  log "leaderboard point: PyTorch"
-  timeout 90 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
-    --reps "${LB_REPS:-50}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv"
+sanitize() {  # $1 tool, $2 impl, $3 version, rest: shape flags
+  local tool=$1 impl=$2 ver=$3; shift 3
+  timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 9 $B/flash_bwd --device cuda --B 1 --H 2 "$@" \
+    --impl "$impl" --version "$ver" --check --out "" > "$OUT/san.log" 2>&1; local rc=$?
+  echo "$tool $impl v$ver [$*]: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check vs' "$OUT/san.log" | tr '\n' ' ')"
 }
 
 case "${1:-check}" in
@@ -30,19 +32,43 @@ check)
   for args in "--Nq 150 --Nk 67 --d 64 --causal --dtype bf16" "--Nq 70 --Nk 130 --d 128 --dtype bf16 --causal" \
               "--Nq 33 --Nk 90 --d 16 --dtype bf16" "--Nq 100 --Nk 65 --d 32 --dtype f32 --causal"; do
     for impl in flash atomic; do
-      for tool in memcheck racecheck; do
-        timeout 40 compute-sanitizer --tool $tool --error-exitcode 9 $B/flash_bwd --device cuda --B 1 --H 2 $args \
-          --impl $impl --check --out "" > "$OUT/san.log" 2>&1; rc=$?
-        echo "$tool $impl [$args]: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check vs' "$OUT/san.log" | tr '\n' ' ')"
-      done
+      for tool in memcheck racecheck; do sanitize $tool $impl 1 $args; done
     done
   done
-  leaderboard
+  log "leaderboard point"
+  timeout 60 $B/bench --mode leaderboard --lb-reps 50 --version 1 --csv "$OUT/04_leaderboard.csv"
+  timeout 90 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
+    --reps 50 --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv"
   ;;
-bench)
-  leaderboard
-  log "bench-04"
-  timeout "${BENCH_TIMEOUT:-400}" 04_flashattn_bwd/bench.sh
+final)
+  log "tests"
+  timeout 100 $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1
+  grep -E "FAIL|Synthesis" "$OUT/tests.log" | head -30
+  ok=""
+  for v in 1 2 3 4 5; do grep -qE "FAIL\].*version$v" "$OUT/tests.log" || ok="$ok $v"; done
+  log "versions whose tests passed:$ok"
+  log "compute-sanitizer (the kernels new since the first run)"
+  sanitize memcheck atomic 4 --Nq 150 --Nk 67 --d 64 --causal --dtype bf16
+  sanitize racecheck atomic 4 --Nq 150 --Nk 67 --d 64 --causal --dtype bf16
+  sanitize memcheck flash 5 --Nq 150 --Nk 267 --d 64 --causal --dtype bf16
+  sanitize racecheck flash 5 --Nq 150 --Nk 267 --d 64 --causal --dtype bf16
+  sanitize memcheck flash 2 --Nq 211 --Nk 67 --d 32 --dtype bf16
+  sanitize racecheck flash 2 --Nq 211 --Nk 67 --d 32 --dtype bf16
+  log "leaderboard (every version)"
+  timeout 60 $B/bench --mode leaderboard --lb-reps "${LB_REPS:-40}" --csv results/04_leaderboard.csv
+  best=$(python3 - "$ok" <<'PY'
+import csv, sys
+ok = set(sys.argv[1].split())
+rows = [r for r in csv.DictReader(open("results/04_leaderboard_versions.csv")) if r["version"] in ok]
+print(min(rows, key=lambda r: float(r["fwd+bwd ms"]))["version"] if rows else 1)
+PY
+)
+  log "fastest version that passed: $best"
+  timeout 60 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
+    --reps "${LB_REPS:-40}" --budget-ms 100000 --csv results/04_leaderboard_torch.csv
+  log "bench-04 sweep (version $best)"
+  SKIP_LB=1 VERSION=$best BENCH_ARGS="--reps 10 --warmup 2 --budget-ms 250" \
+    TORCH_ARGS="--reps 10 --warmup 2 --budget-ms 250" timeout "${BENCH_TIMEOUT:-120}" 04_flashattn_bwd/bench.sh
   cp results/04_* "$OUT/" 2>/dev/null
   ;;
 esac

@@ -209,9 +209,10 @@ Test(bwd_cuda, sweep_bf16_atomic_version2, .timeout = 300) { flash_bwd_set_versi
 Test(bwd_cuda, sweep_bf16_two_pass_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_atomic_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_atomic_version4, .timeout = 300) { flash_bwd_set_version(4); sweep(DT_BF16, 1); }
+Test(bwd_cuda, sweep_bf16_two_pass_version5, .timeout = 300) { flash_bwd_set_version(5); sweep(DT_BF16, 0); }
 Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
     SKIP_WITHOUT_GPU();
-    for (int ver = 1; ver <= 4; ver++) {
+    for (int ver = 1; ver <= 5; ver++) {
         flash_bwd_set_version(ver);
         bwd_case_t c = {1, 2, 700, 650, 64, 1, DT_BF16, 0, 0};
         check_case(c, 700 + (uint64_t)ver);
