@@ -196,6 +196,7 @@ static void sweep(cublasHandle_t h, int B, int H, const int64_t* Ns, int nN, con
                 else table_cell(t, "%s", dt == DT_BF16 ? "n/a" : (N > naive_max_N ? "skipped" : "OOM"));
                 fprintf(stderr, "  %s d %d N %d: fwd %.4f bwd %.4f atomic %.4f fwd+bwd %.4f naive %.4f ms\n",
                         dtype_name(dt), d, N, fwd, bwd, bwda, fb, nv);
+                table_write_csv(t, csv);  // after every point: a run cut short keeps what it measured
                 free_ctx(&c);
             }
     }

@@ -52,6 +52,16 @@ def time_ms(fn, reps, warmup, budget_ms):
     return statistics.median(times)
 
 
+def write_csv(path, rows):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["dtype", "d", "N", "impl", "fwd_ms", "fwdbwd_ms"])
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
 def naive_attention(q, k, v, causal):
     scale = 1.0 / math.sqrt(q.shape[-1])
     s = (q @ k.transpose(-1, -2)) * scale
@@ -122,17 +132,12 @@ def main():
                         q.grad = k.grad = v.grad = None
                         torch.cuda.empty_cache()
                     rows.append([dts, d, n, impl] + res)
+                    write_csv(a.csv, rows)  # after every point: a run cut short keeps what it measured
                     if res[0] != "skipped":
                         print(f"| {dts} | {d} | {n} | {impl} | {res[0]} | {res[1]} |", flush=True)
                 del q, k, v
                 torch.cuda.empty_cache()
-    os.makedirs(os.path.dirname(a.csv) or ".", exist_ok=True)
-    tmp = a.csv + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["dtype", "d", "N", "impl", "fwd_ms", "fwdbwd_ms"])
-        w.writerows(rows)
-    os.replace(tmp, a.csv)
+    write_csv(a.csv, rows)
 
 
 if __name__ == "__main__":
