@@ -6,8 +6,14 @@
 #                                       bench-04 sweep with the fastest version that passed its tests
 # Logs and CSVs go to $OUT (the run tool's output folder), else results/.
 set -uo pipefail
-OUT=${OUT:-results}
-mkdir -p "$OUT" results
+# The run tool returns at most a few files from $OUT: everything but log.txt (the caller's tee)
+# goes to a scratch folder and leaves as ONE archive, $OUT/fa4_out.tgz (the second device run
+# lost its test log and version table by writing 21 files there).
+FINAL_OUT=${OUT:-results}
+OUT=$(mktemp -d /tmp/fa4_out.XXXXXX)
+mkdir -p "$FINAL_OUT" results
+pack() { cp results/04_* "$OUT/" 2>/dev/null; tar czf "$FINAL_OUT/fa4_out.tgz" -C "$OUT" . ; }
+trap pack EXIT
 export BUILD=build
 B=build/04_flashattn_bwd
 T0=$(date +%s)
@@ -21,7 +27,8 @@ sanitize() {  # $1 tool, $2 impl, $3 version, rest: shape flags
   local tool=$1 impl=$2 ver=$3; shift 3
   timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 9 $B/flash_bwd --device cuda --B 1 --H 2 "$@" \
     --impl "$impl" --version "$ver" --check --out "" > "$OUT/san.log" 2>&1; local rc=$?
-  echo "$tool $impl v$ver [$*]: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check vs' "$OUT/san.log" | tr '\n' ' ')"
+  echo "$tool $impl v$ver [$*]: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check vs' "$OUT/san.log" | tr '\n' ' ')" \
+    | tee -a "$OUT/sanitizer_summary.txt"
 }
 
 case "${1:-check}" in
@@ -64,12 +71,18 @@ PY
   log "fastest version that passed: $best"
   timeout 60 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
     --reps "${LB_REPS:-40}" --budget-ms 100000 --csv results/04_leaderboard_torch.csv
-  cp results/04_* "$OUT/" 2>/dev/null
+  pack
   left=$(( ${DEADLINE_S:-228} - ($(date +%s) - T0) ))
   log "bench-04 sweep (version $best), ${left}s left"
   SKIP_LB=1 VERSION=$best BENCH_ARGS="--reps 10 --warmup 2 --budget-ms 250" \
     TORCH_ARGS="--reps 10 --warmup 2 --budget-ms 250" timeout "$left" 04_flashattn_bwd/bench.sh
   cp results/04_* "$OUT/" 2>/dev/null
+  # The short summary last, so that it is inside the run tool's output tail.
+  log "summary"
+  grep -E "FAIL|Synthesis" "$OUT/tests.log" | head -20
+  cat "$OUT/sanitizer_summary.txt"
+  echo "versions that passed:$ok; fastest: $best"
+  cat results/04_leaderboard.csv results/04_leaderboard_versions.csv results/04_leaderboard_torch.csv 2>/dev/null
   ;;
 esac
 log "done"
