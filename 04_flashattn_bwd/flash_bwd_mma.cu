@@ -5,12 +5,13 @@
 //          It computes the transposed tile S^T = K_j Q_i^T so that P^T and dS^T come out of the
 //          mma already in the register layout of the next mma's A operand (dV += P^T dO_i,
 //          dK += dS^T Q_i): no trip through shared memory.
-//          ATOMIC_DQ (Algorithm 2's single pass): dS^T also goes to shared memory, and the block
-//          adds dQ_i += dS K_j into an fp32 accumulator with atomicAdd.
+//          With DQM != DQM_NONE (Algorithm 2's single pass) dS^T also goes to shared memory, and
+//          the block adds dQ_i += dS K_j into an fp32 accumulator (atomics or a bulk reduce).
 //   dQ:    block (bh, i) keeps Q_i, dO_i and dQ_i, walks key tiles j (causal: up to the
 //          diagonal), recomputing P, and writes dQ_i once.
-// Each of the 4 warps owns 16 rows of the block's tile. Shared-memory rows are padded by 8
-// elements (16 bytes) so the 8 row addresses of one ldmatrix fall in 8 different bank groups.
+// Each of the 4 warps owns 16 rows (MT m-tiles of 16 in the dQ kernel) of the block's tile.
+// Shared-memory rows are padded by 8 elements (16 bytes) so the 8 row addresses of one
+// ldmatrix fall in 8 different bank groups. The kernel versions are listed above launch_all.
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
 
