@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # make bench-04: stage 04's benchmark, ours and PyTorch's in the same run on the same GPU.
 #   1. the leaderboard point (batch 1, 16 heads, N 16384, d 64, bf16, causal, fwd+bwd), ours
-#      (every kernel version too) then PyTorch SDPA (flash, cuDNN);
+#      then PyTorch SDPA (flash, cuDNN);
 #   2. the sweep: batch 1, 16 heads, causal, N 128..65536, d 16..128, bf16 (fp32 up to N 8192);
 #   3. the side-by-side table and the plot (compare.py).
 # Env: BUILD (build dir); N_LIST, D_LIST (shorter sweeps); VERSION (kernel version, 0 = default);
 # LB_REPS (leaderboard reps, 100); BENCH_ARGS / TORCH_ARGS (extra flags for the two sweeps);
-# SKIP_LB=1 skips step 1.
+# SKIP_LB=1 skips step 1; VERSIONS=1 also times every kernel version at the leaderboard point.
 set -euo pipefail
 BUILD=${BUILD:-build}
 N_LIST=${N_LIST:-128,256,512,1024,2048,4096,8192,16384,32768,65536}
@@ -17,7 +17,8 @@ have_torch() { python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_availa
 echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 if [ "${SKIP_LB:-0}" != 1 ]; then
   echo "## leaderboard"
-  "$BUILD/04_flashattn_bwd/bench" --mode leaderboard --lb-reps "${LB_REPS:-100}" --version "$VERSION"
+  "$BUILD/04_flashattn_bwd/bench" --mode leaderboard --lb-reps "${LB_REPS:-100}" --version "$VERSION" \
+    $([ "${VERSIONS:-0}" = 1 ] && echo --versions)
   if have_torch; then
     python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
       --reps "${LB_REPS:-100}" --budget-ms 100000 --csv results/04_leaderboard_torch.csv

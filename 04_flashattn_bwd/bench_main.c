@@ -3,7 +3,8 @@
 //   --mode sweep        batch B, H heads, causal, dtype x d x N: our forward (stage 03), our
 //                       backward (two-pass and single-pass atomic), forward+backward, and our
 //                       cuBLAS naive attention's forward+backward (fp32 only: its backward is fp32).
-//   --mode leaderboard  batch 1, 16 heads, N 16384, d 64, bf16, causal: forward+backward, many reps.
+//   --mode leaderboard  batch 1, 16 heads, N 16384, d 64, bf16, causal: forward+backward, many reps
+//                       (--versions: every kernel version too, whole backward and per kernel).
 // FLOPs (README): one causal N x N x d product per head is N^2 d (2 N^2 d / 2); the forward
 // does 2 of them, the two-pass backward 7 (S and dP twice), the single-pass backward 5.
 // TFLOP/s below count the algorithmic minimum (forward 2, backward 5) so the variants compare.
@@ -204,7 +205,7 @@ static void sweep(cublasHandle_t h, int B, int H, const int64_t* Ns, int nN, con
     table_free(t);
 }
 
-static void leaderboard(cublasHandle_t h, int reps, int version0, const char* csv) {
+static void leaderboard(cublasHandle_t h, int reps, int version0, int versions, const char* csv) {
     const int B = 1, H = 16, N = 16384, d = 64;
     ctx_t c = {0};
     c.h = h;
@@ -230,6 +231,10 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, const char* cs
     write_table(t, csv);
     table_free(t);
 
+    if (!versions) {
+        free_ctx(&c);
+        return;
+    }
     // Every version of the tensor-core kernels, whole backward and per kernel (NOTES.md).
     const char* vh[] = {"version", "bwd two-pass ms", "dK/dV kernel ms", "dQ kernel ms", "bwd atomic ms",
                         "fwd+bwd ms"};
@@ -262,7 +267,7 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, const char* cs
 
 int main(int argc, char** argv) {
     const char *mode = NULL, *Ns_s = NULL, *ds_s = NULL, *dtypes = NULL, *csv = NULL;
-    int B = 0, H = 0, causal = 0, f32_max_N = 0, naive_max_N = 0, lb_reps = 0, version = 0;
+    int B = 0, H = 0, causal = 0, f32_max_N = 0, naive_max_N = 0, lb_reps = 0, version = 0, versions = 0;
     cli_opt_t opts[] = {
         {"mode", CLI_CHOICE, &mode, "sweep", "what to time", "sweep|leaderboard"},
         {"N", CLI_STR, &Ns_s, "128,256,512,1024,2048,4096,8192,16384,32768,65536", "sequence lengths (comma list)",
@@ -279,6 +284,7 @@ int main(int argc, char** argv) {
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "1000", "cap on the timed ms per measurement (>= 3 runs)", NULL},
         {"lb-reps", CLI_INT, &lb_reps, "100", "leaderboard: timed runs (median)", NULL},
         {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..5 (NOTES.md); 0: the default", NULL},
+        {"versions", CLI_FLAG, &versions, "0", "leaderboard: also time every kernel version, per kernel", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/04_<mode>.csv", NULL},
     };
     cli_parse(argc, argv, "Stage 04 benchmarks: flash backward sweep and the leaderboard point.", opts,
@@ -308,7 +314,7 @@ int main(int argc, char** argv) {
     if (gpu_info(0, &gi) == 0) printf("# GPU: %s\n", gi.name);
     cublasHandle_t h;
     CUBLAS_CHECK(cublasCreate(&h));
-    if (strcmp(mode, "leaderboard") == 0) leaderboard(h, lb_reps, version, csv);
+    if (strcmp(mode, "leaderboard") == 0) leaderboard(h, lb_reps, version, versions, csv);
     else sweep(h, B, H, Ns, nN, ds, nd, dtypes, causal, f32_max_N, naive_max_N, csv);
     CUBLAS_CHECK(cublasDestroy(h));
     return 0;
