@@ -5,7 +5,7 @@
 # packed into $OUT/results.tgz and the summary copied to $OUT/summary.txt (few files travel back). Needs CRITERION_HOME where Criterion is not
 # installed:   CRITERION_HOME=$PWD/.criterion scripts/gpu_check.sh
 #   BENCHES="02 03 04 01"   benchmarks to run (default: none)
-#   SANITIZE="02 03 04"     stages whose test binary runs under memcheck and racecheck
+#   SANITIZE=0              skip scripts/gpu_sanitize.sh (memcheck + racecheck of every kernel)
 set -u
 cd "$(dirname "$0")/.."
 DEST=${OUT:-}
@@ -19,15 +19,11 @@ make -j"$(nproc)" all > "$OUT/build.log" 2>&1 || { log "BUILD FAILED"; tail -40 
 log "make test"
 SETUP_SKIP=1 make tests-only 2>&1 | grep -v '^gcc\|^nvcc\|^ar ' | tee "$OUT/test.log" | tail -n 60
 log "tests: $(tail -n 1 "$OUT/test.log")"
-for s in ${SANITIZE:-}; do
-  bin=$(ls build/${s}_*/test_$s 2>/dev/null | head -1)
-  [ -x "$bin" ] || continue
-  for tool in memcheck racecheck; do
-    log "compute-sanitizer $tool $bin"
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --jobs 1 > "$OUT/sanitize_${s}_$tool.log" 2>&1
-    log "  exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize_${s}_$tool.log") clean summaries, $(grep -E 'ERROR SUMMARY: [1-9]' "$OUT/sanitize_${s}_$tool.log" | head -1))"
-  done
-done
+if [ "${SANITIZE:-1}" = 1 ]; then
+  log "compute-sanitizer"
+  BUILD=build scripts/gpu_sanitize.sh > "$OUT/sanitize.log" 2>&1
+  log "  $(tail -n 1 "$OUT/sanitize.log")"
+fi
 log "tour"
 SETUP_SKIP=1 BUILD=build scripts/tour.sh > "$OUT/tour.log" 2>&1; log "  tour exit $?"
 for b in ${BENCHES:-}; do

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck and racecheck) over every stage's kernels, each on a small ragged
+# case through its command-line program (whole test binaries under the sanitizer take too long
+# for a lease). Prints one line per run; exit status 1 if any run reported an error.
+#   BUILD=build scripts/gpu_sanitize.sh
+set -u
+cd "$(dirname "$0")/.."
+B=${BUILD:-build}
+bad=0
+run() {  # $1 tool, rest: command
+  local tool=$1; shift
+  local log; log=$(mktemp)
+  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" > "$log" 2>&1
+  local rc=$?
+  local summary; summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+  echo "$tool rc=$rc ${summary:-no summary} :: ${*#$B/}"
+  if [ $rc -ne 0 ]; then bad=1; grep -m 20 -E '=====' "$log"; fi
+  rm -f "$log"
+}
+cases=(
+  "$B/02_weighted_sum/weighted_sum --device cuda --rows 1001 --d 37 --dtype f32 --check"
+  "$B/02_weighted_sum/weighted_sum --device cuda --rows 517 --d 1030 --dtype bf16 --check"
+  "$B/02_weighted_sum/weighted_sum --device cuda --rows 300 --d 64 --grad-w atomic --check"
+  "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 130 --Nk 77 --d 64 --causal --dtype bf16 --out ''"
+  "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 70 --Nk 200 --d 128 --dtype bf16 --out ''"
+  "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 33 --Nk 33 --d 16 --causal --dtype f32 --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 150 --Nk 67 --d 64 --causal --dtype bf16 --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 70 --Nk 130 --d 128 --dtype bf16 --impl atomic --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 100 --Nk 65 --d 32 --causal --dtype f32 --check --out ''"
+)
+for c in "${cases[@]}"; do
+  for tool in memcheck racecheck; do eval run $tool "$c"; done
+done
+# the model: memcheck only (racecheck adds nothing for cuBLAS-heavy code and is slow)
+for p in fp32 bf16; do
+  run memcheck "$B/01_benchmarking/benchmark" --model tiny --context 33 --batch 2 --mode train \
+    --precision $p --warmup 0 --steps 2 --out /tmp/gpu_sanitize
+done
+echo "sanitizer: $([ $bad = 0 ] && echo clean || echo ERRORS)"
+exit $bad
