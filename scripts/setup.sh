@@ -32,8 +32,18 @@ sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   if have_cmd sudo; then sudo="sudo"; else echo "setup: not root and no sudo: cannot install ${pkgs[*]}"; fi
 fi
+# Is a package mirror reachable at all? (The GPU machine has no network: don't wait for apt.)
+mirror_reachable() {
+  local host
+  host=$(grep -rhoE '^(deb|URIs:)[^#]*https?://[^/ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null |
+         grep -oE 'https?://[^/ ]+' | head -n 1 | sed -E 's#https?://##')
+  [ -z "$host" ] && return 0   # unknown: let apt try
+  timeout 5 getent hosts "$host" >/dev/null 2>&1
+}
 installed=0
-if have_cmd apt-get && { [ -z "$sudo" ] && [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; }; then
+if have_cmd apt-get && ! mirror_reachable; then
+  echo "setup: no package mirror reachable (no network): nothing installed"
+elif have_cmd apt-get && { [ -z "$sudo" ] && [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; }; then
   export DEBIAN_FRONTEND=noninteractive
   # a machine without network fails the update quickly; the time-out bounds a slow mirror
   if timeout 300 $sudo apt-get update -qq >/dev/null 2>&1 &&
