@@ -24,6 +24,8 @@ static int strides_ok(const int64_t s[3], int64_t mult) {
     return 1;
 }
 
+// Shapes, dtype and strides only: the model asks before its buffers exist (pointers NULL).
+// Pointers and their alignment are checked by flash_fwd_check_call() when a call is about to run.
 int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen) {
     if (!a) return reject(err, errlen, "flash forward: no arguments");
     if (a->d != 16 && a->d != 32 && a->d != 64 && a->d != 128)
@@ -34,8 +36,6 @@ int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen) {
     if (a->B < 1 || a->H < 1 || a->Nq < 1 || a->Nk < 1)
         return reject(err, errlen, "flash forward: sizes must be >= 1 (B %d, H %d, Nq %d, Nk %d)", a->B, a->H,
                       a->Nq, a->Nk);
-    if (!a->q || !a->k || !a->v || !a->o || !a->lse)
-        return reject(err, errlen, "flash forward: q, k, v, o and lse must all be device pointers (one is NULL)");
     if (!(a->scale > 0.0f) || !isfinite(a->scale))
         return reject(err, errlen, "flash forward: scale must be positive and finite (got %g)", (double)a->scale);
     const int bq = a->dtype == DT_BF16 ? flash_fwd_bf16_block_rows(a->d) : flash_fwd_f32_block_rows(a->d);
@@ -48,8 +48,6 @@ int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen) {
             return reject(err, errlen,
                           "flash forward: bf16 strides must be non-negative multiples of 8 elements for q, k, v "
                           "and of 2 for o");
-        if (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) % 16 != 0 || (uintptr_t)a->o % 4 != 0)
-            return reject(err, errlen, "flash forward: bf16 q, k, v must be 16-byte aligned and o 4-byte aligned");
     } else {
         if (!strides_ok(a->sq, 1) || !strides_ok(a->sk, 1) || !strides_ok(a->sv, 1) || !strides_ok(a->so, 1))
             return reject(err, errlen, "flash forward: strides must be non-negative");
@@ -57,9 +55,20 @@ int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen) {
     return 0;
 }
 
+int flash_fwd_check_call(const attn_args_t* a, char* err, size_t errlen) {
+    if (flash_fwd_supports(a, err, errlen) != 0) return -1;
+    if (!a->q || !a->k || !a->v || !a->o || !a->lse)
+        return reject(err, errlen, "flash forward: q, k, v, o and lse must all be device pointers (one is NULL)");
+    // cp.async moves 16-byte chunks; o is written two bf16 at a time
+    if (a->dtype == DT_BF16 &&
+        (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) % 16 != 0 || (uintptr_t)a->o % 4 != 0))
+        return reject(err, errlen, "flash forward: bf16 q, k, v must be 16-byte aligned and o 4-byte aligned");
+    return 0;
+}
+
 void flash_forward_cuda(const attn_args_t* a, cudaStream_t stream) {
     char err[256];
-    if (flash_fwd_supports(a, err, sizeof err) != 0) fail("%s", err);
+    if (flash_fwd_check_call(a, err, sizeof err) != 0) fail("%s", err);
     if (a->dtype == DT_BF16)
         flash_fwd_bf16_launch(a, stream);
     else

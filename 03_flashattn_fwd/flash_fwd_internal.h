@@ -1,5 +1,5 @@
 // Internal to stage 03: the two kernel launchers behind flash_forward_cuda (flash_fwd_api.c).
-// Both assume flash_fwd_supports() accepted the arguments.
+// Both assume flash_fwd_check_call() accepted the arguments.
 #pragma once
 #include <cuda_runtime_api.h>
 #include "common/attention.h"
@@ -7,6 +7,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// flash_fwd_supports() plus what only a call can check: non-NULL pointers and bf16 alignment.
+// 0, or -1 with a reason.
+int flash_fwd_check_call(const attn_args_t* a, char* err, size_t errlen);
 
 // Query-tile rows of each path (the grid has ceil(Nq / Bq) * B * H blocks).
 int flash_fwd_bf16_block_rows(int d);

@@ -17,10 +17,27 @@ static attn_args_t valid_args(void) {
     return a;
 }
 
+// Every case supports() refuses, the check before a call refuses too; pointer problems only
+// the latter sees (supports() is asked before buffers exist).
+static void expect_reject_call(const attn_args_t* a, const char* needle) {
+    char err[256] = "";
+    cr_assert_eq(flash_fwd_check_call(a, err, sizeof err), -1, "accepted an invalid call (wanted: %s)", needle);
+    cr_assert(strstr(err, needle), "reason '%s' does not mention '%s'", err, needle);
+}
+
 static void expect_reject(const attn_args_t* a, const char* needle) {
     char err[256] = "";
     cr_assert_eq(flash_fwd_supports(a, err, sizeof err), -1, "accepted an invalid case (wanted: %s)", needle);
     cr_assert(strstr(err, needle), "reason '%s' does not mention '%s'", err, needle);
+    expect_reject_call(a, needle);
+}
+
+Test(api, supports_needs_no_pointers) {
+    attn_args_t a = valid_args();
+    a.q = a.k = a.v = a.o = NULL;
+    a.lse = NULL;
+    char err[256] = "";
+    cr_assert_eq(flash_fwd_supports(&a, err, sizeof err), 0, "%s", err);
 }
 
 Test(api, accepts_valid) {
@@ -59,9 +76,9 @@ Test(api, rejects_sizes_pointers_scale) {
     a = valid_args(), a.B = -1;
     expect_reject(&a, "sizes");
     a = valid_args(), a.v = NULL;
-    expect_reject(&a, "NULL");
+    expect_reject_call(&a, "NULL");
     a = valid_args(), a.lse = NULL;
-    expect_reject(&a, "NULL");
+    expect_reject_call(&a, "NULL");
     a = valid_args(), a.scale = 0.0f;
     expect_reject(&a, "scale");
 }
@@ -71,7 +88,7 @@ Test(api, rejects_misaligned_bf16) {
     a.sk[2] = 68;  // rows not 16-byte aligned
     expect_reject(&a, "multiples of 8");
     a = valid_args(), a.q = (void*)0x10002;
-    expect_reject(&a, "aligned");
+    expect_reject_call(&a, "aligned");
     a = valid_args(), a.sq[0] = -64;
     expect_reject(&a, "non-negative");
     a = valid_args(), a.dtype = DT_F32, a.sk[2] = 65;  // fp32 takes any row stride

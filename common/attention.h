@@ -40,7 +40,8 @@ typedef struct {
 
 typedef struct {
     const char* name;
-    // Returns 0, or -1 with a reason in err (unsupported head dim, dtype, ...).
+    // Returns 0, or -1 with a reason in err (unsupported head dim, dtype, strides, ...).
+    // Called before any buffer exists: it looks at shapes, dtype and strides, never pointers.
     int (*supports)(const attn_args_t* a, char* err, size_t errlen);
     void (*forward)(const attn_args_t* a, cudaStream_t stream);
     void (*backward)(const attn_args_t* a, cudaStream_t stream);  // NULL: forward-only

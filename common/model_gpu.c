@@ -101,8 +101,8 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
         return NULL;
     }
     if (attn) {
-        attn_args_t a = {.B = B, .H = m->NH, .Nq = T, .Nk = T, .d = m->HS, .dtype = m->adt,
-                         .causal = 1, .scale = 1.0f / sqrtf((float)m->HS)};
+        attn_args_t a;
+        mg_attention_shape_args(m, &a);  // pointers NULL: the buffers do not exist yet
         char why[256] = "";
         if (attn->supports && attn->supports(&a, why, sizeof why) != 0) {
             errf(err, errlen, "attention '%s' does not support this model: %s", attn->name, why);

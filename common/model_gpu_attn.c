@@ -14,7 +14,8 @@
 #include "common/model_kernels.h"
 #include "common/nvtx.h"
 
-static void plugin_args(const model_gpu_t* m, int l, attn_args_t* a) {
+// Shapes, dtype and strides of the plug-in's views (no pointers): what supports() is asked.
+void mg_attention_shape_args(const model_gpu_t* m, attn_args_t* a) {
     const int64_t C = m->C;
     *a = (attn_args_t){0};
     a->B = m->B;
@@ -24,10 +25,6 @@ static void plugin_args(const model_gpu_t* m, int l, attn_args_t* a) {
     a->dtype = m->adt;
     a->causal = 1;
     a->scale = 1.0f / sqrtf((float)m->HS);
-    char* qkv = mg_slice(m->qkv, (size_t)m->N * 3 * C, m->asz, l);
-    a->q = qkv;
-    a->k = qkv + C * m->asz;
-    a->v = qkv + 2 * C * m->asz;
     const int64_t sqkv[3] = {(int64_t)m->T * 3 * C, m->HS, 3 * C};
     const int64_t so[3] = {(int64_t)m->T * C, m->HS, C};
     for (int i = 0; i < 3; i++) {
@@ -35,6 +32,15 @@ static void plugin_args(const model_gpu_t* m, int l, attn_args_t* a) {
         a->so[i] = a->sdo[i] = so[i];
         a->sdq[i] = a->sdk[i] = a->sdv[i] = sqkv[i];
     }
+}
+
+static void plugin_args(const model_gpu_t* m, int l, attn_args_t* a) {
+    const int64_t C = m->C;
+    mg_attention_shape_args(m, a);
+    char* qkv = mg_slice(m->qkv, (size_t)m->N * 3 * C, m->asz, l);
+    a->q = qkv;
+    a->k = qkv + C * m->asz;
+    a->v = qkv + 2 * C * m->asz;
     a->o = mg_slice(m->atty, (size_t)m->N * C, m->asz, l);
     a->lse = m->lse ? m->lse + (size_t)l * m->B * m->NH * m->T : NULL;
     if (m->dqkv) {

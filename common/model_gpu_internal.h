@@ -86,4 +86,6 @@ static inline void* mg_slice(void* base, size_t elems_per_layer, size_t elem_siz
 // saved P or lse); the backward reads datty and writes dqkv (before the inverse RoPE).
 void mg_attention_forward(model_gpu_t* m, int l);
 void mg_attention_backward(model_gpu_t* m, int l);
+// The plug-in's shapes, dtype and strides (pointers NULL), as asked of impl->supports().
+void mg_attention_shape_args(const model_gpu_t* m, attn_args_t* a);
 size_t mg_attention_ws_bytes(const model_gpu_t* m);
