@@ -1,0 +1,419 @@
+// The stage 01 benchmark: times the Transformer LM's forward, backward and optimizer step.
+// This file is the driver (benchmark_main(), benchmark.h); the programs are thin mains that
+// say which attention implementations exist: 01_benchmarking/benchmark_main.c (naive only),
+// 03_flashattn_fwd/benchmark_main.c (+ flash forward), 04_flashattn_bwd/benchmark_main.c
+// (+ flash forward and backward, so --attention flash trains).
+//
+//   build/01_benchmarking/benchmark --model small --context 512 --batch 4 --mode train
+//       --precision bf16 --warmup 5 --steps 10 [--nvtx] [--profile] [--memory]
+//
+// GPU timing: CUDA events recorded on the model's stream between the phases (forward |
+// backward | optimizer) and one synchronisation per step, so a phase's time is GPU time
+// between two points of the stream, not host launch time. --device cpu times the plain-C
+// reference (common/model_cpu.h) with the host clock; it is only quick for --model tiny.
+// Prints one Markdown row, appends it to <out>/<csv> (and rewrites the matching .json).
+// Out of memory (at creation or in a step) is a row with status "OOM" and exit status 0, so
+// that a sweep goes on; any other failure dies.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cuda_runtime_api.h>
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/fileio.h"
+#include "common/gpu.h"
+#include "common/memtrace.h"
+#include "common/model.h"
+#include "common/model_cpu.h"
+#include "common/model_gpu.h"
+#include "common/nvtx.h"
+#include "common/profiler.h"
+#include "common/rng.h"
+#include "common/stats.h"
+#include "common/table.h"
+#include "common/timer.h"
+#include "01_benchmarking/benchmark.h"
+
+enum { MODE_FWD = 0, MODE_FB = 1, MODE_TRAIN = 2 };
+enum { PH_FWD = 0, PH_BWD, PH_OPT, PH_STEP, PH_N };
+
+typedef struct {
+    const char *model, *mode_s, *precision, *attention, *device, *out, *csv;
+    int context, batch, warmup, steps, seed, nvtx, profile, memory;
+    int mode;
+    model_config_t cfg;
+    const attention_impl_t* attn;  // NULL: the model's naive attention
+    char tag[160];  // model_ctx_prec_mode[_attention], for file names
+} args_t;
+
+// Per-phase memory snapshots (--memory): taken during the first step, when the lazily
+// allocated buffers (gradients, backward scratch, AdamW moments) appear.
+typedef struct {
+    const char* label;
+    mem_stats_t st;
+} mem_snap_t;
+#define MAX_SNAPS 8
+static mem_snap_t g_snaps[MAX_SNAPS];
+static int g_nsnaps;
+static void snap(const args_t* a, const char* label) {
+    if (!a->memory || g_nsnaps >= MAX_SNAPS) return;
+    g_snaps[g_nsnaps].label = label;
+    g_snaps[g_nsnaps].st = mem_stats(strcmp(a->device, "cpu") == 0 ? DEV_CPU : DEV_CUDA);
+    g_nsnaps++;
+}
+static void phase(const args_t* a, int measuring, const char* name) {
+    if (a->profile && measuring) profiler_set_phase(name);
+    if (a->memory) memtrace_mark(name);
+}
+
+// ---------------------------------------------------------------- results
+static const char* HEADERS[] = {
+    "model", "context", "batch", "mode", "precision", "attention", "device", "warmup", "steps",
+    "status", "forward_ms", "forward_std", "backward_ms", "backward_std", "optimizer_ms",
+    "optimizer_std", "step_ms", "step_std", "tokens_per_s", "tflops", "peak_gib", "loss", "gpu"};
+#define NCOLS ((int)(sizeof HEADERS / sizeof HEADERS[0]))
+
+typedef struct {
+    int oom;
+    char reason[512];
+    stats_t ph[PH_N];
+    double peak_bytes;
+    float loss;
+    char gpu[256];
+} result_t;
+
+static void fill_row(table_t* t, const args_t* a, const result_t* r) {
+    table_row(t);
+    table_cell(t, "%s", a->model);
+    table_cell(t, "%d", a->context);
+    table_cell(t, "%d", a->batch);
+    table_cell(t, "%s", a->mode_s);
+    table_cell(t, "%s", a->precision);
+    table_cell(t, "%s", a->attention);
+    table_cell(t, "%s", a->device);
+    table_cell(t, "%d", a->warmup);
+    table_cell(t, "%d", a->steps);
+    table_cell(t, "%s", r->oom ? "OOM" : "ok");
+    for (int p = 0; p < PH_N; p++) {
+        const int used = p == PH_STEP || p == PH_FWD || (p == PH_BWD && a->mode >= MODE_FB) ||
+                         (p == PH_OPT && a->mode == MODE_TRAIN);
+        if (r->oom || !used) {
+            table_cell(t, "%s", "");
+            table_cell(t, "%s", "");
+        } else {
+            table_cell(t, "%.3f", r->ph[p].mean);
+            table_cell(t, "%.3f", r->ph[p].std);
+        }
+    }
+    if (r->oom) {
+        for (int i = 0; i < 4; i++) table_cell(t, "%s", "");
+    } else {
+        const double step_s = r->ph[PH_STEP].mean / 1e3;
+        const double flops = model_forward_flops(&a->cfg, a->batch, a->context) * (a->mode == MODE_FWD ? 1.0 : 3.0);
+        table_cell(t, "%.0f", (double)a->batch * a->context / step_s);
+        table_cell(t, "%.2f", flops / step_s / 1e12);
+        table_cell(t, "%.3f", r->peak_bytes / (1024.0 * 1024.0 * 1024.0));
+        table_cell(t, "%.4f", r->loss);
+    }
+    table_cell(t, "%s", r->gpu);
+}
+
+// Appends the row to <out>/<csv> (writing the header if the file is new, refusing a file
+// with another header), atomically; then writes the whole file's rows as JSON beside it.
+static void append_results(const args_t* a, const table_t* row) {
+    char path[1024], tmp[1100], json[1100];
+    snprintf(path, sizeof path, "%s/%s", a->out, a->csv);
+    if (mkdir_p(a->out) != 0) DIE("cannot create %s", a->out);
+    snprintf(tmp, sizeof tmp, "%s.row.%d", path, (int)getpid());
+    if (table_write_csv(row, tmp) != 0) DIE("cannot write %s", tmp);
+    // tmp holds "header\nrow\n".
+    FILE* f = fopen(tmp, "r");
+    char header[4096] = "", line[4096] = "";
+    if (!f || !fgets(header, sizeof header, f) || !fgets(line, sizeof line, f)) DIE("cannot read back %s", tmp);
+    fclose(f);
+    remove(tmp);
+    // The old content, if any.
+    char* old = NULL;
+    size_t old_len = 0;
+    FILE* g = fopen(path, "r");
+    if (g) {
+        fseek(g, 0, SEEK_END);
+        old_len = (size_t)ftell(g);
+        fseek(g, 0, SEEK_SET);
+        old = malloc(old_len + 1);
+        if (!old || fread(old, 1, old_len, g) != old_len) DIE("cannot read %s", path);
+        old[old_len] = 0;
+        fclose(g);
+        if (old_len && strncmp(old, header, strlen(header)) != 0)
+            fail("%s has other columns than this benchmark writes; use another --csv or remove it", path);
+    }
+    FILE* o = afile_open(path);
+    if (!o) DIE("cannot write %s", path);
+    if (old_len) fputs(old, o);
+    else fputs(header, o);
+    fputs(line, o);
+    if (afile_commit(o) != 0) DIE("cannot write %s", path);
+    // JSON of every row so far: parse the CSV back (cells never contain commas).
+    table_t* all = table_new("benchmark", NCOLS, HEADERS);
+    FILE* r = fopen(path, "r");
+    if (!r || !fgets(line, sizeof line, r)) DIE("cannot read %s", path);
+    while (fgets(line, sizeof line, r)) {
+        line[strcspn(line, "\r\n")] = 0;
+        table_row(all);
+        char* cell = line;
+        for (int c = 0; c < NCOLS; c++) {
+            char* comma = cell ? strchr(cell, ',') : NULL;
+            if (comma) *comma = 0;
+            table_cell(all, "%s", cell ? cell : "");
+            cell = comma ? comma + 1 : NULL;
+        }
+    }
+    fclose(r);
+    free(old);
+    snprintf(json, sizeof json, "%.*s.json", (int)(strlen(path) - (strstr(path, ".csv") ? 4 : 0)), path);
+    table_write_json(all, json);
+    table_free(all);
+}
+
+static void print_memory(const args_t* a) {
+    if (!a->memory || g_nsnaps == 0) return;
+    const char* hdr[] = {"point", "live", "peak", "params", "grads", "optim", "acts", "workspace", "other"};
+    table_t* t = table_new("memory by phase (bytes live now, peak since the previous point)", 9, hdr);
+    char b[32];
+    for (int i = 0; i < g_nsnaps; i++) {
+        const mem_stats_t* s = &g_snaps[i].st;
+        table_row(t);
+        table_cell(t, "%s", g_snaps[i].label);
+        table_cell(t, "%s", fmt_bytes(s->live, b, sizeof b));
+        table_cell(t, "%s", fmt_bytes(s->peak, b, sizeof b));
+        for (int k = 0; k < MEM_NTAGS; k++) table_cell(t, "%s", fmt_bytes(s->live_by_tag[k], b, sizeof b));
+    }
+    table_print_md(t, stdout);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/memory_phases_%s.csv", a->out, a->tag);
+    table_write_csv(t, path);
+    table_free(t);
+}
+
+// ---------------------------------------------------------------- CUDA
+static void run_cuda(const args_t* a, result_t* r) {
+    gpu_info_t gi;
+    if (gpu_info(0, &gi) == 0) snprintf(r->gpu, sizeof r->gpu, "%s", gi.name);
+    const model_precision_t prec = strcmp(a->precision, "bf16") == 0 ? MP_BF16 : MP_FP32;
+    if (a->memory) memtrace_start(DEV_CUDA);
+    if (a->memory) memtrace_mark("init");
+    model_gpu_t* m = model_gpu_create(&a->cfg, a->batch, a->context, prec, a->attn, (uint64_t)a->seed,
+                                      r->reason, sizeof r->reason);
+    if (!m) {
+        if (strstr(r->reason, "out of memory")) {
+            r->oom = 1;
+            return;
+        }
+        fail("%s", r->reason);
+    }
+    if (a->mode != MODE_FWD && !model_gpu_can_train(m, r->reason, sizeof r->reason))
+        fail("--attention %s --mode %s: %s (use --mode forward)", a->attention, a->mode_s, r->reason);
+    snap(a, "after init");
+    mem_reset_peak(DEV_CUDA);
+    const int N = a->batch * a->context;
+    int32_t* in = malloc((size_t)N * 4);
+    int32_t* tg = malloc((size_t)N * 4);
+    rng_t rr = rng_make((uint64_t)a->seed + 1);
+    rng_fill_int(&rr, in, (size_t)N, 0, a->cfg.vocab);
+    rng_fill_int(&rr, tg, (size_t)N, 0, a->cfg.vocab);
+    model_gpu_set_tokens(m, in, tg);
+    free(in);
+    free(tg);
+    const adamw_config_t opt = adamw_default();
+    cudaStream_t s = model_gpu_stream(m);
+    cudaEvent_t ev[4];
+    for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&ev[i]));
+    double* ms[PH_N];
+    for (int p = 0; p < PH_N; p++) ms[p] = calloc((size_t)a->steps + 1, sizeof(double));
+    int adam_t = 0;
+    const int total = a->warmup + a->steps;
+    nvtx_push("warm-up");
+    for (int it = 0; it < total && !r->oom; it++) {
+        const int measuring = it >= a->warmup;
+        if (it == a->warmup) {
+            nvtx_pop();  // warm-up
+            if (a->profile) profiler_start();
+        }
+        char name[32];
+        snprintf(name, sizeof name, "step %d", measuring ? it - a->warmup : it);
+        nvtx_push(name);
+        CUDA_CHECK(cudaEventRecord(ev[0], s));
+        phase(a, measuring, "forward");
+        model_gpu_forward_async(m, model_gpu_inputs(m), model_gpu_targets(m));
+        CUDA_CHECK(cudaEventRecord(ev[1], s));
+        if (it == 0) snap(a, "after forward");
+        if (a->mode >= MODE_FB) {
+            phase(a, measuring, "backward");
+            if (model_gpu_backward(m, NULL, NULL, r->reason, sizeof r->reason) != 0) r->oom = 1;
+        }
+        CUDA_CHECK(cudaEventRecord(ev[2], s));
+        if (it == 0 && a->mode >= MODE_FB) snap(a, "before optimizer");
+        if (a->mode == MODE_TRAIN && !r->oom) {
+            phase(a, measuring, "optimizer");
+            if (model_gpu_adamw(m, &opt, ++adam_t, r->reason, sizeof r->reason) != 0) r->oom = 1;
+            if (it == 0) snap(a, "after optimizer");
+        }
+        CUDA_CHECK(cudaEventRecord(ev[3], s));
+        CUDA_CHECK(cudaEventSynchronize(ev[3]));  // the one synchronisation of the step
+        nvtx_pop();
+        if (measuring) {
+            float f;
+            const int k = it - a->warmup;
+            CUDA_CHECK(cudaEventElapsedTime(&f, ev[0], ev[1]));
+            ms[PH_FWD][k] = f;
+            CUDA_CHECK(cudaEventElapsedTime(&f, ev[1], ev[2]));
+            ms[PH_BWD][k] = f;
+            CUDA_CHECK(cudaEventElapsedTime(&f, ev[2], ev[3]));
+            ms[PH_OPT][k] = f;
+            CUDA_CHECK(cudaEventElapsedTime(&f, ev[0], ev[3]));
+            ms[PH_STEP][k] = f;
+        }
+    }
+    if (a->warmup >= total) nvtx_pop();
+    if (a->profile) {
+        profiler_stop();
+        if (!r->oom) {
+            printf("\n");
+            profiler_print_summary(stdout, 15);
+            char path[1024];
+            snprintf(path, sizeof path, "%s/kernels_%s.csv", a->out, a->tag);
+            if (mkdir_p(a->out) == 0 && profiler_write_csv(path) == 0) printf("kernel summary: %s\n", path);
+        }
+    }
+    if (!r->oom) {
+        for (int p = 0; p < PH_N; p++) r->ph[p] = stats_compute(ms[p], a->steps);
+        r->loss = model_gpu_loss(m);
+        r->peak_bytes = (double)mem_stats(DEV_CUDA).peak;
+        if (!isfinite(r->loss)) DIE("the loss is %f after the run: the model is broken", r->loss);
+    }
+    for (int p = 0; p < PH_N; p++) free(ms[p]);
+    for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventDestroy(ev[i]));
+    model_gpu_destroy(m);
+    if (a->memory) {
+        memtrace_stop();
+        char csv[1024], png[1100], title[256];
+        snprintf(csv, sizeof csv, "%s/memory_%s.csv", a->out, a->tag);
+        snprintf(png, sizeof png, "%s/memory_%s.png", a->out, a->tag);
+        snprintf(title, sizeof title, "%s, context %d, batch %d, %s, %s", a->model, a->context,
+                 a->batch, a->precision, a->mode_s);
+        if (mkdir_p(a->out) == 0 && memtrace_write_csv(csv) == 0) {
+            printf("memory timeline: %s", csv);
+            if (memtrace_plot_png(csv, png, title) == 0) printf(", %s", png);
+            printf("\n");
+        }
+    }
+}
+
+// ---------------------------------------------------------------- CPU reference
+static void run_cpu(const args_t* a, result_t* r) {
+    snprintf(r->gpu, sizeof r->gpu, "cpu");
+    model_cpu_t m;
+    model_cpu_create(&m, &a->cfg, a->batch, a->context, (uint64_t)a->seed);
+    snap(a, "after init");
+    const int N = a->batch * a->context;
+    int32_t* in = malloc((size_t)N * 4);
+    int32_t* tg = malloc((size_t)N * 4);
+    rng_t rr = rng_make((uint64_t)a->seed + 1);
+    rng_fill_int(&rr, in, (size_t)N, 0, a->cfg.vocab);
+    rng_fill_int(&rr, tg, (size_t)N, 0, a->cfg.vocab);
+    const adamw_config_t opt = adamw_default();
+    double* ms[PH_N];
+    for (int p = 0; p < PH_N; p++) ms[p] = calloc((size_t)a->steps + 1, sizeof(double));
+    for (int it = 0; it < a->warmup + a->steps; it++) {
+        double t[4];
+        t[0] = time_now_s();
+        r->loss = model_cpu_forward(&m, in, tg, a->batch, a->context);
+        t[1] = time_now_s();
+        if (a->mode >= MODE_FB) model_cpu_backward(&m, NULL, NULL);
+        t[2] = time_now_s();
+        if (a->mode == MODE_TRAIN) model_cpu_adamw_step(&m, &opt);
+        t[3] = time_now_s();
+        if (it == 0) snap(a, "after step 1");
+        if (it >= a->warmup) {
+            const int k = it - a->warmup;
+            ms[PH_FWD][k] = (t[1] - t[0]) * 1e3;
+            ms[PH_BWD][k] = (t[2] - t[1]) * 1e3;
+            ms[PH_OPT][k] = (t[3] - t[2]) * 1e3;
+            ms[PH_STEP][k] = (t[3] - t[0]) * 1e3;
+        }
+    }
+    for (int p = 0; p < PH_N; p++) {
+        r->ph[p] = stats_compute(ms[p], a->steps);
+        free(ms[p]);
+    }
+    r->peak_bytes = (double)mem_stats(DEV_CPU).peak;
+    free(in);
+    free(tg);
+    model_cpu_destroy(&m);
+}
+
+int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, int nextra) {
+    args_t a = {0};
+    // --attention: naive, then whatever the program that links this driver offers
+    char att_choices[128] = "naive";
+    for (int i = 0; i < nextra; i++)
+        snprintf(att_choices + strlen(att_choices), sizeof att_choices - strlen(att_choices), "|%s", extra[i].name);
+    const char* att_help = nextra ? "attention implementation"
+                                  : "attention implementation (flash: build/04_flashattn_bwd/benchmark)";
+    cli_opt_t opts[] = {
+        {"model", CLI_CHOICE, &a.model, "small", "model size", MODEL_SIZE_CHOICES},
+        {"context", CLI_INT, &a.context, "512", "sequence length T (and the model's context)", NULL},
+        {"batch", CLI_INT, &a.batch, "4", "batch size B", NULL},
+        {"mode", CLI_CHOICE, &a.mode_s, "forward-backward", "what one step does", "forward|forward-backward|train"},
+        {"precision", CLI_CHOICE, &a.precision, "fp32", "fp32 (no TF32) or bf16 mixed precision", MODEL_PRECISION_CHOICES},
+        {"attention", CLI_CHOICE, &a.attention, "naive", att_help, att_choices},
+        {"warmup", CLI_INT, &a.warmup, "5", "untimed steps first", NULL},
+        {"steps", CLI_INT, &a.steps, "10", "timed steps", NULL},
+        {"device", CLI_CHOICE, &a.device, "cuda", "cuda, or cpu (the plain-C reference; fp32, for tiny)", "cuda|cpu"},
+        {"seed", CLI_INT, &a.seed, "0", "parameter and token seed", NULL},
+        {"nvtx", CLI_FLAG, &a.nvtx, "0", "NVTX ranges: warm-up, steps, forward, backward, optimizer, attention parts", NULL},
+        {"profile", CLI_FLAG, &a.profile, "0", "CUPTI kernel summary of the timed steps, by phase", NULL},
+        {"memory", CLI_FLAG, &a.memory, "0", "memory by phase and tag, and the memory timeline (CSV, PNG)", NULL},
+        {"out", CLI_STR, &a.out, "results/01_benchmarking", "results directory", NULL},
+        {"csv", CLI_STR, &a.csv, "benchmark.csv", "CSV file in --out that the row is appended to", NULL},
+    };
+    cli_parse(argc, argv, "Time the Transformer LM's forward, backward and optimizer step.", opts, CLI_COUNT(opts));
+    if (a.context < 1) fail("--context must be >= 1, got %d", a.context);
+    if (a.batch < 1) fail("--batch must be >= 1, got %d", a.batch);
+    if (a.warmup < 0) fail("--warmup must be >= 0, got %d", a.warmup);
+    if (a.steps < 1) fail("--steps must be >= 1, got %d", a.steps);
+    if (a.seed < 0) fail("--seed must be >= 0, got %d", a.seed);
+    if (strchr(a.csv, '/')) fail("--csv is a file name inside --out, got '%s'", a.csv);
+    a.mode = strcmp(a.mode_s, "forward") == 0 ? MODE_FWD : strcmp(a.mode_s, "train") == 0 ? MODE_TRAIN : MODE_FB;
+    if (model_config_by_name(a.model, a.context, &a.cfg) != 0) fail("--model: unknown size '%s'", a.model);
+    char err[512];
+    if (model_config_check(&a.cfg, err, sizeof err) != 0) fail("--model %s: %s", a.model, err);
+    const int cpu = strcmp(a.device, "cpu") == 0;
+    if (cpu && strcmp(a.precision, "fp32") != 0) fail("--device cpu runs the fp32 reference only (got --precision %s)", a.precision);
+    if (cpu && (a.profile || a.nvtx)) fail("--profile and --nvtx need --device cuda");
+    if (!cpu && gpu_count() == 0) fail("--device cuda needs a CUDA GPU: %s (use --device cpu --model tiny)", gpu_absent_reason());
+    if (a.profile && !profiler_available()) fail("--profile: the CUPTI profiler is not available in this build or on this machine");
+    for (int i = 0; i < nextra; i++)
+        if (strcmp(a.attention, extra[i].name) == 0) a.attn = extra[i].impl;
+    if (a.attn && cpu) fail("--attention %s needs --device cuda (the CPU reference has naive attention)", a.attention);
+    snprintf(a.tag, sizeof a.tag, "%s_ctx%d_b%d_%s_%s%s%s%s", a.model, a.context, a.batch, a.precision,
+             a.mode_s, cpu ? "_cpu" : "", a.attn ? "_" : "", a.attn ? a.attention : "");
+    nvtx_enable(a.nvtx);
+
+    result_t r;
+    memset(&r, 0, sizeof r);
+    if (cpu) run_cpu(&a, &r);
+    else run_cuda(&a, &r);
+
+    table_t* t = table_new("Transformer LM benchmark (ms: mean and std over the timed steps)", NCOLS, HEADERS);
+    fill_row(t, &a, &r);
+    table_print_md(t, stdout);
+    if (r.oom) printf("OOM: %s\n", r.reason);
+    append_results(&a, t);
+    table_free(t);
+    print_memory(&a);
+    return 0;
+}
