@@ -39,7 +39,7 @@ def main():
     gpu = next((r.get("gpu") for r in ours if r.get("gpu")), "?")
     tv = next((r.get("torch") for r in torch_rows if r.get("torch")), "?")
     print(f"### Ours vs PyTorch {tv} on {gpu} (mean ms per step; ratio = ours / torch)\n")
-    cols = ["size", "context", "mode", "precision", "ours ms", "torch eager ms", "ours/eager",
+    cols = ["size", "context", "mode", "precision", "attention", "ours ms", "torch eager ms", "ours/eager",
             "torch compiled ms", "ours/compiled", "ours peak GiB", "torch peak GiB"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
@@ -51,7 +51,7 @@ def main():
         t_ms = num(t.get("mean_ms")) if t and t.get("status") == "ok" else None
         c_ms = num(tc.get("mean_ms")) if tc and tc.get("status") == "ok" else None
         t_peak = num(t.get("peak_mib")) / 1024 if t and num(t.get("peak_mib")) is not None else None
-        cells = [r["model"], r["context"], r["mode"], r["precision"],
+        cells = [r["model"], r["context"], r["mode"], r["precision"], r.get("attention", "naive"),
                  fmt(o_ms) if o_ms is not None else r.get("status", "-"),
                  fmt(t_ms) if t_ms is not None else (t.get("status", "-") if t else "-"),
                  fmt(o_ms / t_ms) if o_ms and t_ms else "-",
