@@ -218,8 +218,12 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, int versions, 
     const char* hdr[] = {"what", "median ms", "min ms", "TFLOP/s (median)"};
     table_t* t = table_new("leaderboard: batch 1, 16 heads, N 16384, d 64, bf16, causal", 4, hdr);
     const double m = causal_matmul_flops(B, H, N, d, 1);
-    const char* names[4] = {"forward (stage 03)", "backward, two-pass", "backward, single-pass atomic dQ",
-                            "forward + backward (two-pass)"};
+    // Versions 1-5: flash_backward_cuda is the two-pass backward; 6 and 7: the single pass.
+    char nb[96], nfb[96];
+    snprintf(nb, sizeof nb, "backward, flash_backward_cuda (version %d, %s)", version0,
+             version0 >= 6 ? "single pass" : "two-pass");
+    snprintf(nfb, sizeof nfb, "forward + backward (version %d)", version0);
+    const char* names[4] = {"forward (stage 03)", nb, "backward, flash_backward_atomic_cuda", nfb};
     const double ms[4] = {fwd, bwd, bwda, fb}, fl[4] = {2 * m, 5 * m, 5 * m, 7 * m};
     for (int i = 0; i < 4; i++) {
         table_row(t);
@@ -236,24 +240,33 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, int versions, 
         return;
     }
     // Every version of the tensor-core kernels, whole backward and per kernel (NOTES.md).
-    const char* vh[] = {"version", "bwd two-pass ms", "dK/dV kernel ms", "dQ kernel ms", "bwd atomic ms",
+    const char* vh[] = {"version", "bwd (flash_backward_cuda) ms", "dK/dV kernel ms", "dQ kernel ms", "bwd atomic ms",
                         "fwd+bwd ms"};
     table_t* vt = table_new("backward versions at the leaderboard point (medians; kernels include the D pre-pass)",
                             6, vh);
-    for (int ver = 1; ver <= 5; ver++) {
+    for (int ver = 1; ver <= FLASH_BWD_MAX_VERSION; ver++) {
         flash_bwd_set_version(ver);
         const double vb = time_ms(run_bwd, &c, NULL);
-        flash_bwd_set_parts(1);
-        const double vkv = time_ms(run_bwd, &c, NULL);
-        flash_bwd_set_parts(2);
-        const double vq = time_ms(run_bwd, &c, NULL);
-        flash_bwd_set_parts(3);
+        // Versions 6 and 7 are single-pass (one kernel): no per-kernel split.
+        double vkv = 0.0, vq = 0.0;
+        if (ver <= 5) {
+            flash_bwd_set_parts(1);
+            vkv = time_ms(run_bwd, &c, NULL);
+            flash_bwd_set_parts(2);
+            vq = time_ms(run_bwd, &c, NULL);
+            flash_bwd_set_parts(3);
+        }
         const double va = time_ms(run_bwd_atomic, &c, NULL), vfb = time_ms(run_fwd_bwd, &c, NULL);
         table_row(vt);
         table_cell(vt, "%d", ver);
         table_cell(vt, "%.3f", vb);
-        table_cell(vt, "%.3f", vkv);
-        table_cell(vt, "%.3f", vq);
+        if (ver <= 5) {
+            table_cell(vt, "%.3f", vkv);
+            table_cell(vt, "%.3f", vq);
+        } else {
+            table_cell(vt, "%s", "n/a");
+            table_cell(vt, "%s", "n/a");
+        }
         table_cell(vt, "%.3f", va);
         table_cell(vt, "%.3f", vfb);
     }
@@ -283,7 +296,7 @@ int main(int argc, char** argv) {
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "1000", "cap on the timed ms per measurement (>= 3 runs)", NULL},
         {"lb-reps", CLI_INT, &lb_reps, "100", "leaderboard: timed runs (median)", NULL},
-        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..5 (NOTES.md); 0: the default", NULL},
+        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..8 (NOTES.md); 0: the default", NULL},
         {"versions", CLI_FLAG, &versions, "0", "leaderboard: also time every kernel version, per kernel", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/04_<mode>.csv", NULL},
     };
@@ -292,7 +305,8 @@ int main(int argc, char** argv) {
     gpu_require("bench");
     if (g_reps < 1 || g_warmup < 1 || lb_reps < 3) fail("--reps and --warmup must be >= 1, --lb-reps >= 3");
     if (B < 1 || H < 1) fail("--B and --H must be >= 1");
-    if (version < 0 || version > 5) fail("--version must be 0 (default) or 1..5 (got %d)", version);
+    if (version < 0 || version > FLASH_BWD_MAX_VERSION)
+        fail("--version must be 0 (default) or 1..%d (got %d)", FLASH_BWD_MAX_VERSION, version);
     if (version == 0) version = FLASH_BWD_DEFAULT_VERSION;
     flash_bwd_set_version(version);
     printf("# backward kernel version %d\n", version);

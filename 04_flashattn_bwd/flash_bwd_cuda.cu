@@ -12,7 +12,8 @@
 static int g_version = FLASH_BWD_DEFAULT_VERSION, g_parts = 3;  // see flash_bwd_set_version / _parts
 
 extern "C" void flash_bwd_set_version(int version) {
-    if (version < 1 || version > 5) DIE("flash_bwd_set_version: %d is not 1 to 5", version);
+    if (version < 1 || version > FLASH_BWD_MAX_VERSION)
+        DIE("flash_bwd_set_version: %d is not 1 to %d", version, FLASH_BWD_MAX_VERSION);
     g_version = version;
 }
 extern "C" void flash_bwd_set_parts(int parts) {
@@ -26,11 +27,14 @@ static size_t d_bytes(const attn_args_t* a) {
     return align_up(sizeof(float) * (size_t)a->B * a->H * a->Nq, 256);
 }
 
-extern "C" size_t flash_bwd_workspace_bytes(const attn_args_t* a) { return d_bytes(a); }
-
 extern "C" size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a) {
     return d_bytes(a) + sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
 }
+
+// Versions 6 and 7 make flash_backward_cuda itself single-pass, and the version is a
+// process-wide switch that may change after the caller allocated: always room for the
+// accumulator.
+extern "C" size_t flash_bwd_workspace_bytes(const attn_args_t* a) { return flash_bwd_atomic_workspace_bytes(a); }
 
 // Shape checks always; pointer checks only when the call is about to run (the model may ask
 // whether sizes are supported before it has allocated the gradients).
@@ -103,24 +107,40 @@ static void check_args(const attn_args_t* a, const char* who) {
     if (!a->workspace) fail("%s: workspace is NULL (allocate the bytes the workspace function returns)", who);
 }
 
-extern "C" void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream) {
-    check_args(a, "flash_backward_cuda");
-    BwdParams p = make_params(a);
-    bwd_launch_prepass(p, a->dtype, stream);  // D = rowsum(dO o O)
-    if (mma_ok(a)) bwd_launch_mma(p, false, g_version, g_parts, stream);
-    else bwd_launch_simt(p, a->dtype, false, stream);
-}
+// Versions 6 and 7 have kernels for d <= 64 only; elsewhere they run version 1's kernels.
+static int fa2_ok(const attn_args_t* a) { return g_version >= 6 && mma_ok(a) && a->d <= 64; }
+static int legacy_version(void) { return g_version >= 6 ? 1 : g_version; }
 
-extern "C" void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream) {
-    check_args(a, "flash_backward_atomic_cuda");
+static void backward_single_pass(const attn_args_t* a, cudaStream_t stream) {
     BwdParams p = make_params(a);
     p.dq_accum = (float*)((char*)a->workspace + d_bytes(a));
     const size_t accum_bytes = sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
     CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream));
     bwd_launch_prepass(p, a->dtype, stream);
-    if (mma_ok(a)) bwd_launch_mma(p, true, g_version, 3, stream);
+    if (fa2_ok(a)) {
+        bwd_launch_fa2(p, g_version, stream);  // the kernel, then the cast into dq
+        return;
+    }
+    if (mma_ok(a)) bwd_launch_mma(p, true, legacy_version(), 3, stream);
     else bwd_launch_simt(p, a->dtype, true, stream);
     bwd_launch_dq_convert(p, a->dtype, stream);  // fp32 accumulator -> dq (its dtype, strides)
+}
+
+extern "C" void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream) {
+    check_args(a, "flash_backward_cuda");
+    if (fa2_ok(a)) {  // versions 6 and 7: the single pass is the fast one
+        backward_single_pass(a, stream);
+        return;
+    }
+    BwdParams p = make_params(a);
+    bwd_launch_prepass(p, a->dtype, stream);  // D = rowsum(dO o O)
+    if (mma_ok(a)) bwd_launch_mma(p, false, legacy_version(), g_parts, stream);
+    else bwd_launch_simt(p, a->dtype, false, stream);
+}
+
+extern "C" void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream) {
+    check_args(a, "flash_backward_atomic_cuda");
+    backward_single_pass(a, stream);
 }
 
 // The table the model takes: the forward must take *a too.

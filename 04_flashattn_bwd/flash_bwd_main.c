@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
         {"Bk", CLI_INT, &Bk, "64", "key tile of the CPU tiled reference (>= 16)", NULL},
         {"check", CLI_FLAG, &check, "0", "also run the CPU naive reference and print the max errors", NULL},
         {"reps", CLI_INT, &reps, "1", "GPU runs to time (median printed)", NULL},
-        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..5 (NOTES.md); 0: the default", NULL},
+        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..8 (NOTES.md); 0: the default", NULL},
         {"out", CLI_STR, &out, "results/flash_bwd", "output directory for dQ, dK, dV, O, L (.npy); empty: none", NULL},
     };
     cli_parse(argc, argv,
@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
     if (on_gpu && naive) fail("--impl naive runs on the CPU only (add --device cpu)");
     if (!on_gpu && atomic) fail("--impl atomic is a GPU kernel (on the CPU, --impl flash is Algorithm 2 itself)");
     if (reps < 1) fail("--reps must be >= 1 (got %d)", reps);
-    if (version < 0 || version > 5) fail("--version must be 0 (default) or 1..5 (got %d)", version);
+    if (version < 0 || version > FLASH_BWD_MAX_VERSION)
+        fail("--version must be 0 (default) or 1..%d (got %d)", FLASH_BWD_MAX_VERSION, version);
     if (version) flash_bwd_set_version(version);
 
     // ---------------------------------------------------------------- inputs, host fp32

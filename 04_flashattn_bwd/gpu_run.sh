@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The device runs of stage 04 (made through the `run` tool, kind nvidia-h100-x1):
 #   04_flashattn_bwd/gpu_run.sh check   build, tests, compute-sanitizer, leaderboard point vs SDPA
+#   04_flashattn_bwd/gpu_run.sh fa2     build, every test, compute-sanitizer on versions 6-8,
+#                                       leaderboard with every version next to SDPA (fits 240 s)
 #   04_flashattn_bwd/gpu_run.sh final   build, tests (every kernel version), compute-sanitizer on the
 #                                       newer kernels, leaderboard with every version, then the
 #                                       bench-04 sweep with the fastest version that passed its tests
@@ -46,6 +48,23 @@ check)
   timeout 60 $B/bench --mode leaderboard --lb-reps 50 --version 1 --csv "$OUT/04_leaderboard.csv"
   timeout 90 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
     --reps 50 --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv"
+  ;;
+fa2)
+  log "tests"
+  timeout 90 $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?"
+  grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion|Warning" "$OUT/tests.log" | head -40
+  log "compute-sanitizer (versions 6-8)"
+  sanitize memcheck flash 6 --Nq 150 --Nk 267 --d 64 --causal --dtype bf16
+  sanitize racecheck flash 6 --Nq 150 --Nk 267 --d 64 --causal --dtype bf16
+  sanitize memcheck flash 7 --Nq 201 --Nk 133 --d 32 --causal --dtype bf16
+  sanitize racecheck flash 8 --Nq 150 --Nk 267 --d 64 --causal --dtype bf16
+  sanitize memcheck flash 8 --Nq 77 --Nk 45 --d 16 --dtype bf16
+  log "leaderboard (every version)"
+  timeout 70 $B/bench --mode leaderboard --versions --version "${VERSION:-0}" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard.csv"
+  log "SDPA"
+  timeout 50 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
+    --reps "${LB_REPS:-30}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv"
+  cat "$OUT/sanitizer_summary.txt"
   ;;
 final)
   log "tests"

@@ -210,9 +210,37 @@ Test(bwd_cuda, sweep_bf16_two_pass_version3, .timeout = 300) { flash_bwd_set_ver
 Test(bwd_cuda, sweep_bf16_atomic_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_atomic_version4, .timeout = 300) { flash_bwd_set_version(4); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_two_pass_version5, .timeout = 300) { flash_bwd_set_version(5); sweep(DT_BF16, 0); }
+// Versions 6-8: flash_backward_cuda is itself single-pass for d <= 64 (d 128: version 1's kernels).
+Test(bwd_cuda, sweep_bf16_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_atomic_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 1); }
+Test(bwd_cuda, sweep_bf16_version7, .timeout = 300) { flash_bwd_set_version(7); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_version8, .timeout = 300) { flash_bwd_set_version(8); sweep(DT_BF16, 0); }
+
+// The single pass adds dQ with atomics in whatever order the blocks run: dK and dV must be the
+// same bits run to run, dQ only close (its fp32 sums differ in the last bits, which can move a
+// bf16 rounding by one unit, 2^-8 relative: rtol 8e-3; atol 1e-6 for values near zero).
+Test(bwd_cuda, single_pass_run_to_run, .timeout = 60) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(6);
+    bwd_case_t c = {1, 2, 517, 517, 64, 1, DT_BF16, 1, 0};
+    const size_t n = (size_t)2 * 517 * 64, nl = (size_t)2 * 517;
+    float *q = bwd_randn(n, 601), *k = bwd_randn(n, 602), *v = bwd_randn(n, 603), *dO = bwd_randn(n, 604);
+    bwd_round_bf16(q, n); bwd_round_bf16(k, n); bwd_round_bf16(v, n); bwd_round_bf16(dO, n);
+    float *O = bwd_poisoned(n), *L = bwd_poisoned(nl);
+    attn_naive_forward_cpu(q, k, v, O, L, 2, 517, 517, 64, 1, 0.125f);
+    bwd_round_bf16(O, n);
+    float *q1, *k1, *v1, *q2, *k2, *v2;
+    run_gpu_backward(&c, q, k, v, dO, O, L, &q1, &k1, &v1);
+    run_gpu_backward(&c, q, k, v, dO, O, L, &q2, &k2, &v2);
+    cr_assert(memcmp(k1, k2, n * sizeof(float)) == 0, "dK differs between runs");
+    cr_assert(memcmp(v1, v2, n * sizeof(float)) == 0, "dV differs between runs");
+    ASSERT_ALLCLOSE(q2, q1, n, 8e-3, 1e-6, "dQ run to run");
+    free(q); free(k); free(v); free(dO); free(O); free(L);
+    free(q1); free(k1); free(v1); free(q2); free(k2); free(v2);
+}
 Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
     SKIP_WITHOUT_GPU();
-    for (int ver = 1; ver <= 5; ver++) {
+    for (int ver = 1; ver <= FLASH_BWD_MAX_VERSION; ver++) {
         flash_bwd_set_version(ver);
         bwd_case_t c = {1, 2, 700, 650, 64, 1, DT_BF16, 0, 0};
         check_case(c, 700 + (uint64_t)ver);
