@@ -50,21 +50,20 @@ check)
     --reps 50 --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv"
   ;;
 fa2)
-  log "tests"
-  timeout 90 $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?"
-  grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion|Warning" "$OUT/tests.log" | head -40
-  log "compute-sanitizer (versions 6-8)"
-  sanitize memcheck flash 6 --Nq 150 --Nk 267 --d 64 --causal --dtype bf16
-  sanitize racecheck flash 6 --Nq 150 --Nk 267 --d 64 --causal --dtype bf16
-  sanitize memcheck flash 7 --Nq 201 --Nk 133 --d 32 --causal --dtype bf16
-  sanitize racecheck flash 8 --Nq 150 --Nk 267 --d 64 --causal --dtype bf16
-  sanitize memcheck flash 8 --Nq 77 --Nk 45 --d 16 --dtype bf16
+  # Timings first (they are what the run is for), then every test, then the sanitizers.
   log "leaderboard (every version)"
-  timeout 70 $B/bench --mode leaderboard --versions --version "${VERSION:-0}" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard.csv"
+  timeout 70 $B/bench --mode leaderboard --versions --version "${VERSION:-0}" --lb-reps "${LB_REPS:-20}" --csv "$OUT/04_leaderboard.csv"
   log "SDPA"
   timeout 50 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
-    --reps "${LB_REPS:-30}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv"
-  cat "$OUT/sanitizer_summary.txt"
+    --reps "${LB_REPS:-20}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv"
+  log "tests"
+  timeout "${TEST_S:-80}" $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?"
+  grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion|Warning" "$OUT/tests.log" | head -40
+  log "compute-sanitizer (versions 6-8)"
+  for spec in ${SAN_SPECS:-"memcheck:6:64:150:267" "racecheck:6:64:150:267" "memcheck:8:64:150:267"}; do
+    IFS=: read -r tool ver dd nq nk <<< "$spec"
+    sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
+  done
   ;;
 final)
   log "tests"
