@@ -53,7 +53,7 @@ const char* flash_bwd_kernel_name(const attn_args_t* a);
 // timings, the results are then incomplete. Bad values die.
 // The default is version 1: the only one whose GPU test results came back (NOTES.md).
 #define FLASH_BWD_DEFAULT_VERSION 1
-#define FLASH_BWD_MAX_VERSION 8
+#define FLASH_BWD_MAX_VERSION 9
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);
 

@@ -22,16 +22,18 @@
 //   version 7: BQ = 64, K_j/V_j re-read from shared memory every step, 1 block per SM.
 //   version 8: BQ = 32, K_j/V_j re-read every step, registers capped at 128 for 2 blocks
 //              (16 warps) per SM (d 64: a 124-byte spill).
+//   version 9: version 7 with 4 warps (64 keys) per block, 2 blocks per SM: independent
+//              blocks instead of one barrier-coupled 8-warp block, for twice the dQ reductions.
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
 
 namespace {
 
 typedef __nv_bfloat16 bf16;
-constexpr int kW = 8, kT = kW * 32, kBK = kW * 16;  // warps, threads, keys per block
-
-template <int D, int BQ>
+// W warps per block (8; version 9: 4), W * 32 threads, W * 16 keys per block.
+template <int D, int BQ, int W>
 struct Fa2Cfg {
+    static constexpr int kBK = W * 16;
     static constexpr int LD = D + 8, LDS = BQ + 8;  // padded rows: conflict-free ldmatrix
     static constexpr size_t smem = sizeof(bf16) * ((size_t)2 * kBK * LD + 4 * BQ * LD + 2 * kBK * LDS) +
                                    sizeof(float) * 4 * BQ;
@@ -39,7 +41,7 @@ struct Fa2Cfg {
 
 // rows [r0, r0 + ROWS) of a [N, D] bf16 view (row stride rs) into smem (ROWS, D + 8); rows at or
 // past N are zero-filled. All kT threads take part.
-template <int D, int ROWS>
+template <int D, int ROWS, int kT>
 __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int64_t rs, int r0, int N) {
     constexpr int CH = D / 8, LD = D + 8;
 #pragma unroll
@@ -62,9 +64,10 @@ __device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c
                  : "memory");
 }
 
-template <int D, int BQ, bool CACHE_KV, int MINB>
-__global__ void __launch_bounds__(kT, MINB) bwd_fa2_kernel(BwdParams p) {
-    typedef Fa2Cfg<D, BQ> C;
+template <int D, int BQ, bool CACHE_KV, int MINB, int kW>
+__global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
+    typedef Fa2Cfg<D, BQ, kW> C;
+    constexpr int kT = kW * 32, kBK = kW * 16;
     constexpr int LD = C::LD, LDS = C::LDS;
     constexpr int NT_Q = BQ / 8, NT_D = D / 8, KC_D = D / 16, KC_Q = BQ / 16;
     // dQ_i (BQ x D) = dS (BQ x BK) K_j (BK x D) split over the 8 warps: MG row groups of 16,
@@ -97,8 +100,8 @@ __global__ void __launch_bounds__(kT, MINB) bwd_fa2_kernel(BwdParams p) {
 
     auto load_q_tile = [&](int i, int buf) {
         const int q0 = i * BQ;
-        load_rows<D, BQ>(Qs + buf * BQ * LD, Qg, p.sq[2], q0, p.Nq);
-        load_rows<D, BQ>(dOs + buf * BQ * LD, dOg, p.sdo[2], q0, p.Nq);
+        load_rows<D, BQ, kT>(Qs + buf * BQ * LD, Qg, p.sq[2], q0, p.Nq);
+        load_rows<D, BQ, kT>(dOs + buf * BQ * LD, dOg, p.sdo[2], q0, p.Nq);
         if (tid < BQ) {
             const int r = q0 + tid;
             // Rows past Nq: L = +inf makes P = 0 with no branch in the inner loop.
@@ -106,8 +109,8 @@ __global__ void __launch_bounds__(kT, MINB) bwd_fa2_kernel(BwdParams p) {
             Ds[buf * BQ + tid] = r < p.Nq ? Dg[r] : 0.0f;
         }
     };
-    load_rows<D, kBK>(Ks, Kg, p.sk[2], k0, p.Nk);
-    load_rows<D, kBK>(Vs, Vg, p.sv[2], k0, p.Nk);
+    load_rows<D, kBK, kT>(Ks, Kg, p.sk[2], k0, p.Nk);
+    load_rows<D, kBK, kT>(Vs, Vg, p.sv[2], k0, p.Nk);
     if (i_start < Tq) load_q_tile(i_start, 0);
     cp_async_commit();
 
@@ -289,13 +292,13 @@ __global__ void __launch_bounds__(256) fa2_dq_convert_kernel(BwdParams p) {
     }
 }
 
-template <int D, int BQ, bool CACHE_KV, int MINB>
+template <int D, int BQ, bool CACHE_KV, int MINB, int W = 8>
 void launch_fa2(const BwdParams& p, cudaStream_t s) {
-    typedef Fa2Cfg<D, BQ> C;
-    auto kern = bwd_fa2_kernel<D, BQ, CACHE_KV, MINB>;
+    typedef Fa2Cfg<D, BQ, W> C;
+    auto kern = bwd_fa2_kernel<D, BQ, CACHE_KV, MINB, W>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
-    dim3 grid(p.B * p.H, (p.Nk + kBK - 1) / kBK);  // x = head: the longest causal tiles start first
-    kern<<<grid, kT, C::smem, s>>>(p);
+    dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
+    kern<<<grid, W * 32, C::smem, s>>>(p);
     CUDA_CHECK_LAST();
     const int64_t n = (int64_t)p.B * p.H * p.Nq * (D / 8);
     const unsigned blocks = (unsigned)((n + 255) / 256 < 132 * 16 ? (n + 255) / 256 : 132 * 16);
@@ -307,7 +310,8 @@ template <int D>
 void launch_fa2_v(const BwdParams& p, int version, cudaStream_t s) {
     if (version == 6) launch_fa2<D, 64, true, 1>(p, s);
     else if (version == 7) launch_fa2<D, 64, false, 1>(p, s);
-    else launch_fa2<D, 32, false, 2>(p, s);
+    else if (version == 8) launch_fa2<D, 32, false, 2>(p, s);
+    else launch_fa2<D, 64, false, 2, 4>(p, s);
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ fa2)
   timeout "${TEST_S:-80}" $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?"
   grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion|Warning" "$OUT/tests.log" | head -40
   log "compute-sanitizer (versions 6-8)"
-  for spec in ${SAN_SPECS:-"memcheck:6:64:150:267" "racecheck:6:64:150:267" "memcheck:8:64:150:267"}; do
+  for spec in ${SAN_SPECS:-"memcheck:6:64:150:267" "racecheck:6:64:150:267" "memcheck:8:64:150:267" "memcheck:9:32:201:133"}; do
     IFS=: read -r tool ver dd nq nk <<< "$spec"
     sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
   done

@@ -215,6 +215,7 @@ Test(bwd_cuda, sweep_bf16_version6, .timeout = 300) { flash_bwd_set_version(6); 
 Test(bwd_cuda, sweep_bf16_atomic_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_version7, .timeout = 300) { flash_bwd_set_version(7); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_version8, .timeout = 300) { flash_bwd_set_version(8); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_version9, .timeout = 300) { flash_bwd_set_version(9); sweep(DT_BF16, 0); }
 
 // The single pass adds dQ with atomics in whatever order the blocks run: dK and dV must be the
 // same bits run to run, dQ only close (its fp32 sums differ in the last bits, which can move a
