@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "1000", "cap on the timed ms per measurement (>= 3 runs)", NULL},
         {"lb-reps", CLI_INT, &lb_reps, "100", "leaderboard: timed runs (median)", NULL},
-        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..9 (NOTES.md); 0: the default", NULL},
+        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..13 (NOTES.md); 0: the default", NULL},
         {"versions", CLI_FLAG, &versions, "0", "leaderboard: also time every kernel version, per kernel", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/04_<mode>.csv", NULL},
     };

@@ -52,8 +52,8 @@ const char* flash_bwd_kernel_name(const attn_args_t* a);
 // 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel only): for per-kernel
 // timings, the results are then incomplete. Bad values die.
 // The default is version 1: the only one whose GPU test results came back (NOTES.md).
-#define FLASH_BWD_DEFAULT_VERSION 1
-#define FLASH_BWD_MAX_VERSION 9
+#define FLASH_BWD_DEFAULT_VERSION 12
+#define FLASH_BWD_MAX_VERSION 13
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);
 

@@ -64,7 +64,7 @@ __device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c
                  : "memory");
 }
 
-template <int D, int BQ, bool CACHE_KV, int MINB, int kW>
+template <int D, int BQ, bool CACHE_KV, int MINB, int kW, bool PIPE>
 __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
     typedef Fa2Cfg<D, BQ, kW> C;
     constexpr int kT = kW * 32, kBK = kW * 16;
@@ -121,13 +121,66 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
 #pragma unroll
         for (int e = 0; e < 4; e++) dK[n][e] = dV[n][e] = 0.0f;
 
+    // dQ_i share of query tile q0 from dS^T in dSb: this warp's 16 query rows x DW columns over
+    // its KW keys, added into the fp32 accumulator.
+    auto dq_step = [&](const bf16* dSb, int q0) {
+        const int m0 = (warp % MG) * 16, n0 = ((warp / MG) % WG) * DW, ks0 = (warp / (MG * WG)) * KW;
+        float acc[DW / 8][4];
+#pragma unroll
+        for (int n = 0; n < DW / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < KW / 16; kc++) {
+            // A = dS (m = query, k = key) read from dS^T (key rows): ldmatrix .trans.
+            const int mi = lane >> 3, kb = ks0 + kc * 16;
+            uint32_t a[4];
+            ldsm_x4_trans(a, dSb + (kb + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + (mi & 1) * 8);
+#pragma unroll
+            for (int dn = 0; dn < DW / 16; dn++) {
+                const int kr = kb + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int nc = n0 + dn * 16 + (lane >> 4) * 8;
+                uint32_t b[4];
+                ldsm_x4_trans(b, Ks + kr * LD + nc);
+                mma_16816(acc[2 * dn], a, b[0], b[1]);
+                mma_16816(acc[2 * dn + 1], a, b[2], b[3]);
+            }
+        }
+        // Lanes t and t^1 swap halves: even t ends with row g, columns 2t..2t+3; odd t with
+        // row g + 8, columns 2t-2..2t+1. Then one 16-byte reduction each.
+        const bool odd = t & 1;
+        const int row = q0 + m0 + g + (odd ? 8 : 0);
+#pragma unroll
+        for (int n = 0; n < DW / 8; n++) {
+            const float s0 = odd ? acc[n][0] : acc[n][2], s1 = odd ? acc[n][1] : acc[n][3];
+            const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+            const int c = n0 + n * 8 + 2 * (t & 2);
+            if (row < p.Nq) {
+                float* dst = dQacc + (int64_t)row * D + c;
+                if (odd) red_add_v4(dst, r0 * p.scale, r1 * p.scale, acc[n][2] * p.scale, acc[n][3] * p.scale);
+                else red_add_v4(dst, acc[n][0] * p.scale, acc[n][1] * p.scale, r0 * p.scale, r1 * p.scale);
+            }
+        }
+    };
+
     for (int i = i_start; i < Tq; i++) {
         const int buf = (i - i_start) & 1, q0 = i * BQ;
-        // Buffer buf^1 was last read before the previous step's second barrier: free to refill.
-        if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();  // (A) tile i (and L_i, D_i) visible to every warp
+        if (!PIPE) {
+            // Buffer buf^1 was last read before the previous step's barrier (B): free to refill.
+            if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();  // tile i, issued one step ago
+        }
+        __syncthreads();  // (A) tile i (and L_i, D_i) visible to every warp; PIPE: dS of tile i-1 too
+        if (PIPE) {
+            // One barrier per step: buffer buf^1 (tile i-1) was last read before (A), so tile
+            // i+1 goes there now; then tile i-1's dQ share, whose dS^T every warp wrote before (A).
+            if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
+            cp_async_commit();
+            if (i > i_start) dq_step(dSs + (buf ^ 1) * kBK * LDS, q0 - BQ);
+        }
         const bf16* Qb = Qs + buf * BQ * LD;
         const bf16* dOb = dOs + buf * BQ * LD;
         const float* Lb = Ls + buf * BQ;
@@ -214,48 +267,14 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
                 mma_16816(dK[2 * dn + 1], as, bq[2], bq[3]);
             }
         }
-        __syncthreads();  // (B) every warp's dS^T rows are in dSb
-
-        // dQ_i share: this warp's 16 query rows x DW columns over its KW keys.
-        {
-            const int m0 = (warp % MG) * 16, n0 = ((warp / MG) % WG) * DW, ks0 = (warp / (MG * WG)) * KW;
-            float acc[DW / 8][4];
-#pragma unroll
-            for (int n = 0; n < DW / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
-#pragma unroll
-            for (int kc = 0; kc < KW / 16; kc++) {
-                // A = dS (m = query, k = key) read from dS^T (key rows): ldmatrix .trans.
-                const int mi = lane >> 3, kb = ks0 + kc * 16;
-                uint32_t a[4];
-                ldsm_x4_trans(a, dSb + (kb + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + (mi & 1) * 8);
-#pragma unroll
-                for (int dn = 0; dn < DW / 16; dn++) {
-                    const int kr = kb + (lane & 7) + ((lane >> 3) & 1) * 8;
-                    const int nc = n0 + dn * 16 + (lane >> 4) * 8;
-                    uint32_t b[4];
-                    ldsm_x4_trans(b, Ks + kr * LD + nc);
-                    mma_16816(acc[2 * dn], a, b[0], b[1]);
-                    mma_16816(acc[2 * dn + 1], a, b[2], b[3]);
-                }
-            }
-            // Lanes t and t^1 swap halves: even t ends with row g, columns 2t..2t+3; odd t with
-            // row g + 8, columns 2t-2..2t+1. Then one 16-byte reduction each.
-            const bool odd = t & 1;
-            const int row = q0 + m0 + g + (odd ? 8 : 0);
-#pragma unroll
-            for (int n = 0; n < DW / 8; n++) {
-                const float s0 = odd ? acc[n][0] : acc[n][2], s1 = odd ? acc[n][1] : acc[n][3];
-                const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-                const int c = n0 + n * 8 + 2 * (t & 2);
-                if (row < p.Nq) {
-                    float* dst = dQacc + (int64_t)row * D + c;
-                    if (odd) red_add_v4(dst, r0 * p.scale, r1 * p.scale, acc[n][2] * p.scale, acc[n][3] * p.scale);
-                    else red_add_v4(dst, acc[n][0] * p.scale, acc[n][1] * p.scale, r0 * p.scale, r1 * p.scale);
-                }
-            }
+        if (!PIPE) {
+            __syncthreads();  // (B) every warp's dS^T rows are in dSb
+            dq_step(dSb, q0);
         }
+    }
+    if (PIPE && i_start < Tq) {  // the last tile's dQ share
+        __syncthreads();
+        dq_step(dSs + ((Tq - 1 - i_start) & 1) * kBK * LDS, (Tq - 1) * BQ);
     }
     cp_async_wait<0>();
 
@@ -292,10 +311,10 @@ __global__ void __launch_bounds__(256) fa2_dq_convert_kernel(BwdParams p) {
     }
 }
 
-template <int D, int BQ, bool CACHE_KV, int MINB, int W = 8>
+template <int D, int BQ, bool CACHE_KV, int MINB, int W = 8, bool PIPE = false>
 void launch_fa2(const BwdParams& p, cudaStream_t s) {
     typedef Fa2Cfg<D, BQ, W> C;
-    auto kern = bwd_fa2_kernel<D, BQ, CACHE_KV, MINB, W>;
+    auto kern = bwd_fa2_kernel<D, BQ, CACHE_KV, MINB, W, PIPE>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
     dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
     kern<<<grid, W * 32, C::smem, s>>>(p);
@@ -311,7 +330,11 @@ void launch_fa2_v(const BwdParams& p, int version, cudaStream_t s) {
     if (version == 6) launch_fa2<D, 64, true, 1>(p, s);
     else if (version == 7) launch_fa2<D, 64, false, 1>(p, s);
     else if (version == 8) launch_fa2<D, 32, false, 2>(p, s);
-    else launch_fa2<D, 64, false, 2, 4>(p, s);
+    else if (version == 9) launch_fa2<D, 64, false, 2, 4>(p, s);
+    else if (version == 10) launch_fa2<D, 64, true, 1, 8, true>(p, s);
+    else if (version == 11) launch_fa2<D, 32, false, 2, 8, true>(p, s);
+    else if (version == 12) launch_fa2<D, 64, false, 3, 4, true>(p, s);
+    else launch_fa2<D, 32, false, 4, 4, true>(p, s);
 }
 
 }  // namespace

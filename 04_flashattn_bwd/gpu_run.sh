@@ -59,8 +59,8 @@ fa2)
   log "tests"
   timeout "${TEST_S:-80}" $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?"
   grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion|Warning" "$OUT/tests.log" | head -40
-  log "compute-sanitizer (versions 6-8)"
-  for spec in ${SAN_SPECS:-"memcheck:6:64:150:267" "racecheck:6:64:150:267" "memcheck:8:64:150:267" "memcheck:9:32:201:133"}; do
+  log "compute-sanitizer (single-pass versions)"
+  for spec in ${SAN_SPECS:-"memcheck:12:64:150:267" "racecheck:12:64:150:267" "racecheck:10:64:150:267" "memcheck:11:64:201:133" "racecheck:13:32:201:133" "memcheck:13:16:77:300"}; do
     IFS=: read -r tool ver dd nq nk <<< "$spec"
     sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
   done
