@@ -33,13 +33,17 @@ void flash_backward_cpu(const float* q, const float* k, const float* v, const fl
 // CUDA. Returns 0 if the backward kernels handle *a, else -1 with a one-line reason in err
 // (head dim above 128 or zero, dtype not f32/bf16, bad sizes or strides, NULL pointers).
 int flash_bwd_supports(const attn_args_t* a, char* err, size_t errlen);
-// Device scratch the two-pass backward needs in a->workspace: D, fp32 [B, H, Nq].
+// Device scratch of flash_backward_cuda in a->workspace: D, fp32 [B, H, Nq], and an fp32 dQ
+// accumulator [B, H, Nq, d] (the single-pass versions, now the default, need it).
 size_t flash_bwd_workspace_bytes(const attn_args_t* a);
-// The single-pass variant needs D and an fp32 dQ accumulator [B, H, Nq, d].
+// The single-pass variant needs D and the fp32 dQ accumulator (the same size).
 size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a);
-// Two passes, no atomics: D pre-pass, a key-tile-parallel kernel for dK and dV, a
-// query-tile-parallel kernel for dQ (P recomputed in each). Reads q, k, v, o, dout, lse;
-// writes dq, dk, dv. Asynchronous on stream; fail() (exit 2) if flash_bwd_supports rejects *a.
+// The backward. Versions 1-5 (and every version where the single-pass kernels do not apply):
+// two passes, no atomics: D pre-pass, a key-tile-parallel kernel for dK and dV, a
+// query-tile-parallel kernel for dQ (P recomputed in each). Versions 6-13 for bf16, d <= 64:
+// the single pass of flash_backward_atomic_cuda (dQ run-to-run nondeterministic in the last
+// bits). Reads q, k, v, o, dout, lse; writes dq, dk, dv. Asynchronous on stream; fail()
+// (exit 2) if flash_bwd_supports rejects *a.
 void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream);
 // Algorithm 2 as written: one key-tile-parallel kernel that also adds its share of dQ into an
 // fp32 accumulator with atomicAdd, then a pass that scales and casts it into dq.
@@ -47,12 +51,14 @@ void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream);
 // Which kernels flash_backward_cuda picks for *a: "mma-bf16" (tensor cores) or "simt".
 const char* flash_bwd_kernel_name(const attn_args_t* a);
 // Benchmark knobs (process-wide, not thread-safe; the defaults are what ships):
-// version of the tensor-core kernels, 1 (the first) to 5 (flash_bwd_mma.cu and
-// NOTES.md say what changed; FLASH_BWD_DEFAULT_VERSION is the default); parts of the two-pass tensor-core backward that run, 3 (both kernels, the default),
-// 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel only): for per-kernel
-// timings, the results are then incomplete. Bad values die.
-// The default is version 1: the only one whose GPU test results came back (NOTES.md).
-#define FLASH_BWD_DEFAULT_VERSION 12
+// version of the tensor-core kernels, 1 to FLASH_BWD_MAX_VERSION (flash_bwd_mma.cu,
+// flash_bwd_fa2.cu and NOTES.md say what changed): 1-5 two-pass, 6-13 single-pass (for bf16,
+// d <= 64 with 16-byte rows flash_backward_cuda is then the single pass too; elsewhere they
+// run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
+// kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel
+// only): for per-kernel timings, the results are then incomplete. Bad values die.
+// The default is version 10, the fastest measured (NOTES.md, run 4) with every test passing.
+#define FLASH_BWD_DEFAULT_VERSION 10
 #define FLASH_BWD_MAX_VERSION 13
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);

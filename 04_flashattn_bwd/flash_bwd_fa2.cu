@@ -1,36 +1,41 @@
-// Versions 6 to 8: the single-pass backward (FlashAttention-2's Algorithm 2) built for the
-// tensor cores the way FlashAttention-2 itself is, bf16, d in {16, 32, 64}:
-//   block (bh, j) owns BK = 128 keys (8 warps of 16 key rows): K_j and V_j in shared memory (and,
-//   version 6, as A fragments in registers), dK_j and dV_j as fp32 accumulators in registers.
-//   It walks the query tiles i of BQ rows (causal: from the diagonal down), Q_i, dO_i, L_i, D_i
-//   double-buffered with cp.async, and per tile:
+// Versions 6 to 13: the single-pass backward (FlashAttention-2's Algorithm 2) laid out for the
+// tensor cores the way FlashAttention-2 itself is; bf16, d in {16, 32, 64}:
+//   block (bh, j) owns BK = 16 W keys (W = 8 or 4 warps of 16 key rows): K_j and V_j in shared
+//   memory (CACHE_KV: also as A fragments in registers), dK_j and dV_j as fp32 accumulators in
+//   registers. It walks the query tiles i of BQ rows (causal: from the diagonal down), Q_i, dO_i,
+//   L_i, D_i double-buffered with cp.async, and per tile:
 //     S^T = K_j Q_i^T, dP^T = V_j dO_i^T      (transposed, so that P^T and dS^T come out of the
 //     P^T = exp(S^T - L), dS^T = P^T o (dP^T - D)   mma in the A-fragment layout of the next mma)
 //     dV_j += P^T dO_i, dK_j += dS^T Q_i      (registers only)
-//     dS^T -> shared memory (bf16, two buffers), then all 8 warps share dQ_i's partial sum
+//     dS^T -> shared memory (bf16, two buffers); every warp then takes a share of
 //     dQ_i += scale dS K_j                    (mma, A = dS via ldmatrix.trans)
 //   and adds it into the fp32 accumulator p.dq_accum with vector reductions: one 16-byte
 //   red.global.add.v4.f32 per 4 floats (sm_90), after a lane-pair shuffle that turns the mma's
 //   C fragment (2 floats of a row per thread) into 4 consecutive floats.
-// A final kernel scales nothing (the scale is folded in before the reduction) and casts the
-// accumulator into dq (its dtype and strides).
-// Why it beats the two-pass scheme: 5 products instead of 7, and per block step the atomic
-// traffic is 128 keys' worth of dQ (version 1's single pass: 64 keys, scalar atomics: 4x the
-// reduction operations, see NOTES.md).
-//   version 6: BQ = 64, K_j/V_j fragments cached in registers, 1 block (8 warps) per SM
-//              (d 64: 255 registers, an 8-byte spill).
-//   version 7: BQ = 64, K_j/V_j re-read from shared memory every step, 1 block per SM.
-//   version 8: BQ = 32, K_j/V_j re-read every step, registers capped at 128 for 2 blocks
-//              (16 warps) per SM (d 64: a 124-byte spill).
-//   version 9: version 7 with 4 warps (64 keys) per block, 2 blocks per SM: independent
-//              blocks instead of one barrier-coupled 8-warp block, for twice the dQ reductions.
+//   PIPE (versions 10-13): one barrier per step instead of two. Tile i-1's dQ share is computed
+//   right after tile i's barrier (its dS^T was written before that barrier, into the other
+//   buffer), so the warps never wait between writing dS^T and reading it, and the reductions of
+//   tile i-1 leave while tile i's products run.
+// A final kernel casts the accumulator into dq (its dtype and strides; the scale is applied
+// before the reduction).
+// Against version 1's single pass (10.2 ms at the leaderboard point): 128 keys per block halve
+// the dQ reductions, 16-byte vector reductions quarter the operations again (NOTES.md).
+//   version  W  BQ  K/V cached  blocks/SM  PIPE  registers (d 64)
+//      6     8  64     yes          1       no   255, 8-byte spill
+//      7     8  64     no           1       no   252
+//      8     8  32     no           2       no   128, 124-byte spill
+//      9     4  64     no           2       no   243
+//     10     8  64     yes          1       yes  249           <- default (fastest measured)
+//     11     8  32     no           2       yes  128, 52-byte spill
+//     12     4  64     no           3       yes  168, 4-byte spill
+//     13     4  32     no           4       yes  128, 32-byte spill
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
 
 namespace {
 
 typedef __nv_bfloat16 bf16;
-// W warps per block (8; version 9: 4), W * 32 threads, W * 16 keys per block.
+// W warps per block (8 or 4), W * 32 threads, W * 16 keys per block.
 template <int D, int BQ, int W>
 struct Fa2Cfg {
     static constexpr int kBK = W * 16;
