@@ -218,7 +218,7 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, int versions, 
     const char* hdr[] = {"what", "median ms", "min ms", "TFLOP/s (median)"};
     table_t* t = table_new("leaderboard: batch 1, 16 heads, N 16384, d 64, bf16, causal", 4, hdr);
     const double m = causal_matmul_flops(B, H, N, d, 1);
-    // Versions 1-5: flash_backward_cuda is the two-pass backward; 6 and 7: the single pass.
+    // Versions 1-5: flash_backward_cuda is the two-pass backward; 6-13: the single pass.
     char nb[96], nfb[96];
     snprintf(nb, sizeof nb, "backward, flash_backward_cuda (version %d, %s)", version0,
              version0 >= 6 ? "single pass" : "two-pass");
