@@ -27,15 +27,9 @@ static inline float* randn_f32(size_t n, uint64_t seed) {
 
 // Loads tests/fixtures/attention/<name>.npy as fp32 with the given element count.
 static inline float* load_fixture(const char* name, size_t want_numel) {
-    char rel[128], path[512], err[512];
+    char rel[128];
     snprintf(rel, sizeof rel, "attention/%s.npy", name);
-    fixture_path(rel, path, sizeof path);
-    npy_array_t a;
-    cr_assert_eq(npy_read(path, &a, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(a.dtype, DT_F32, "%s: not float32", path);
-    cr_assert_eq(a.nbytes, want_numel * sizeof(float), "%s: %zu bytes, expected %zu", path, a.nbytes,
-                 want_numel * sizeof(float));
-    return (float*)a.data;  // the caller frees it
+    return fixture_load_f32(rel, want_numel);  // the caller frees it
 }
 
 // The fixture's shape: batch 4 (= B*H, one head), Nq = Nk = 128, D = 64.

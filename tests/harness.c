@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/dtype.h"
+#include "common/npy.h"
 
 static int report(const char* what, size_t n, size_t nbad, size_t first_bad, double max_abs,
                   double max_rel, const float* got, const float* want, double rtol, double atol) {
@@ -131,4 +132,15 @@ const char* test_tmpdir(void) {
 const char* fixture_path(const char* name, char* buf, size_t len) {
     snprintf(buf, len, "tests/fixtures/%s", name);
     return buf;
+}
+
+float* fixture_load_f32(const char* rel, size_t want_numel) {
+    char path[512], err[512];
+    fixture_path(rel, path, sizeof path);
+    npy_array_t a;
+    cr_assert_eq(npy_read(path, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(a.dtype, DT_F32, "%s: not float32", path);
+    cr_assert_eq(a.nbytes, want_numel * sizeof(float), "%s: %zu bytes, expected %zu", path, a.nbytes,
+                 want_numel * sizeof(float));
+    return (float*)a.data;
 }

@@ -35,6 +35,9 @@ int run_capture(const char* cmd, char* out, size_t outlen);
 const char* build_dir(void);
 // A fresh directory under /tmp for this test process (created on first call).
 const char* test_tmpdir(void);
+// Loads the committed fixture tests/fixtures/<rel> (a float32 .npy of exactly want_numel
+// elements; asserts otherwise) into malloc'd memory the caller frees.
+float* fixture_load_f32(const char* rel, size_t want_numel);
 // Path of a committed fixture: tests/fixtures/<name> (relative to the repository root, which
 // make and scripts/run_tests.sh use as the working directory).
 const char* fixture_path(const char* name, char* buf, size_t len);

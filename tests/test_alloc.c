@@ -1,10 +1,9 @@
 // The counting allocator: live and peak bytes per device and per tag, the observer, errors.
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "tests/child.h"
 #include "tests/harness.h"
 
 Test(alloc, counts_live_peak_and_tags) {
@@ -98,29 +97,19 @@ Test(alloc, gpu_accounting_and_oom_is_null) {
 }
 
 // mem_alloc dies on out-of-memory naming the bytes asked for and free: run it in a child
-// process and read what it printed.
+// process (forked before this process touches CUDA: a CUDA context does not survive fork())
+// and read what it printed.
+static void alloc_petabyte(void* arg) {
+    (void)arg;
+    if (gpu_count() == 0) exit(77);  // tells the parent to skip
+    mem_alloc(DEV_CUDA, (size_t)1 << 50, MEM_ACTS);
+}
+
 Test(alloc, gpu_oom_message_names_bytes) {
-    // Fork before this process touches CUDA: a CUDA context does not survive fork().
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        if (gpu_count() == 0) _exit(77);  // tells the parent to skip
-        mem_alloc(DEV_CUDA, (size_t)1 << 50, MEM_ACTS);
-        _exit(0);  // not reached: mem_alloc must die
-    }
-    close(fds[1]);
-    char out[2048] = {0};
-    size_t off = 0;
-    ssize_t k;
-    while (off < sizeof out - 1 && (k = read(fds[0], out + off, sizeof out - 1 - off)) > 0) off += (size_t)k;
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) cr_skip_test("needs a CUDA GPU");
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit status %d", st);
+    char out[2048];
+    const int st = run_child(alloc_petabyte, NULL, out, sizeof out);
+    if (st == 77) cr_skip_test("needs a CUDA GPU");
+    cr_assert_eq(st, 1, "exit status %d: %s", st, out);
     cr_assert(strstr(out, "out of GPU memory") != NULL, "%s", out);
     cr_assert(strstr(out, "1125899906842624 bytes") != NULL, "names the bytes asked for: %s", out);
     cr_assert(strstr(out, "free on the device") != NULL, "names the bytes free: %s", out);

@@ -2,11 +2,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common/check.h"
 #include "common/gpu.h"
+#include "tests/child.h"
 #include "tests/harness.h"
 
 Test(gpu, count_and_reason_agree) {
@@ -35,26 +34,16 @@ Test(gpu, info_is_sane) {
 
 // Without a GPU, gpu_require is a user error: one line, exit status 2. Run in a child forked
 // before this process touches CUDA; with a GPU the child returns 0 and the test is skipped.
+static void require_gpu(void* arg) {
+    (void)arg;
+    gpu_require("this test");
+}
+
 Test(gpu, require_fails_cleanly_without_gpu) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        gpu_require("this test");
-        _exit(0);
-    }
-    close(fds[1]);
-    char out[1024] = {0};
-    size_t off = 0;
-    ssize_t k;
-    while (off < sizeof out - 1 && (k = read(fds[0], out + off, sizeof out - 1 - off)) > 0) off += (size_t)k;
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) cr_skip_test("a GPU is present: gpu_require has nothing to refuse");
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit status %d, output %s", st, out);
+    char out[1024];
+    const int st = run_child(require_gpu, NULL, out, sizeof out);
+    if (st == 0) cr_skip_test("a GPU is present: gpu_require has nothing to refuse");
+    cr_assert_eq(st, 2, "exit status %d, output %s", st, out);
     cr_assert(strstr(out, "this test needs a CUDA GPU") != NULL, "%s", out);
 }
 
