@@ -12,60 +12,15 @@ Writes a CSV (dtype, d, N, impl, ms, TFLOP/s); causal forward FLOPs = 2 N^2 d pe
 """
 import argparse
 import csv
-import math
 import os
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
-BACKENDS = {
-    "sdpa_flash": SDPBackend.FLASH_ATTENTION,
-    "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-    "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
-}
-_flush = None
-
-
-def time_ms(fn, reps, warmup, budget_ms):
-    global _flush
-    if _flush is None:
-        _flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")  # > L2 (50 MiB)
-    first = 0.0
-    for _ in range(warmup):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        first = s.elapsed_time(e)
-    n = reps
-    if first > 0 and first * n > budget_ms:
-        n = int(budget_ms / first)
-    n = max(n, 3)
-    times = []
-    for _ in range(n):
-        _flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
-
-
-def naive_attention(q, k, v, causal):
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    s = (q @ k.transpose(-1, -2)) * scale
-    if causal:
-        n_q, n_k = s.shape[-2], s.shape[-1]
-        mask = torch.arange(n_k, device=q.device)[None, :] > torch.arange(n_q, device=q.device)[:, None]
-        s = s.masked_fill(mask, -1e6)
-    return torch.softmax(s, dim=-1) @ v
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from torch_attention import BACKENDS, naive_attention, time_ms  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
