@@ -218,7 +218,7 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, int versions, 
     const char* hdr[] = {"what", "median ms", "min ms", "TFLOP/s (median)"};
     table_t* t = table_new("leaderboard: batch 1, 16 heads, N 16384, d 64, bf16, causal", 4, hdr);
     const double m = causal_matmul_flops(B, H, N, d, 1);
-    // Versions 1-5: flash_backward_cuda is the two-pass backward; 6-13: the single pass.
+    // Versions 1-5: flash_backward_cuda is the two-pass backward; 6-15: the single pass.
     char nb[96], nfb[96];
     snprintf(nb, sizeof nb, "backward, flash_backward_cuda (version %d, %s)", version0,
              version0 >= 6 ? "single pass" : "two-pass");
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "1000", "cap on the timed ms per measurement (>= 3 runs)", NULL},
         {"lb-reps", CLI_INT, &lb_reps, "100", "leaderboard: timed runs (median)", NULL},
-        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..13 (NOTES.md); 0: the default", NULL},
+        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..15 (NOTES.md); 0: the default", NULL},
         {"versions", CLI_FLAG, &versions, "0", "leaderboard: also time every kernel version, per kernel", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/04_<mode>.csv", NULL},
     };

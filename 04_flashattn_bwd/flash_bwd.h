@@ -40,7 +40,7 @@ size_t flash_bwd_workspace_bytes(const attn_args_t* a);
 size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a);
 // The backward. Versions 1-5 (and every version where the single-pass kernels do not apply):
 // two passes, no atomics: D pre-pass, a key-tile-parallel kernel for dK and dV, a
-// query-tile-parallel kernel for dQ (P recomputed in each). Versions 6-13 for bf16, d <= 64:
+// query-tile-parallel kernel for dQ (P recomputed in each). Versions 6-15 for bf16, d <= 64:
 // the single pass of flash_backward_atomic_cuda (dQ run-to-run nondeterministic in the last
 // bits). Reads q, k, v, o, dout, lse; writes dq, dk, dv. Asynchronous on stream; fail()
 // (exit 2) if flash_bwd_supports rejects *a.
@@ -52,14 +52,14 @@ void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream);
 const char* flash_bwd_kernel_name(const attn_args_t* a);
 // Benchmark knobs (process-wide, not thread-safe; the defaults are what ships):
 // version of the tensor-core kernels, 1 to FLASH_BWD_MAX_VERSION (flash_bwd_mma.cu,
-// flash_bwd_fa2.cu and NOTES.md say what changed): 1-5 two-pass, 6-13 single-pass (for bf16,
+// flash_bwd_fa2.cu and NOTES.md say what changed): 1-5 two-pass, 6-15 single-pass (for bf16,
 // d <= 64 with 16-byte rows flash_backward_cuda is then the single pass too; elsewhere they
 // run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
 // kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel
 // only): for per-kernel timings, the results are then incomplete. Bad values die.
 // The default is version 10, the fastest measured (NOTES.md, run 4) with every test passing.
 #define FLASH_BWD_DEFAULT_VERSION 10
-#define FLASH_BWD_MAX_VERSION 13
+#define FLASH_BWD_MAX_VERSION 15
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);
 

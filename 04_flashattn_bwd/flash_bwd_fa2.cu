@@ -29,6 +29,9 @@
 //     11     8  32     no           2       yes  128, 52-byte spill
 //     12     4  64     no           3       yes  168, 4-byte spill
 //     13     4  32     no           4       yes  128, 32-byte spill
+//     14     8  64     yes          1       yes  250; 10 + dQ share by warps 0-3, 32-row warp tiles
+//     15     8  64     yes          1       yes  251; 14 + Q/dO transposes by movmatrix (NOTES.md)
+//   (14 and 15 have not run on a GPU yet.)
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
 
@@ -69,7 +72,20 @@ __device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c
                  : "memory");
 }
 
-template <int D, int BQ, bool CACHE_KV, int MINB, int kW, bool PIPE>
+// The 8x8 b16 block a thread holds as an mma fragment (row lane/4, columns 2(lane%4), +1),
+// transposed across the warp: what ldmatrix .trans of the same block would have given, from
+// registers instead of shared memory (version 15).
+__device__ __forceinline__ uint32_t movm_trans(uint32_t a) {
+    uint32_t d;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+    return d;
+}
+
+// DQH (versions 14, 15): dQ_i's share is computed by the first kW/2 warps only, with 32 x DW2
+// warp tiles instead of 16 x DW (fewer ldmatrix per mma); the other warps go straight on to
+// the next tile's S^T. MOVM (version 15): per 16-query chunk, Q_i and dO_i are read once with
+// ldmatrix and their transposes for dK/dV come from movmatrix (see the loop).
+template <int D, int BQ, bool CACHE_KV, int MINB, int kW, bool PIPE, bool DQH = false, bool MOVM = false>
 __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
     typedef Fa2Cfg<D, BQ, kW> C;
     constexpr int kT = kW * 32, kBK = kW * 16;
@@ -168,6 +184,67 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
         }
     };
 
+    // Adds a 16 x 8 C fragment (query rows r0..r0+15, columns c0..c0+7) into the accumulator:
+    // dq_step's lane-pair shuffle, then one 16-byte reduction per thread.
+    auto red_frag = [&](const float (&a)[4], int r0, int c0) {
+        const bool odd = t & 1;
+        const int row = r0 + g + (odd ? 8 : 0);
+        const float s0 = odd ? a[0] : a[2], s1 = odd ? a[1] : a[3];
+        const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+        const int c = c0 + 2 * (t & 2);
+        if (row < p.Nq) {
+            float* dst = dQacc + (int64_t)row * D + c;
+            if (odd) red_add_v4(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
+            else red_add_v4(dst, a[0] * p.scale, a[1] * p.scale, x0 * p.scale, x1 * p.scale);
+        }
+    };
+    // DQH: dQ_i (BQ x D) over all kBK keys by the first kW/2 warps, each MG2 x WG2 grid cell a
+    // 32-row x DW2 tile: per 16 keys 2 ldmatrix for A (two m-tiles) and DW2/16 for B feed
+    // 2 * DW2/8 mma (version 10: 1 + DW/16 for DW/8). The warp test is warp-uniform.
+    auto dq_step_half = [&](const bf16* dSb, int q0) {
+      if constexpr (DQH) {
+        constexpr int MG2 = BQ / 32, WG2 = (kW / 2) / MG2, DW2 = D / WG2;
+        static_assert((MG2 >= 1 && MG2 * WG2 == kW / 2 && DW2 % 16 == 0), "warp split of the dQ tile (DQH)");
+        if (warp >= kW / 2) return;
+        const int m0 = (warp % MG2) * 32, n0 = (warp / MG2) * DW2;
+        float acc[2][DW2 / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int n = 0; n < DW2 / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mt][n][e] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < kBK / 16; kc++) {
+            const int mi = lane >> 3, kb = kc * 16;
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                ldsm_x4_trans(a[mt], dSb + (kb + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + mt * 16 + (mi & 1) * 8);
+#pragma unroll
+            for (int dn = 0; dn < DW2 / 16; dn++) {
+                const int kr = kb + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int nc = n0 + dn * 16 + (lane >> 4) * 8;
+                uint32_t b[4];
+                ldsm_x4_trans(b, Ks + kr * LD + nc);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_16816(acc[mt][2 * dn], a[mt], b[0], b[1]);
+                    mma_16816(acc[mt][2 * dn + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int n = 0; n < DW2 / 8; n++) red_frag(acc[mt][n], q0 + m0 + mt * 16, n0 + n * 8);
+      }
+    };
+    auto dq_share = [&](const bf16* dSb, int q0) {
+        if constexpr (DQH) dq_step_half(dSb, q0);
+        else dq_step(dSb, q0);
+    };
+
     for (int i = i_start; i < Tq; i++) {
         const int buf = (i - i_start) & 1, q0 = i * BQ;
         if (!PIPE) {
@@ -184,7 +261,7 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
             // i+1 goes there now; then tile i-1's dQ share, whose dS^T every warp wrote before (A).
             if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
             cp_async_commit();
-            if (i > i_start) dq_step(dSs + (buf ^ 1) * kBK * LDS, q0 - BQ);
+            if (i > i_start) dq_share(dSs + (buf ^ 1) * kBK * LDS, q0 - BQ);
         }
         const bf16* Qb = Qs + buf * BQ * LD;
         const bf16* dOb = dOs + buf * BQ * LD;
@@ -199,87 +276,162 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
             }
         }
 
-        // S^T = K_j Q_i^T and dP^T = V_j dO_i^T: (16 keys of this warp) x BQ queries.
-        float S[NT_Q][4], dP[NT_Q][4];
-#pragma unroll
-        for (int n = 0; n < NT_Q; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) S[n][e] = dP[n][e] = 0.0f;
-#pragma unroll
-        for (int kc = 0; kc < KC_D; kc++) {
-            uint32_t ak[4], av[4];
-            if (CACHE_KV) {
-#pragma unroll
-                for (int x = 0; x < 4; x++) ak[x] = kf[CACHE_KV ? kc : 0][x], av[x] = vf[CACHE_KV ? kc : 0][x];
-            } else {
-                ldsm_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-                ldsm_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-            }
+        const bool need_mask = (p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk);
+        if constexpr (MOVM) {
+            // Version 15: one 16-query chunk at a time. Its Q and dO blocks are read once (B
+            // fragments of S^T and dP^T); the transposed blocks that dK += dS^T Q and
+            // dV += P^T dO take as B come from movmatrix: 32 instead of 64 ldmatrix per warp
+            // and tile, 128 movmatrix added.
 #pragma unroll
             for (int np = 0; np < BQ / 16; np++) {
-                const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-                const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
-                uint32_t bq[4], bo[4];
-                ldsm_x4(bq, Qb + n * LD + kk);
-                ldsm_x4(bo, dOb + n * LD + kk);
-                mma_16816(S[2 * np], ak, bq[0], bq[1]);
-                mma_16816(S[2 * np + 1], ak, bq[2], bq[3]);
-                mma_16816(dP[2 * np], av, bo[0], bo[1]);
-                mma_16816(dP[2 * np + 1], av, bo[2], bo[3]);
-            }
-        }
-        // P^T = 2^(S^T scale log2e - L log2e); masks only where this warp's 16 keys meet the
-        // diagonal or the ragged end. dS^T = P^T o (dP^T - D).
-        const bool need_mask = (p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk);
+                uint32_t bq[KC_D][4], bo[KC_D][4];
+                float S2[2][4], dP2[2][4];
 #pragma unroll
-        for (int n = 0; n < NT_Q; n++)
+                for (int nn = 0; nn < 2; nn++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
-                float pr = ex2(fmaf(S[n][e], sl2, -Lb[ql]));
-                if (need_mask) {
-                    const int kg = k0 + kl, qg = q0 + ql;
-                    if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+                    for (int e = 0; e < 4; e++) S2[nn][e] = dP2[nn][e] = 0.0f;
+#pragma unroll
+                for (int kc = 0; kc < KC_D; kc++) {
+                    const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+                    const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
+                    ldsm_x4(bq[kc], Qb + n * LD + kk);
+                    ldsm_x4(bo[kc], dOb + n * LD + kk);
+                    uint32_t ak[4], av[4];
+                    if (CACHE_KV) {
+#pragma unroll
+                        for (int x = 0; x < 4; x++) ak[x] = kf[CACHE_KV ? kc : 0][x], av[x] = vf[CACHE_KV ? kc : 0][x];
+                    } else {
+                        ldsm_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                        ldsm_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                    }
+                    mma_16816(S2[0], ak, bq[kc][0], bq[kc][1]);
+                    mma_16816(S2[1], ak, bq[kc][2], bq[kc][3]);
+                    mma_16816(dP2[0], av, bo[kc][0], bo[kc][1]);
+                    mma_16816(dP2[1], av, bo[kc][2], bo[kc][3]);
                 }
-                S[n][e] = pr;
-                dP[n][e] = pr * (dP[n][e] - Db[ql]);
+#pragma unroll
+                for (int nn = 0; nn < 2; nn++) {
+                    const int n = 2 * np + nn;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
+                        float pr = ex2(fmaf(S2[nn][e], sl2, -Lb[ql]));
+                        if (need_mask) {
+                            const int kg = k0 + kl, qg = q0 + ql;
+                            if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+                        }
+                        S2[nn][e] = pr;
+                        dP2[nn][e] = pr * (dP2[nn][e] - Db[ql]);
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        *(uint32_t*)(dSb + (kw + g + 8 * h) * LDS + n * 8 + 2 * t) = pack_bf16(dP2[nn][2 * h], dP2[nn][2 * h + 1]);
+                }
+                const uint32_t ap[4] = {pack_bf16(S2[0][0], S2[0][1]), pack_bf16(S2[0][2], S2[0][3]),
+                                        pack_bf16(S2[1][0], S2[1][1]), pack_bf16(S2[1][2], S2[1][3])};
+                const uint32_t as[4] = {pack_bf16(dP2[0][0], dP2[0][1]), pack_bf16(dP2[0][2], dP2[0][3]),
+                                        pack_bf16(dP2[1][0], dP2[1][1]), pack_bf16(dP2[1][2], dP2[1][3])};
+                // bq[dn] holds the blocks (queries 0-7, d 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15)
+                // of columns dn*16..; the B fragment of d columns dn*16 + 0..7 (k = the 16 queries)
+                // is the transposes of blocks 0 and 2, of columns + 8..15 those of blocks 1 and 3.
+#pragma unroll
+                for (int dn = 0; dn < D / 16; dn++) {
+                    const uint32_t to0 = movm_trans(bo[dn][0]), to1 = movm_trans(bo[dn][2]);
+                    const uint32_t to2 = movm_trans(bo[dn][1]), to3 = movm_trans(bo[dn][3]);
+                    const uint32_t tq0 = movm_trans(bq[dn][0]), tq1 = movm_trans(bq[dn][2]);
+                    const uint32_t tq2 = movm_trans(bq[dn][1]), tq3 = movm_trans(bq[dn][3]);
+                    mma_16816(dV[2 * dn], ap, to0, to1);
+                    mma_16816(dV[2 * dn + 1], ap, to2, to3);
+                    mma_16816(dK[2 * dn], as, tq0, tq1);
+                    mma_16816(dK[2 * dn + 1], as, tq2, tq3);
+                }
             }
-        // dS^T to shared memory first, so that the barrier below is reached early.
-#pragma unroll
-        for (int n = 0; n < NT_Q; n++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                *(uint32_t*)(dSb + (kw + g + 8 * h) * LDS + n * 8 + 2 * t) = pack_bf16(dP[n][2 * h], dP[n][2 * h + 1]);
-        // dV_j += P^T dO_i and dK_j += dS^T Q_i (C fragments of two 8-query tiles = one A fragment).
-#pragma unroll
-        for (int kq = 0; kq < KC_Q; kq++) {
-            const uint32_t ap[4] = {pack_bf16(S[2 * kq][0], S[2 * kq][1]), pack_bf16(S[2 * kq][2], S[2 * kq][3]),
-                                    pack_bf16(S[2 * kq + 1][0], S[2 * kq + 1][1]),
-                                    pack_bf16(S[2 * kq + 1][2], S[2 * kq + 1][3])};
-            const uint32_t as[4] = {pack_bf16(dP[2 * kq][0], dP[2 * kq][1]), pack_bf16(dP[2 * kq][2], dP[2 * kq][3]),
-                                    pack_bf16(dP[2 * kq + 1][0], dP[2 * kq + 1][1]),
-                                    pack_bf16(dP[2 * kq + 1][2], dP[2 * kq + 1][3])};
-#pragma unroll
-            for (int dn = 0; dn < D / 16; dn++) {
-                const int kr = kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int nc = dn * 16 + (lane >> 4) * 8;
-                uint32_t bo[4], bq[4];
-                ldsm_x4_trans(bo, dOb + kr * LD + nc);
-                ldsm_x4_trans(bq, Qb + kr * LD + nc);
-                mma_16816(dV[2 * dn], ap, bo[0], bo[1]);
-                mma_16816(dV[2 * dn + 1], ap, bo[2], bo[3]);
-                mma_16816(dK[2 * dn], as, bq[0], bq[1]);
-                mma_16816(dK[2 * dn + 1], as, bq[2], bq[3]);
+            if (!PIPE) {
+                __syncthreads();  // (B) every warp's dS^T rows are in dSb
+                dq_share(dSb, q0);
             }
-        }
-        if (!PIPE) {
-            __syncthreads();  // (B) every warp's dS^T rows are in dSb
-            dq_step(dSb, q0);
+        } else {  // versions 6-14
+            // S^T = K_j Q_i^T and dP^T = V_j dO_i^T: (16 keys of this warp) x BQ queries.
+            float S[NT_Q][4], dP[NT_Q][4];
+#pragma unroll
+            for (int n = 0; n < NT_Q; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[n][e] = dP[n][e] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < KC_D; kc++) {
+                uint32_t ak[4], av[4];
+                if (CACHE_KV) {
+#pragma unroll
+                    for (int x = 0; x < 4; x++) ak[x] = kf[CACHE_KV ? kc : 0][x], av[x] = vf[CACHE_KV ? kc : 0][x];
+                } else {
+                    ldsm_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                    ldsm_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                }
+#pragma unroll
+                for (int np = 0; np < BQ / 16; np++) {
+                    const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+                    const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
+                    uint32_t bq[4], bo[4];
+                    ldsm_x4(bq, Qb + n * LD + kk);
+                    ldsm_x4(bo, dOb + n * LD + kk);
+                    mma_16816(S[2 * np], ak, bq[0], bq[1]);
+                    mma_16816(S[2 * np + 1], ak, bq[2], bq[3]);
+                    mma_16816(dP[2 * np], av, bo[0], bo[1]);
+                    mma_16816(dP[2 * np + 1], av, bo[2], bo[3]);
+                }
+            }
+            // P^T = 2^(S^T scale log2e - L log2e); masks only where this warp's 16 keys meet the
+            // diagonal or the ragged end. dS^T = P^T o (dP^T - D).
+#pragma unroll
+            for (int n = 0; n < NT_Q; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
+                    float pr = ex2(fmaf(S[n][e], sl2, -Lb[ql]));
+                    if (need_mask) {
+                        const int kg = k0 + kl, qg = q0 + ql;
+                        if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+                    }
+                    S[n][e] = pr;
+                    dP[n][e] = pr * (dP[n][e] - Db[ql]);
+                }
+            // dS^T to shared memory first, so that the barrier below is reached early.
+#pragma unroll
+            for (int n = 0; n < NT_Q; n++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    *(uint32_t*)(dSb + (kw + g + 8 * h) * LDS + n * 8 + 2 * t) = pack_bf16(dP[n][2 * h], dP[n][2 * h + 1]);
+            // dV_j += P^T dO_i and dK_j += dS^T Q_i (C fragments of two 8-query tiles = one A fragment).
+#pragma unroll
+            for (int kq = 0; kq < KC_Q; kq++) {
+                const uint32_t ap[4] = {pack_bf16(S[2 * kq][0], S[2 * kq][1]), pack_bf16(S[2 * kq][2], S[2 * kq][3]),
+                                        pack_bf16(S[2 * kq + 1][0], S[2 * kq + 1][1]),
+                                        pack_bf16(S[2 * kq + 1][2], S[2 * kq + 1][3])};
+                const uint32_t as[4] = {pack_bf16(dP[2 * kq][0], dP[2 * kq][1]), pack_bf16(dP[2 * kq][2], dP[2 * kq][3]),
+                                        pack_bf16(dP[2 * kq + 1][0], dP[2 * kq + 1][1]),
+                                        pack_bf16(dP[2 * kq + 1][2], dP[2 * kq + 1][3])};
+#pragma unroll
+                for (int dn = 0; dn < D / 16; dn++) {
+                    const int kr = kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    const int nc = dn * 16 + (lane >> 4) * 8;
+                    uint32_t bo[4], bq[4];
+                    ldsm_x4_trans(bo, dOb + kr * LD + nc);
+                    ldsm_x4_trans(bq, Qb + kr * LD + nc);
+                    mma_16816(dV[2 * dn], ap, bo[0], bo[1]);
+                    mma_16816(dV[2 * dn + 1], ap, bo[2], bo[3]);
+                    mma_16816(dK[2 * dn], as, bq[0], bq[1]);
+                    mma_16816(dK[2 * dn + 1], as, bq[2], bq[3]);
+                }
+            }
+            if (!PIPE) {
+                __syncthreads();  // (B) every warp's dS^T rows are in dSb
+                dq_share(dSb, q0);
+            }
         }
     }
     if (PIPE && i_start < Tq) {  // the last tile's dQ share
         __syncthreads();
-        dq_step(dSs + ((Tq - 1 - i_start) & 1) * kBK * LDS, (Tq - 1) * BQ);
+        dq_share(dSs + ((Tq - 1 - i_start) & 1) * kBK * LDS, (Tq - 1) * BQ);
     }
     cp_async_wait<0>();
 
@@ -316,10 +468,10 @@ __global__ void __launch_bounds__(256) fa2_dq_convert_kernel(BwdParams p) {
     }
 }
 
-template <int D, int BQ, bool CACHE_KV, int MINB, int W = 8, bool PIPE = false>
+template <int D, int BQ, bool CACHE_KV, int MINB, int W = 8, bool PIPE = false, bool DQH = false, bool MOVM = false>
 void launch_fa2(const BwdParams& p, cudaStream_t s) {
     typedef Fa2Cfg<D, BQ, W> C;
-    auto kern = bwd_fa2_kernel<D, BQ, CACHE_KV, MINB, W, PIPE>;
+    auto kern = bwd_fa2_kernel<D, BQ, CACHE_KV, MINB, W, PIPE, DQH, MOVM>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
     dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
     kern<<<grid, W * 32, C::smem, s>>>(p);
@@ -339,7 +491,11 @@ void launch_fa2_v(const BwdParams& p, int version, cudaStream_t s) {
     else if (version == 10) launch_fa2<D, 64, true, 1, 8, true>(p, s);
     else if (version == 11) launch_fa2<D, 32, false, 2, 8, true>(p, s);
     else if (version == 12) launch_fa2<D, 64, false, 3, 4, true>(p, s);
-    else launch_fa2<D, 32, false, 4, 4, true>(p, s);
+    else if (version == 13) launch_fa2<D, 32, false, 4, 4, true>(p, s);
+    // 14, 15: version 10 with the dQ share by half the warps (d 16: too narrow, as version 10),
+    // 15 also with the movmatrix transposes.
+    else if (version == 14) launch_fa2<D, 64, true, 1, 8, true, (D >= 32), false>(p, s);
+    else launch_fa2<D, 64, true, 1, 8, true, (D >= 32), true>(p, s);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ void bwd_launch_mma(const BwdParams& p, bool atomic_dq, int version, int parts, 
 void bwd_launch_dq_convert(const BwdParams& p, dtype_t dt, cudaStream_t s);
 // Version 5's dK/dV kernel (flash_bwd_dkdv_mt2.cu): two m-tiles per warp, d in {16, 32, 64}.
 void bwd_launch_dkdv_mt2(const BwdParams& p, cudaStream_t s);
-// Versions 6-13 (flash_bwd_fa2.cu): the single-pass kernel (8 warps, 128 keys per block,
+// Versions 6-15 (flash_bwd_fa2.cu): the single-pass kernel (8 warps, 128 keys per block,
 // dQ by vector reductions into p.dq_accum, which must be zeroed) and the cast of p.dq_accum
 // into p.dq; bf16, d in {16, 32, 64}.
 void bwd_launch_fa2(const BwdParams& p, int version, cudaStream_t s);

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
         {"Bk", CLI_INT, &Bk, "64", "key tile of the CPU tiled reference (>= 16)", NULL},
         {"check", CLI_FLAG, &check, "0", "also run the CPU naive reference and print the max errors", NULL},
         {"reps", CLI_INT, &reps, "1", "GPU runs to time (median printed)", NULL},
-        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..13 (NOTES.md); 0: the default", NULL},
+        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..15 (NOTES.md); 0: the default", NULL},
         {"out", CLI_STR, &out, "results/flash_bwd", "output directory for dQ, dK, dV, O, L (.npy); empty: none", NULL},
     };
     cli_parse(argc, argv,

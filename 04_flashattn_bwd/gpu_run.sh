@@ -6,6 +6,10 @@
 #   04_flashattn_bwd/gpu_run.sh final   build, tests (every kernel version), compute-sanitizer on the
 #                                       newer kernels, leaderboard with every version, then the
 #                                       bench-04 sweep with the fastest version that passed its tests
+#   04_flashattn_bwd/gpu_run.sh next    (fits 240 s) build, every test, leaderboard for versions
+#                                       10, 14, 15 (and 10 again, for drift) next to SDPA flash and
+#                                       cuDNN, compute-sanitizer memcheck and racecheck on versions
+#                                       14 and 15 while time is left; a summary at the end
 # Logs and CSVs go to $OUT (the run tool's output folder), else results/.
 set -uo pipefail
 # The run tool returns at most a few files from $OUT: everything but log.txt (the caller's tee)
@@ -104,6 +108,38 @@ PY
   cat "$OUT/sanitizer_summary.txt"
   echo "versions that passed:$ok; fastest: $best"
   cat results/04_leaderboard.csv results/04_leaderboard_versions.csv results/04_leaderboard_torch.csv 2>/dev/null
+  ;;
+next)
+  # Versions 14 and 15 (NOTES.md, "Versions 14-15") have never run: tests first, then the
+  # timings, then the sanitizers as long as the 240 s of the call leave room (each <= 40 s).
+  left() { echo $(( ${DEADLINE_S:-228} - ($(date +%s) - T0) )); }
+  log "tests (every version, 14 and 15 included)"
+  timeout "${TEST_S:-90}" $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?" | tee "$OUT/tests_rc.txt"
+  grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion" "$OUT/tests.log" | head -30
+  log "leaderboard: versions 10, 14, 15, 10 (one process each; the second 10 shows the drift)"
+  for v in 10 14 15 10; do
+    timeout 30 $B/bench --mode leaderboard --version "$v" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard_v$v.csv" \
+      > "$OUT/bench_v$v.log" 2>&1; echo "bench v$v rc $?"
+    grep -E "^\| (forward|backward, flash_backward_cuda)" "$OUT/bench_v$v.log" | tee -a "$OUT/lb_summary.txt"
+  done
+  log "SDPA flash and cuDNN"
+  timeout 50 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
+    --reps "${LB_REPS:-30}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv" > "$OUT/torch.log" 2>&1
+  echo "bench_torch rc $?"
+  pack
+  log "compute-sanitizer (versions 14, 15; small ragged causal shapes), $(left)s left"
+  for spec in "memcheck:14:64:150:267" "racecheck:14:64:150:267" "memcheck:15:64:150:267" "racecheck:15:64:150:267" \
+              "memcheck:15:32:201:133" "racecheck:15:16:77:300"; do
+    if [ "$(left)" -lt 45 ]; then echo "skipped $spec: $(left)s left" | tee -a "$OUT/sanitizer_summary.txt"; continue; fi
+    IFS=: read -r tool ver dd nq nk <<< "$spec"
+    sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
+  done
+  pack
+  log "summary"
+  cat "$OUT/tests_rc.txt"; grep -E "Synthesis|FAIL" "$OUT/tests.log" | head -12
+  cut -c1-170 "$OUT/sanitizer_summary.txt"
+  cat "$OUT/lb_summary.txt"
+  cat "$OUT/04_leaderboard_torch.csv" 2>/dev/null || tail -5 "$OUT/torch.log"
   ;;
 esac
 log "done"
