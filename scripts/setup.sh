@@ -34,11 +34,15 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 # Is a package mirror reachable at all? (The GPU machine has no network: don't wait for apt.)
 mirror_reachable() {
-  local host
-  host=$(grep -rhoE '^(deb|URIs:)[^#]*https?://[^/ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null |
-         grep -oE 'https?://[^/ ]+' | head -n 1 | sed -E 's#https?://##')
-  [ -z "$host" ] && return 0   # unknown: let apt try
-  timeout 5 getent hosts "$host" >/dev/null 2>&1
+  # hosts of the ACTIVE sources only (apt ignores files not named *.list or *.sources)
+  local files hosts h
+  files=$(ls /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null)
+  [ -z "$files" ] && return 0   # unknown: let apt try
+  hosts=$(grep -hoE '^(deb|URIs:)[^#]*https?://[^/ ]+' $files 2>/dev/null |
+          grep -oE 'https?://[^/ ]+' | sed -E 's#https?://##' | sort -u)
+  [ -z "$hosts" ] && return 0
+  for h in $hosts; do timeout 5 getent hosts "$h" >/dev/null 2>&1 && return 0; done
+  return 1
 }
 installed=0
 if have_cmd apt-get && ! mirror_reachable; then
