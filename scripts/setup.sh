@@ -27,7 +27,7 @@ have_cmd gnuplot || { missing_opt+=("gnuplot"); pkgs+=(gnuplot-nox); }
 
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 
-echo "setup: missing ${missing_req[*]:-} ${missing_opt[*]:-}— installing ${pkgs[*]}"
+echo "setup: missing: ${missing_req[*]:-} ${missing_opt[*]:-}; installing ${pkgs[*]}"
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   if have_cmd sudo; then sudo="sudo"; else echo "setup: not root and no sudo: cannot install ${pkgs[*]}"; fi
