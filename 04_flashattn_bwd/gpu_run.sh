@@ -10,15 +10,20 @@
 #                                       10, 14, 15 (and 10 again, for drift) next to SDPA flash and
 #                                       cuDNN, compute-sanitizer memcheck and racecheck on versions
 #                                       14 and 15 while time is left; a summary at the end
+#   04_flashattn_bwd/gpu_run.sh profile ncu (clocks left alone) on one backward launch of each
+#                                       version in NCU_VERSIONS (default 10 14 15) at the
+#                                       leaderboard point: speed of light, warp stall reasons,
+#                                       scheduler, pipes, memory; text reports ncu_v<N>.txt
 # Logs and CSVs go to $OUT (the run tool's output folder), else results/.
 set -uo pipefail
 # The run tool returns at most a few files from $OUT: everything but log.txt (the caller's tee)
-# goes to a scratch folder and leaves as ONE archive, $OUT/fa4_out.tgz (the second device run
+# goes to a scratch folder and leaves as ONE archive per mode, $OUT/fa4_<mode>.tgz (the second device run
 # lost its test log and version table by writing 21 files there).
+MODE=${1:-check}
 FINAL_OUT=${OUT:-results}
 OUT=$(mktemp -d /tmp/fa4_out.XXXXXX)
 mkdir -p "$FINAL_OUT" results
-pack() { cp results/04_* "$OUT/" 2>/dev/null; tar czf "$FINAL_OUT/fa4_out.tgz" -C "$OUT" . ; }
+pack() { cp results/04_* "$OUT/" 2>/dev/null; tar czf "$FINAL_OUT/fa4_$MODE.tgz" -C "$OUT" . ; }
 trap pack EXIT
 export BUILD=build
 B=build/04_flashattn_bwd
@@ -140,6 +145,19 @@ next)
   cut -c1-170 "$OUT/sanitizer_summary.txt"
   cat "$OUT/lb_summary.txt"
   cat "$OUT/04_leaderboard_torch.csv" 2>/dev/null || tail -5 "$OUT/torch.log"
+  ;;
+profile)
+  for v in ${NCU_VERSIONS:-10 14 15}; do
+    log "ncu version $v"
+    timeout 120 ncu --clock-control none -k regex:bwd_fa2_kernel -c 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --section SchedulerStats --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section InstructionStats \
+      $B/flash_bwd --device cuda --B 1 --H 16 --Nq 16384 --Nk 16384 --d 64 --causal --dtype bf16 \
+      --version "$v" --out "" > "$OUT/ncu_v$v.txt" 2>&1; echo "ncu v$v rc $?"
+    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Shared Memory|L1/TEX Hit|Stall|Pipe" "$OUT/ncu_v$v.txt" | head -40
+  done
+  pack
   ;;
 esac
 log "done"
