@@ -31,7 +31,7 @@ extern "C" size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a) {
     return d_bytes(a) + sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
 }
 
-// Versions 6-15 make flash_backward_cuda itself single-pass, and the version is a
+// Versions 6-16 make flash_backward_cuda itself single-pass, and the version is a
 // process-wide switch that may change after the caller allocated: always room for the
 // accumulator.
 extern "C" size_t flash_bwd_workspace_bytes(const attn_args_t* a) { return flash_bwd_atomic_workspace_bytes(a); }
@@ -107,7 +107,7 @@ static void check_args(const attn_args_t* a, const char* who) {
     if (!a->workspace) fail("%s: workspace is NULL (allocate the bytes the workspace function returns)", who);
 }
 
-// Versions 6-15 have kernels for bf16, d <= 64 only; elsewhere they run version 1's kernels.
+// Versions 6-16 have kernels for bf16, d <= 64 only; elsewhere they run version 1's kernels.
 static int fa2_ok(const attn_args_t* a) { return g_version >= 6 && mma_ok(a) && a->d <= 64; }
 static int legacy_version(void) { return g_version >= 6 ? 1 : g_version; }
 
@@ -128,7 +128,7 @@ static void backward_single_pass(const attn_args_t* a, cudaStream_t stream) {
 
 extern "C" void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream) {
     check_args(a, "flash_backward_cuda");
-    if (fa2_ok(a)) {  // versions 6-15: the single pass is the fast one
+    if (fa2_ok(a)) {  // versions 6-16: the single pass is the fast one
         backward_single_pass(a, stream);
         return;
     }

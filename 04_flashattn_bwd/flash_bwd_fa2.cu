@@ -31,7 +31,7 @@
 //     13     4  32     no           4       yes  128, 32-byte spill
 //     14     8  64     yes          1       yes  250; 10 + dQ share by warps 0-3, 32-row warp tiles
 //     15     8  64     yes          1       yes  251; 14 + Q/dO transposes by movmatrix (NOTES.md)
-//   (14 and 15 have not run on a GPU yet.)
+//     16     version 10's schedule on wgmma (flash_bwd_wgmma.cu), d 64; other d: version 10
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
 
@@ -468,6 +468,8 @@ __global__ void __launch_bounds__(256) fa2_dq_convert_kernel(BwdParams p) {
     }
 }
 
+template <int D> void launch_dq_convert(const BwdParams& p, cudaStream_t s);
+
 template <int D, int BQ, bool CACHE_KV, int MINB, int W = 8, bool PIPE = false, bool DQH = false, bool MOVM = false>
 void launch_fa2(const BwdParams& p, cudaStream_t s) {
     typedef Fa2Cfg<D, BQ, W> C;
@@ -476,6 +478,11 @@ void launch_fa2(const BwdParams& p, cudaStream_t s) {
     dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
     kern<<<grid, W * 32, C::smem, s>>>(p);
     CUDA_CHECK_LAST();
+    launch_dq_convert<D>(p, s);
+}
+
+template <int D>
+void launch_dq_convert(const BwdParams& p, cudaStream_t s) {
     const int64_t n = (int64_t)p.B * p.H * p.Nq * (D / 8);
     const unsigned blocks = (unsigned)((n + 255) / 256 < 132 * 16 ? (n + 255) / 256 : 132 * 16);
     fa2_dq_convert_kernel<D><<<blocks, 256, 0, s>>>(p);
@@ -495,7 +502,12 @@ void launch_fa2_v(const BwdParams& p, int version, cudaStream_t s) {
     // 14, 15: version 10 with the dQ share by half the warps (d 16: too narrow, as version 10),
     // 15 also with the movmatrix transposes.
     else if (version == 14) launch_fa2<D, 64, true, 1, 8, true, (D >= 32), false>(p, s);
-    else launch_fa2<D, 64, true, 1, 8, true, (D >= 32), true>(p, s);
+    else if (version == 15) launch_fa2<D, 64, true, 1, 8, true, (D >= 32), true>(p, s);
+    // 16: wgmma (flash_bwd_wgmma.cu) where it was built for (d 64, sm_90a); elsewhere version 10.
+    else if (D == 64 && bwd_wgmma_available()) {
+        bwd_launch_wgmma(p, s);
+        launch_dq_convert<D>(p, s);
+    } else launch_fa2<D, 64, true, 1, 8, true>(p, s);
 }
 
 }  // namespace

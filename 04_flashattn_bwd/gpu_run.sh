@@ -10,6 +10,9 @@
 #                                       10, 14, 15 (and 10 again, for drift) next to SDPA flash and
 #                                       cuDNN, compute-sanitizer memcheck and racecheck on versions
 #                                       14 and 15 while time is left; a summary at the end
+#   04_flashattn_bwd/gpu_run.sh wgmma   (fits 300 s) build, every test, leaderboard for versions 10, 16,
+#                                       10, 16 next to SDPA, compute-sanitizer on version 16, ncu
+#                                       on version 16 while time is left
 #   04_flashattn_bwd/gpu_run.sh profile ncu (clocks left alone) on one backward launch of each
 #                                       version in NCU_VERSIONS (default 10 14 15) at the
 #                                       leaderboard point: speed of light, warp stall reasons,
@@ -146,10 +149,43 @@ next)
   cat "$OUT/lb_summary.txt"
   cat "$OUT/04_leaderboard_torch.csv" 2>/dev/null || tail -5 "$OUT/torch.log"
   ;;
-profile)
+wgmma)
+  left() { echo $(( ${DEADLINE_S:-290} - ($(date +%s) - T0) )); }
+  log "tests (every version, 16 included)"
+  timeout "${TEST_S:-90}" $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?" | tee "$OUT/tests_rc.txt"
+  grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion" "$OUT/tests.log" | head -30
+  log "check of version 16 against the CPU reference (small shapes, errors per gradient)"
+  for args in "--Nq 150 --Nk 267 --causal" "--Nq 128 --Nk 128" "--Nq 201 --Nk 133"; do
+    timeout 30 $B/flash_bwd --device cuda --B 1 --H 2 --d 64 --dtype bf16 $args --version 16 --check --out "" 2>&1 | grep -E "check|error" | head -3
+  done
+  log "leaderboard: versions 10, 16, 10, 16 (one process each)"
+  for v in 10 16 10 16; do
+    timeout 30 $B/bench --mode leaderboard --version "$v" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard_v$v.csv" \
+      > "$OUT/bench_v$v.log" 2>&1; echo "bench v$v rc $?"
+    grep -E "^\| (forward|backward, flash_backward_cuda)" "$OUT/bench_v$v.log" | tee -a "$OUT/lb_summary.txt"
+  done
+  log "SDPA flash and cuDNN"
+  timeout 50 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
+    --reps "${LB_REPS:-30}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv" > "$OUT/torch.log" 2>&1
+  echo "bench_torch rc $?"; cat "$OUT/04_leaderboard_torch.csv"
+  pack
+  log "compute-sanitizer (version 16), $(left)s left"
+  for spec in "memcheck:16:64:150:267" "racecheck:16:64:150:267" "memcheck:16:64:77:300" "racecheck:16:64:201:133"; do
+    if [ "$(left)" -lt 45 ]; then echo "skipped $spec: $(left)s left" | tee -a "$OUT/sanitizer_summary.txt"; continue; fi
+    IFS=: read -r tool ver dd nq nk <<< "$spec"
+    sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
+  done
+  pack
+  if [ "$(left)" -gt 40 ]; then NCU_VERSIONS=16 bash "$0" profile-only; fi
+  log "summary"
+  cat "$OUT/tests_rc.txt"; grep -E "Synthesis|FAIL" "$OUT/tests.log" | head -12
+  cut -c1-170 "$OUT/sanitizer_summary.txt"
+  cat "$OUT/lb_summary.txt"
+  ;;
+profile|profile-only)
   for v in ${NCU_VERSIONS:-10 14 15}; do
     log "ncu version $v"
-    timeout 120 ncu --clock-control none -k regex:bwd_fa2_kernel -c 1 \
+    timeout 120 ncu --clock-control none -k regex:"bwd_(fa2|wgmma)_kernel" -c 1 --print-details all \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section MemoryWorkloadAnalysis_Tables --section SchedulerStats --section WarpStateStats \
       --section Occupancy --section LaunchStats --section InstructionStats \

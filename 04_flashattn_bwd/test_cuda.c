@@ -210,7 +210,7 @@ Test(bwd_cuda, sweep_bf16_two_pass_version3, .timeout = 300) { flash_bwd_set_ver
 Test(bwd_cuda, sweep_bf16_atomic_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_atomic_version4, .timeout = 300) { flash_bwd_set_version(4); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_two_pass_version5, .timeout = 300) { flash_bwd_set_version(5); sweep(DT_BF16, 0); }
-// Versions 6-15: flash_backward_cuda is itself single-pass for d <= 64 (d 128: version 1's kernels).
+// Versions 6-16: flash_backward_cuda is itself single-pass for d <= 64 (d 128: version 1's kernels).
 Test(bwd_cuda, sweep_bf16_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_atomic_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_version7, .timeout = 300) { flash_bwd_set_version(7); sweep(DT_BF16, 0); }
@@ -223,6 +223,8 @@ Test(bwd_cuda, sweep_bf16_version13, .timeout = 300) { flash_bwd_set_version(13)
 // Versions 14-15 (not yet run on a GPU when written): dQ by half the warps; 15 also movmatrix.
 Test(bwd_cuda, sweep_bf16_version14, .timeout = 300) { flash_bwd_set_version(14); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_version15, .timeout = 300) { flash_bwd_set_version(15); sweep(DT_BF16, 0); }
+// Version 16: wgmma (sm_90a), d 64; the sweep's other head dims run version 10's kernel.
+Test(bwd_cuda, sweep_bf16_version16, .timeout = 300) { flash_bwd_set_version(16); sweep(DT_BF16, 0); }
 
 // The single pass adds dQ with atomics in whatever order the blocks run: dK and dV must be the
 // same bits run to run, dQ only close (its fp32 sums differ in the last bits, which can move a

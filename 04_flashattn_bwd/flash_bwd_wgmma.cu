@@ -1,0 +1,257 @@
+// Version 16: the single-pass backward (version 10's schedule) on Hopper's warpgroup MMA
+// (wgmma, sm_90a); bf16, d = 64.
+//
+// Why: versions 6-15 issue mma.sync, whose B operands every warp reads again from shared memory
+// with ldmatrix (NOTES.md: ~59% of the shared-memory budget, the L1 pipe 71% busy in ncu) and
+// whose results wait on registers, with 2 warps per scheduler to hide it. wgmma reads its shared
+// operands itself, once per warpgroup (4 warps, a 64-row tile), and runs asynchronously: the
+// warps compute P and dS while the tensor cores work on the previous products.
+//
+// Block (bh, j): 2 warpgroups, 128 keys (64 each); K_j, V_j in shared memory as core matrices
+// (wgmma.cuh). Per query tile i of 64 rows (Q_i, dO_i, L_i, D_i double-buffered with cp.async):
+//   G1  S^T = K_j Q_i^T, dP^T = V_j dO_i^T     m64n64k16 x 4 each, both operands from shared memory
+//   G2  dQ_{i-1} += scale dS_{i-1} K_j        m64n32k16 x 8: warpgroup w takes d columns 32w..;
+//                                             A = dS^T of the previous tile (MN-major), B = K_j
+//                                             (MN-major); runs while this tile's P, dS are computed
+//       P^T = 2^(S^T scale log2e - L), dS^T = P^T o (dP^T - D)  (registers; masks on the diagonal)
+//       dS^T -> shared memory (bf16, two buffers)
+//   G3  dV_j += P^T dO_i, dK_j += dS^T Q_i      m64n64k16 x 4 each, A = P^T / dS^T from registers
+//                                             (the accumulator layout is the A layout), B MN-major
+//       dQ_{i-1} (G2's result) added to the fp32 accumulator with 16-byte reductions
+// One barrier per step, as version 10. The accumulator of each warpgroup's 64 x 64 products has
+// the layout of version 10's per-warp tiles (warp w of the block: keys 16w..16w+15), so the
+// masks, the exponentials and the epilogue are version 10's.
+#include "04_flashattn_bwd/wgmma.cuh"
+#include "common/check.h"
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+constexpr int kD = 64, kBQ = 64, kBK = 128, kT = 256;
+constexpr uint32_t kTileQ = kBQ * kD * 2, kTileK = kBK * kD * 2;  // bytes: 8 KB, 16 KB
+// Ks | Vs | Qs[2] | dOs[2] | dSs[2] (dS^T: 128 keys x 64 queries) | Ls[2][64] | Ds[2][64]
+constexpr uint32_t kOffV = kTileK, kOffQ = 2 * kTileK, kOffdO = kOffQ + 2 * kTileQ,
+                   kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileK, kOffD = kOffL + 2 * kBQ * 4;
+constexpr size_t kSmem = kOffD + 2 * kBQ * 4;
+
+// rows [r0, r0 + ROWS) of a [N, 64] bf16 view into a core-matrix tile; rows at or past N are
+// zero-filled. Eight consecutive threads fill one core matrix (128 contiguous bytes).
+template <int ROWS>
+__device__ __forceinline__ void load_core(unsigned char* dst, const bf16* src, int64_t rs, int r0, int N) {
+#pragma unroll
+    for (int x = threadIdx.x; x < ROWS * 8; x += kT) {
+        const int r = ((x >> 6) << 3) | (x & 7), c = ((x >> 3) & 7) * 8;
+        const bool valid = r0 + r < N;
+        cp_async16(dst + core_off(r, c), valid ? src + (int64_t)(r0 + r) * rs + c : src, valid);
+    }
+}
+
+__device__ __forceinline__ float ex2f(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ void red_v4(float* dst, float a, float b, float c, float d) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
+}
+
+__global__ void __launch_bounds__(kT, 1) bwd_wgmma_kernel(BwdParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sbase = smem_u32(smem);
+    float* Ls = (float*)(smem + kOffL);
+    float* Ds = (float*)(smem + kOffD);
+
+    const int bh = blockIdx.x, k0 = blockIdx.y * kBK;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+    const int wg = warp / 4, kw = warp * 16;  // warpgroup; this warp's 16 key rows in the tile
+    const bf16* Qg = (const bf16*)p.q + view_off(p.sq, bh, p.H, 0);
+    const bf16* dOg = (const bf16*)p.dout + view_off(p.sdo, bh, p.H, 0);
+    const float* Lg = p.lse + (int64_t)bh * p.Nq;
+    const float* Dg = p.D + (int64_t)bh * p.Nq;
+    float* dQacc = p.dq_accum + (int64_t)bh * p.Nq * kD;
+    const int Tq = (p.Nq + kBQ - 1) / kBQ;
+    const int i_start = p.causal ? k0 / kBQ : 0;
+    const float sl2 = p.scale * LOG2E_F;
+
+    auto load_q_tile = [&](int i, int buf) {
+        const int q0 = i * kBQ;
+        load_core<kBQ>(smem + kOffQ + buf * kTileQ, Qg, p.sq[2], q0, p.Nq);
+        load_core<kBQ>(smem + kOffdO + buf * kTileQ, dOg, p.sdo[2], q0, p.Nq);
+        if (tid < kBQ) {
+            const int r = q0 + tid;
+            Ls[buf * kBQ + tid] = r < p.Nq ? Lg[r] * LOG2E_F : INFINITY;  // P = 0 past Nq
+            Ds[buf * kBQ + tid] = r < p.Nq ? Dg[r] : 0.0f;
+        }
+    };
+    load_core<kBK>(smem, (const bf16*)p.k + view_off(p.sk, bh, p.H, 0), p.sk[2], k0, p.Nk);
+    load_core<kBK>(smem + kOffV, (const bf16*)p.v + view_off(p.sv, bh, p.H, 0), p.sv[2], k0, p.Nk);
+    if (i_start < Tq) load_q_tile(i_start, 0);
+    cp_async_commit();
+
+    float dK[32], dV[32], S[32], dP[32], dq[16];
+#pragma unroll
+    for (int e = 0; e < 32; e++) dK[e] = dV[e] = 0.0f;
+
+    // G2: dQ share of the tile whose dS^T is in buffer dsb (64 queries x this warpgroup's 32 columns).
+    auto issue_dq = [&](int dsb) {
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; kk++) {
+            const uint64_t da = wg_desc(sbase + kOffdS + dsb * kTileK + kk * 2048, 1024, 128);
+            const uint64_t db = wg_desc(sbase + kk * 2048 + wg * 512, 1024, 128);
+            wg_m64n32_ss<1, 1>(dq, da, db, kk > 0);
+        }
+        wg_commit();
+    };
+    // dq (rows q0 + 16 (warp % 4) + g (+8), columns 32 wg + 8 n + 2t, +1) into the accumulator:
+    // lanes t and t^1 swap halves so each thread adds 4 consecutive floats.
+    auto reduce_dq = [&](int q0) {
+        fence_regs(dq);
+        const bool odd = t & 1;
+        const int row = q0 + (warp & 3) * 16 + g + (odd ? 8 : 0);
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            const float* a = dq + 4 * n;
+            const float s0 = odd ? a[0] : a[2], s1 = odd ? a[1] : a[3];
+            const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+            const int c = wg * 32 + n * 8 + 2 * (t & 2);
+            if (row < p.Nq) {
+                float* dst = dQacc + (int64_t)row * kD + c;
+                if (odd) red_v4(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
+                else red_v4(dst, a[0] * p.scale, a[1] * p.scale, x0 * p.scale, x1 * p.scale);
+            }
+        }
+    };
+
+    for (int i = i_start; i < Tq; i++) {
+        const int buf = (i - i_start) & 1, q0 = i * kBQ;
+        cp_async_wait<0>();   // tile i (issued a step ago; K_j, V_j at the first step)
+        fence_proxy_async();  // this thread's cp.async data and dS^T stores -> wgmma's reads
+        __syncthreads();      // (A) tile i and the previous tile's dS^T complete; every wgmma
+                              // that read buffer buf^1 has finished (waited below, last step)
+        if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
+        cp_async_commit();
+
+        const uint32_t qa = sbase + kOffQ + buf * kTileQ, oa = sbase + kOffdO + buf * kTileQ;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; kk++)  // G1
+            wg_m64n64_ss<0, 0>(S, wg_desc(sbase + wg * 8192 + kk * 256, 128, 1024), wg_desc(qa + kk * 256, 128, 1024), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; kk++)
+            wg_m64n64_ss<0, 0>(dP, wg_desc(sbase + kOffV + wg * 8192 + kk * 256, 128, 1024),
+                               wg_desc(oa + kk * 256, 128, 1024), kk > 0);
+        wg_commit();
+        if (i > i_start) {
+            issue_dq(buf ^ 1);  // G2 for tile i-1
+            wg_wait<1>();       // G1 done, G2 may run on
+        } else {
+            wg_wait<0>();
+        }
+        fence_regs(S);
+        fence_regs(dP);
+
+        // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (as version 10).
+        const float* Lb = Ls + buf * kBQ;
+        const float* Db = Ds + buf * kBQ;
+        const bool need_mask = (p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk);
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
+                float pr = ex2f(fmaf(S[4 * n + e], sl2, -Lb[ql]));
+                if (need_mask) {
+                    const int kg = k0 + kl, qg = q0 + ql;
+                    if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+                }
+                S[4 * n + e] = pr;
+                dP[4 * n + e] = pr * (dP[4 * n + e] - Db[ql]);
+            }
+        // dS^T (bf16) to shared memory, core-matrix layout: key rows, query columns.
+        unsigned char* dsw = smem + kOffdS + buf * kTileK;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *(uint32_t*)(dsw + core_off(kw + g + 8 * h, n * 8 + 2 * t)) = pack_bf16(dP[4 * n + 2 * h], dP[4 * n + 2 * h + 1]);
+
+        // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq..16kq+15.
+        uint32_t ap[4][4], as[4][4];
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++)
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                ap[kq][x] = pack_bf16(S[8 * kq + 2 * x], S[8 * kq + 2 * x + 1]);
+                as[kq][x] = pack_bf16(dP[8 * kq + 2 * x], dP[8 * kq + 2 * x + 1]);
+            }
+        wg_fence();
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dV, ap[kq], wg_desc(oa + kq * 2048, 1024, 128), 1);
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dK, as[kq], wg_desc(qa + kq * 2048, 1024, 128), 1);
+        wg_commit();
+        // G2 and G3 done: buffer buf is free for the prefetch after the next barrier. (Leaving G3
+        // in flight under the reductions, wait_group 1, makes ptxas serialise every wgmma
+        // (warning C7514) together with the wait_group 1 above, which is worth more.)
+        wg_wait<0>();
+        if (i > i_start) reduce_dq(q0 - kBQ);
+        fence_regs(dK);
+        fence_regs(dV);
+    }
+    if (i_start < Tq) {  // the last tile's dQ share
+        fence_proxy_async();
+        __syncthreads();
+        issue_dq((Tq - 1 - i_start) & 1);
+        wg_wait<0>();
+        reduce_dq((Tq - 1) * kBQ);
+    }
+    cp_async_wait<0>();
+
+    // dK_j (scaled) and dV_j, once; keys past Nk are not written.
+    bf16* dk = (bf16*)p.dk + view_off(p.sdk, bh, p.H, 0);
+    bf16* dv = (bf16*)p.dv + view_off(p.sdv, bh, p.H, 0);
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int kg = k0 + kw + g + 8 * h, c = n * 8 + 2 * t;
+            if (kg < p.Nk) {
+                *(uint32_t*)(dk + (int64_t)kg * p.sdk[2] + c) =
+                    pack_bf16(dK[4 * n + 2 * h] * p.scale, dK[4 * n + 2 * h + 1] * p.scale);
+                *(uint32_t*)(dv + (int64_t)kg * p.sdv[2] + c) = pack_bf16(dV[4 * n + 2 * h], dV[4 * n + 2 * h + 1]);
+            }
+        }
+#else
+    __trap();  // built without sm_90a: the host does not launch it (bwd_wgmma_available)
+#endif
+}
+
+// 1 in code built for sm_90a (the Makefile's default ARCH), where wgmma exists; read by the host.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ const int kWgmmaBuilt = 1;
+#else
+__device__ const int kWgmmaBuilt = 0;
+#endif
+
+}  // namespace
+
+bool bwd_wgmma_available() {
+    static int cached = -1;
+    if (cached < 0) {
+        int built = 0;
+        CUDA_CHECK(cudaMemcpyFromSymbol(&built, kWgmmaBuilt, sizeof built));
+        cached = built;
+    }
+    return cached == 1;
+}
+
+void bwd_launch_wgmma(const BwdParams& p, cudaStream_t s) {
+    if (p.d != kD) DIE("bwd_launch_wgmma: head dim %d (version 16 is built for d = 64)", p.d);
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
+    dim3 grid(p.B * p.H, (p.Nk + kBK - 1) / kBK);  // x = head: the longest causal tiles start first
+    bwd_wgmma_kernel<<<grid, kT, kSmem, s>>>(p);
+    CUDA_CHECK_LAST();
+}
