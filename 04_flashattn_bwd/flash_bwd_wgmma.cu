@@ -27,22 +27,32 @@
 namespace {
 
 typedef __nv_bfloat16 bf16;
-constexpr int kD = 64, kBQ = 64, kBK = 128, kT = 256;
-constexpr uint32_t kTileQ = kBQ * kD * 2, kTileK = kBK * kD * 2;  // bytes: 8 KB, 16 KB
-// Ks | Vs | Qs[2] | dOs[2] | dSs[2] (dS^T: 128 keys x 64 queries) | Ls[2][64] | Ds[2][64]
-constexpr uint32_t kOffV = kTileK, kOffQ = 2 * kTileK, kOffdO = kOffQ + 2 * kTileQ,
-                   kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileK, kOffD = kOffL + 2 * kBQ * 4;
-constexpr size_t kSmem = kOffD + 2 * kBQ * 4;
+constexpr int kD = 64, kBQ = 64;
+constexpr uint32_t kTileQ = kBQ * kD * 2;  // bytes of a 64-row tile: 8 KB
+// NWG warpgroups per block, 64 keys each. Shared memory:
+// Ks | Vs | Qs[2] | dOs[2] | dSs[2] (dS^T: keys x 64 queries) | Ls[2][64] | Ds[2][64]
+template <int NWG>
+struct WgCfg {
+    static constexpr int kT = 128 * NWG, kBK = 64 * NWG, kDQN = kD / NWG;  // dQ columns per warpgroup
+    static constexpr uint32_t kTileK = kBK * kD * 2;
+    static constexpr uint32_t kOffV = kTileK, kOffQ = 2 * kTileK, kOffdO = kOffQ + 2 * kTileQ,
+                              kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileK, kOffD = kOffL + 2 * kBQ * 4;
+    static constexpr size_t kSmem = kOffD + 2 * kBQ * 4;
+};
 
-// rows [r0, r0 + ROWS) of a [N, 64] bf16 view into a core-matrix tile; rows at or past N are
-// zero-filled. Eight consecutive threads fill one core matrix (128 contiguous bytes).
-template <int ROWS>
-__device__ __forceinline__ void load_core(unsigned char* dst, const bf16* src, int64_t rs, int r0, int N) {
+// Rows [r0, r0 + ROWS) of a [N, 64] bf16 view into a core-matrix tile; rows at or past N are
+// zero-filled. With kT threads, thread tid copies the 16-byte chunks (row it * kT/8 + rt, column
+// ct), rt = 8 (tid / 64) + tid % 8, ct = 8 ((tid / 8) % 8): eight consecutive threads fill one core
+// matrix (128 contiguous bytes), and the offsets are the same every tile (soff, computed once).
+template <int ROWS, int kT>
+__device__ __forceinline__ void load_core(unsigned char* dst, uint32_t soff, const bf16* src, int64_t rs,
+                                          int r0, int N) {
+    const int rt = ((threadIdx.x >> 6) << 3) | (threadIdx.x & 7), ct = ((threadIdx.x >> 3) & 7) * 8;
+    const bf16* base = src + (int64_t)r0 * rs + (int64_t)rt * rs + ct;  // r0 * rs: the same for all threads
 #pragma unroll
-    for (int x = threadIdx.x; x < ROWS * 8; x += kT) {
-        const int r = ((x >> 6) << 3) | (x & 7), c = ((x >> 3) & 7) * 8;
-        const bool valid = r0 + r < N;
-        cp_async16(dst + core_off(r, c), valid ? src + (int64_t)(r0 + r) * rs + c : src, valid);
+    for (int it = 0; it < ROWS * 8 / kT; it++) {
+        const bool valid = r0 + it * (kT / 8) + rt < N;
+        cp_async16(dst + soff + it * kT * 16, valid ? base + (int64_t)(it * (kT / 8)) * rs : src, valid);
     }
 }
 
@@ -56,8 +66,13 @@ __device__ __forceinline__ void red_v4(float* dst, float a, float b, float c, fl
                  : "memory");
 }
 
-__global__ void __launch_bounds__(kT, 1) bwd_wgmma_kernel(BwdParams p) {
+template <int NWG, int MINB>
+__global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef WgCfg<NWG> C;
+    constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN;
+    constexpr uint32_t kTileK = C::kTileK, kOffV = C::kOffV, kOffQ = C::kOffQ, kOffdO = C::kOffdO,
+                       kOffdS = C::kOffdS, kOffL = C::kOffL, kOffD = C::kOffD;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sbase = smem_u32(smem);
     float* Ls = (float*)(smem + kOffL);
@@ -75,48 +90,55 @@ __global__ void __launch_bounds__(kT, 1) bwd_wgmma_kernel(BwdParams p) {
     const int i_start = p.causal ? k0 / kBQ : 0;
     const float sl2 = p.scale * LOG2E_F;
 
+    const uint32_t soff = core_off(((tid >> 6) << 3) | (tid & 7), ((tid >> 3) & 7) * 8);  // load_core's
     auto load_q_tile = [&](int i, int buf) {
         const int q0 = i * kBQ;
-        load_core<kBQ>(smem + kOffQ + buf * kTileQ, Qg, p.sq[2], q0, p.Nq);
-        load_core<kBQ>(smem + kOffdO + buf * kTileQ, dOg, p.sdo[2], q0, p.Nq);
+        load_core<kBQ, kT>(smem + kOffQ + buf * kTileQ, soff, Qg, p.sq[2], q0, p.Nq);
+        load_core<kBQ, kT>(smem + kOffdO + buf * kTileQ, soff, dOg, p.sdo[2], q0, p.Nq);
         if (tid < kBQ) {
             const int r = q0 + tid;
             Ls[buf * kBQ + tid] = r < p.Nq ? Lg[r] * LOG2E_F : INFINITY;  // P = 0 past Nq
             Ds[buf * kBQ + tid] = r < p.Nq ? Dg[r] : 0.0f;
         }
     };
-    load_core<kBK>(smem, (const bf16*)p.k + view_off(p.sk, bh, p.H, 0), p.sk[2], k0, p.Nk);
-    load_core<kBK>(smem + kOffV, (const bf16*)p.v + view_off(p.sv, bh, p.H, 0), p.sv[2], k0, p.Nk);
+    load_core<kBK, kT>(smem, soff, (const bf16*)p.k + view_off(p.sk, bh, p.H, 0), p.sk[2], k0, p.Nk);
+    load_core<kBK, kT>(smem + kOffV, soff, (const bf16*)p.v + view_off(p.sv, bh, p.H, 0), p.sv[2], k0, p.Nk);
     if (i_start < Tq) load_q_tile(i_start, 0);
     cp_async_commit();
 
-    float dK[32], dV[32], S[32], dP[32], dq[16];
+    // Descriptors of this warpgroup's K_j, V_j rows (K-major: S^T, dP^T) and of its dQ columns
+    // of K_j (MN-major: K = the keys).
+    const uint64_t dKk = wg_desc(kDescKMajor, sbase + wg * 8192), dVk = wg_desc(kDescKMajor, sbase + kOffV + wg * 8192);
+    const uint64_t dKmn = wg_desc(kDescMNMajor, sbase + wg * (kDQN / 8) * 128);
+    float dK[32], dV[32], S[32], dP[32], dq[kDQN / 2];
 #pragma unroll
     for (int e = 0; e < 32; e++) dK[e] = dV[e] = 0.0f;
 
-    // G2: dQ share of the tile whose dS^T is in buffer dsb (64 queries x this warpgroup's 32 columns).
+    // G2: dQ share of the tile whose dS^T is in buffer dsb (64 queries x this warpgroup's kDQN
+    // columns, over all kBK keys).
     auto issue_dq = [&](int dsb) {
         wg_fence();
+        const uint64_t da0 = wg_desc(kDescMNMajor, sbase + kOffdS + dsb * kTileK);
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; kk++) {
-            const uint64_t da = wg_desc(sbase + kOffdS + dsb * kTileK + kk * 2048, 1024, 128);
-            const uint64_t db = wg_desc(sbase + kk * 2048 + wg * 512, 1024, 128);
-            wg_m64n32_ss<1, 1>(dq, da, db, kk > 0);
+            const uint64_t da = da0 + kk * 128, db = dKmn + kk * 128;
+            if constexpr (kDQN == 32) wg_m64n32_ss<1, 1>(dq, da, db, kk > 0);
+            else wg_m64n64_ss<1, 1>(dq, da, db, kk > 0);
         }
         wg_commit();
     };
-    // dq (rows q0 + 16 (warp % 4) + g (+8), columns 32 wg + 8 n + 2t, +1) into the accumulator:
+    // dq (rows q0 + 16 (warp % 4) + g (+8), columns kDQN wg + 8 n + 2t, +1) into the accumulator:
     // lanes t and t^1 swap halves so each thread adds 4 consecutive floats.
     auto reduce_dq = [&](int q0) {
         fence_regs(dq);
         const bool odd = t & 1;
         const int row = q0 + (warp & 3) * 16 + g + (odd ? 8 : 0);
 #pragma unroll
-        for (int n = 0; n < 4; n++) {
+        for (int n = 0; n < kDQN / 8; n++) {
             const float* a = dq + 4 * n;
             const float s0 = odd ? a[0] : a[2], s1 = odd ? a[1] : a[3];
             const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-            const int c = wg * 32 + n * 8 + 2 * (t & 2);
+            const int c = wg * kDQN + n * 8 + 2 * (t & 2);
             if (row < p.Nq) {
                 float* dst = dQacc + (int64_t)row * kD + c;
                 if (odd) red_v4(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
@@ -134,15 +156,15 @@ __global__ void __launch_bounds__(kT, 1) bwd_wgmma_kernel(BwdParams p) {
         if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
         cp_async_commit();
 
+        // Descriptors: a base plus (byte offset >> 4) per k-step (wgmma.cuh).
         const uint32_t qa = sbase + kOffQ + buf * kTileQ, oa = sbase + kOffdO + buf * kTileQ;
+        const uint64_t dQk = wg_desc(kDescKMajor, qa), dOk = wg_desc(kDescKMajor, oa);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < kD / 16; kk++)  // G1
-            wg_m64n64_ss<0, 0>(S, wg_desc(sbase + wg * 8192 + kk * 256, 128, 1024), wg_desc(qa + kk * 256, 128, 1024), kk > 0);
+            wg_m64n64_ss<0, 0>(S, dKk + kk * 16, dQk + kk * 16, kk > 0);
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; kk++)
-            wg_m64n64_ss<0, 0>(dP, wg_desc(sbase + kOffV + wg * 8192 + kk * 256, 128, 1024),
-                               wg_desc(oa + kk * 256, 128, 1024), kk > 0);
+        for (int kk = 0; kk < kD / 16; kk++) wg_m64n64_ss<0, 0>(dP, dVk + kk * 16, dOk + kk * 16, kk > 0);
         wg_commit();
         if (i > i_start) {
             issue_dq(buf ^ 1);  // G2 for tile i-1
@@ -158,18 +180,20 @@ __global__ void __launch_bounds__(kT, 1) bwd_wgmma_kernel(BwdParams p) {
         const float* Db = Ds + buf * kBQ;
         const bool need_mask = (p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk);
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < 8; n++) {
+            const float2 l2 = *(const float2*)(Lb + n * 8 + 2 * t), d2 = *(const float2*)(Db + n * 8 + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
-                float pr = ex2f(fmaf(S[4 * n + e], sl2, -Lb[ql]));
+                float pr = ex2f(fmaf(S[4 * n + e], sl2, -((e & 1) ? l2.y : l2.x)));
                 if (need_mask) {
                     const int kg = k0 + kl, qg = q0 + ql;
                     if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
                 }
                 S[4 * n + e] = pr;
-                dP[4 * n + e] = pr * (dP[4 * n + e] - Db[ql]);
+                dP[4 * n + e] = pr * (dP[4 * n + e] - ((e & 1) ? d2.y : d2.x));
             }
+        }
         // dS^T (bf16) to shared memory, core-matrix layout: key rows, query columns.
         unsigned char* dsw = smem + kOffdS + buf * kTileK;
 #pragma unroll
@@ -189,9 +213,9 @@ __global__ void __launch_bounds__(kT, 1) bwd_wgmma_kernel(BwdParams p) {
             }
         wg_fence();
 #pragma unroll
-        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dV, ap[kq], wg_desc(oa + kq * 2048, 1024, 128), 1);
+        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dV, ap[kq], wg_desc(kDescMNMajor, oa) + kq * 128, 1);
 #pragma unroll
-        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dK, as[kq], wg_desc(qa + kq * 2048, 1024, 128), 1);
+        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dK, as[kq], wg_desc(kDescMNMajor, qa) + kq * 128, 1);
         wg_commit();
         // G2 and G3 done: buffer buf is free for the prefetch after the next barrier. (Leaving G3
         // in flight under the reductions, wait_group 1, makes ptxas serialise every wgmma
@@ -248,10 +272,19 @@ bool bwd_wgmma_available() {
     return cached == 1;
 }
 
-void bwd_launch_wgmma(const BwdParams& p, cudaStream_t s) {
-    if (p.d != kD) DIE("bwd_launch_wgmma: head dim %d (version 16 is built for d = 64)", p.d);
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
-    dim3 grid(p.B * p.H, (p.Nk + kBK - 1) / kBK);  // x = head: the longest causal tiles start first
-    bwd_wgmma_kernel<<<grid, kT, kSmem, s>>>(p);
+template <int NWG, int MINB>
+void launch_wgmma(const BwdParams& p, cudaStream_t s) {
+    typedef WgCfg<NWG> C;
+    auto kern = bwd_wgmma_kernel<NWG, MINB>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::kSmem));
+    dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
+    kern<<<grid, C::kT, C::kSmem, s>>>(p);
     CUDA_CHECK_LAST();
+}
+
+void bwd_launch_wgmma(const BwdParams& p, int version, cudaStream_t s) {
+    if (p.d != kD) DIE("bwd_launch_wgmma: head dim %d (versions 16-18 are built for d = 64)", p.d);
+    if (version == 16) launch_wgmma<2, 1>(p, s);       // 128 keys per block, 1 block per SM
+    else if (version == 17) launch_wgmma<1, 2>(p, s);  // 64 keys per block, 2 blocks per SM
+    else launch_wgmma<1, 3>(p, s);                     // 64 keys per block, 3 blocks per SM
 }

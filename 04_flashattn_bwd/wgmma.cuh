@@ -9,10 +9,11 @@
 // so a row's 8 chunks are 8 adjacent core matrices and the next 8 rows start 1024 bytes on.
 // The descriptor gives two strides between core matrices: LBO along the product's K dimension
 // and SBO along M (operand A) or N (operand B). One stored tile serves both ways round:
-//   K-major use (K = the tile's columns, e.g. Q as B of S^T = K Q^T, K = d):   LBO 128, SBO 1024;
+//   K-major use (K = the tile's columns, e.g. Q as B of S^T = K Q^T, K = d):   LBO 128, SBO 1024
+//     (kDescKMajor);
 //     the k-step of 16 advances the start by 2 chunks (256 bytes);
-//   MN-major use (K = the tile's rows, e.g. Q as B of dK = dS^T Q, K = query): LBO 1024, SBO 128,
-//     with the instruction's transpose flag set; the k-step advances 2 row blocks (2048 bytes).
+//   MN-major use (K = the tile's rows, e.g. Q as B of dK = dS^T Q, K = query): LBO 1024, SBO 128
+//     (kDescMNMajor), with the instruction's transpose flag set; the k-step advances 2 row blocks (2048 bytes).
 // A core matrix is the same 128 bytes either way: 8 rows, 8 contiguous elements each.
 #pragma once
 #include <stdint.h>
@@ -24,11 +25,16 @@ __device__ __forceinline__ uint32_t core_off(int r, int c) {
     return (uint32_t)((((r >> 3) << 3) + (c >> 3)) * 128 + (r & 7) * 16 + (c & 7) * 2);
 }
 
-// Shared-memory matrix descriptor, no swizzle: start address, LBO, SBO (bytes, each >> 4).
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32);
+// Shared-memory matrix descriptor, no swizzle: bits 0-13 start address >> 4, 16-29 LBO >> 4,
+// 32-45 SBO >> 4 (swizzle mode and base offset 0). The two strides are fixed per use, so the
+// descriptor is a constant plus the address: a k-step moves it by adding (bytes >> 4), which
+// stays inside the 14-bit field for any shared-memory address (< 256 KB).
+__host__ __device__ constexpr uint64_t wg_desc_strides(uint32_t lbo, uint32_t sbo) {
+    return ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
+constexpr uint64_t kDescKMajor = wg_desc_strides(128, 1024);   // K = the tile's columns
+constexpr uint64_t kDescMNMajor = wg_desc_strides(1024, 128);  // K = the tile's rows
+__device__ __forceinline__ uint64_t wg_desc(uint64_t strides, uint32_t saddr) { return strides | (saddr >> 4); }
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
