@@ -52,15 +52,15 @@ void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream);
 const char* flash_bwd_kernel_name(const attn_args_t* a);
 // Benchmark knobs (process-wide, not thread-safe; the defaults are what ships):
 // version of the tensor-core kernels, 1 to FLASH_BWD_MAX_VERSION (flash_bwd_mma.cu,
-// flash_bwd_fa2.cu, flash_bwd_wgmma.cu and NOTES.md say what changed): 1-5 two-pass, 6-18
-// single-pass (16-18: wgmma, d 64, sm_90a builds; for bf16,
+// flash_bwd_fa2.cu, flash_bwd_wgmma.cu and NOTES.md say what changed): 1-5 two-pass, 6-19
+// single-pass (16-19: wgmma, d 64, sm_90a builds; for bf16,
 // d <= 64 with 16-byte rows flash_backward_cuda is then the single pass too; elsewhere they
 // run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
 // kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel
 // only): for per-kernel timings, the results are then incomplete. Bad values die.
 // The default is version 10, the fastest measured (NOTES.md, run 4) with every test passing.
 #define FLASH_BWD_DEFAULT_VERSION 10
-#define FLASH_BWD_MAX_VERSION 18
+#define FLASH_BWD_MAX_VERSION 19
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);
 

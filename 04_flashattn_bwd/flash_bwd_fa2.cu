@@ -31,7 +31,7 @@
 //     13     4  32     no           4       yes  128, 32-byte spill
 //     14     8  64     yes          1       yes  250; 10 + dQ share by warps 0-3, 32-row warp tiles
 //     15     8  64     yes          1       yes  251; 14 + Q/dO transposes by movmatrix (NOTES.md)
-//  16-18     version 10's schedule on wgmma (flash_bwd_wgmma.cu), d 64; other d: version 10
+//  16-19     version 10's schedule on wgmma (flash_bwd_wgmma.cu), d 64; other d: version 10
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
 
@@ -503,7 +503,7 @@ void launch_fa2_v(const BwdParams& p, int version, cudaStream_t s) {
     // 15 also with the movmatrix transposes.
     else if (version == 14) launch_fa2<D, 64, true, 1, 8, true, (D >= 32), false>(p, s);
     else if (version == 15) launch_fa2<D, 64, true, 1, 8, true, (D >= 32), true>(p, s);
-    // 16-18: wgmma (flash_bwd_wgmma.cu) where it was built for (d 64, sm_90a); elsewhere version 10.
+    // 16-19: wgmma (flash_bwd_wgmma.cu) where it was built for (d 64, sm_90a); elsewhere version 10.
     else if (D == 64 && bwd_wgmma_available()) {
         bwd_launch_wgmma(p, version, s);
         launch_dq_convert<D>(p, s);

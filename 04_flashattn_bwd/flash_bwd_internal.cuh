@@ -102,7 +102,7 @@ void bwd_launch_dkdv_mt2(const BwdParams& p, cudaStream_t s);
 // dQ by vector reductions into p.dq_accum, which must be zeroed) and the cast of p.dq_accum
 // into p.dq; bf16, d in {16, 32, 64}.
 void bwd_launch_fa2(const BwdParams& p, int version, cudaStream_t s);
-// Versions 16-18 (flash_bwd_wgmma.cu): the single pass on wgmma, d = 64 only; the main kernel
+// Versions 16-19 (flash_bwd_wgmma.cu): the single pass on wgmma, d = 64 only; the main kernel
 // alone (bwd_launch_fa2 adds the cast). Available where the code was built for sm_90a.
 void bwd_launch_wgmma(const BwdParams& p, int version, cudaStream_t s);
 bool bwd_wgmma_available();

@@ -36,8 +36,12 @@ struct WgCfg {
     static constexpr int kT = 128 * NWG, kBK = 64 * NWG, kDQN = kD / NWG;  // dQ columns per warpgroup
     static constexpr uint32_t kTileK = kBK * kD * 2;
     static constexpr uint32_t kOffV = kTileK, kOffQ = 2 * kTileK, kOffdO = kOffQ + 2 * kTileQ,
-                              kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileK, kOffD = kOffL + 2 * kBQ * 4;
-    static constexpr size_t kSmem = kOffD + 2 * kBQ * 4;
+                              kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileK, kOffD = kOffL + 2 * kBQ * 4,
+                              kOffStg = kOffD + 2 * kBQ * 4;
+    // STAGE: each warp's 16 x kDQN share of dQ passes through shared memory (rows padded by 4
+    // floats: the 8-byte fragment stores hit distinct banks) to leave as whole-row reductions.
+    static constexpr int kStgLD = kDQN + 4;
+    static constexpr size_t kSmemStg = kOffStg + (size_t)NWG * 4 * 16 * kStgLD * 4;
 };
 
 // Rows [r0, r0 + ROWS) of a [N, 64] bf16 view into a core-matrix tile; rows at or past N are
@@ -61,16 +65,23 @@ __device__ __forceinline__ float ex2f(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
+// 4-byte global -> shared copy; valid == false writes 0.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void red_v4(float* dst, float a, float b, float c, float d) {
     asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
                  : "memory");
 }
 
-template <int NWG, int MINB>
+// STAGE (version 19): L_i and D_i arrive by cp.async like the tiles (no warp waits on a global
+// load after the barrier), and dQ leaves through shared memory as whole-row reductions (a warp's
+// 16-byte reductions cover 4 rows of 128 bytes, not 16 rows of 32: a quarter of the L2 requests).
+template <int NWG, int MINB, bool STAGE>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgCfg<NWG> C;
-    constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN;
+    constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD;
     constexpr uint32_t kTileK = C::kTileK, kOffV = C::kOffV, kOffQ = C::kOffQ, kOffdO = C::kOffdO,
                        kOffdS = C::kOffdS, kOffL = C::kOffL, kOffD = C::kOffD;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -95,7 +106,15 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         const int q0 = i * kBQ;
         load_core<kBQ, kT>(smem + kOffQ + buf * kTileQ, soff, Qg, p.sq[2], q0, p.Nq);
         load_core<kBQ, kT>(smem + kOffdO + buf * kTileQ, soff, dOg, p.sdo[2], q0, p.Nq);
-        if (tid < kBQ) {
+        if constexpr (STAGE) {
+            // L (unscaled) and D; past Nq both 0, harmless: those rows of Q and dO are zeros, so
+            // S = 0, P = 1, dP = 0, dS = 0, and P^T dO adds nothing.
+            if (tid < 2 * kBQ) {
+                const int r = q0 + (tid & (kBQ - 1));
+                const bool valid = r < p.Nq;
+                cp_async4((tid < kBQ ? Ls : Ds) + buf * kBQ + (tid & (kBQ - 1)), (tid < kBQ ? Lg : Dg) + (valid ? r : 0), valid);
+            }
+        } else if (tid < kBQ) {
             const int r = q0 + tid;
             Ls[buf * kBQ + tid] = r < p.Nq ? Lg[r] * LOG2E_F : INFINITY;  // P = 0 past Nq
             Ds[buf * kBQ + tid] = r < p.Nq ? Dg[r] : 0.0f;
@@ -131,6 +150,28 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
     // lanes t and t^1 swap halves so each thread adds 4 consecutive floats.
     auto reduce_dq = [&](int q0) {
         fence_regs(dq);
+        if constexpr (STAGE) {
+            // This warp's 16 rows x kDQN columns through its own staging tile, then each lane
+            // adds 4 consecutive floats of a row: a warp instruction covers 32 * 4 / kDQN rows.
+            float* stg = (float*)(smem + C::kOffStg) + warp * 16 * kStgLD;
+#pragma unroll
+            for (int n = 0; n < kDQN / 8; n++) {
+                *(float2*)(stg + g * kStgLD + n * 8 + 2 * t) = make_float2(dq[4 * n] * p.scale, dq[4 * n + 1] * p.scale);
+                *(float2*)(stg + (g + 8) * kStgLD + n * 8 + 2 * t) =
+                    make_float2(dq[4 * n + 2] * p.scale, dq[4 * n + 3] * p.scale);
+            }
+            __syncwarp();
+            constexpr int kCh = kDQN / 4;  // 16-byte chunks per row
+#pragma unroll
+            for (int it = 0; it < 16 * kCh / 32; it++) {
+                const int x = it * 32 + lane, r = x / kCh, ch = x % kCh;
+                const float4 v = *(const float4*)(stg + r * kStgLD + ch * 4);
+                const int row = q0 + (warp & 3) * 16 + r;
+                if (row < p.Nq) red_v4(dQacc + (int64_t)row * kD + wg * kDQN + ch * 4, v.x, v.y, v.z, v.w);
+            }
+            __syncwarp();
+            return;
+        }
         const bool odd = t & 1;
         const int row = q0 + (warp & 3) * 16 + g + (odd ? 8 : 0);
 #pragma unroll
@@ -185,7 +226,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
-                float pr = ex2f(fmaf(S[4 * n + e], sl2, -((e & 1) ? l2.y : l2.x)));
+                const float l = (e & 1) ? l2.y : l2.x;
+                float pr = ex2f(fmaf(S[4 * n + e], sl2, STAGE ? -l * LOG2E_F : -l));
                 if (need_mask) {
                     const int kg = k0 + kl, qg = q0 + ql;
                     if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
@@ -272,19 +314,21 @@ bool bwd_wgmma_available() {
     return cached == 1;
 }
 
-template <int NWG, int MINB>
+template <int NWG, int MINB, bool STAGE = false>
 void launch_wgmma(const BwdParams& p, cudaStream_t s) {
     typedef WgCfg<NWG> C;
-    auto kern = bwd_wgmma_kernel<NWG, MINB>;
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::kSmem));
+    auto kern = bwd_wgmma_kernel<NWG, MINB, STAGE>;
+    const size_t smem = STAGE ? C::kSmemStg : C::kOffStg;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
-    kern<<<grid, C::kT, C::kSmem, s>>>(p);
+    kern<<<grid, C::kT, smem, s>>>(p);
     CUDA_CHECK_LAST();
 }
 
 void bwd_launch_wgmma(const BwdParams& p, int version, cudaStream_t s) {
-    if (p.d != kD) DIE("bwd_launch_wgmma: head dim %d (versions 16-18 are built for d = 64)", p.d);
+    if (p.d != kD) DIE("bwd_launch_wgmma: head dim %d (versions 16-19 are built for d = 64)", p.d);
     if (version == 16) launch_wgmma<2, 1>(p, s);       // 128 keys per block, 1 block per SM
     else if (version == 17) launch_wgmma<1, 2>(p, s);  // 64 keys per block, 2 blocks per SM
-    else launch_wgmma<1, 3>(p, s);                     // 64 keys per block, 3 blocks per SM
+    else if (version == 18) launch_wgmma<1, 3>(p, s);  // 64 keys per block, 3 blocks per SM
+    else launch_wgmma<2, 1, true>(p, s);               // 16 + L/D by cp.async, staged dQ reductions
 }

@@ -154,14 +154,14 @@ wgmma)
   log "tests (every version, 16 included)"
   timeout "${TEST_S:-90}" $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?" | tee "$OUT/tests_rc.txt"
   grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion" "$OUT/tests.log" | head -30
-  log "check of versions ${WG_VERSIONS:-16 17 18} against the CPU reference (errors per gradient)"
-  for v in ${WG_VERSIONS:-16 17 18}; do
+  log "check of versions ${WG_VERSIONS:-16 19} against the CPU reference (errors per gradient)"
+  for v in ${WG_VERSIONS:-16 19}; do
     for args in "--Nq 150 --Nk 267 --causal" "--Nq 201 --Nk 133"; do
       echo "v$v $args: $(timeout 30 $B/flash_bwd --device cuda --B 1 --H 2 --d 64 --dtype bf16 $args --version $v --check --out "" 2>&1 | grep -E "check|error" | head -2)"
     done
   done
-  log "leaderboard: versions 10 ${WG_VERSIONS:-16 17 18} ${WG_VERSIONS:-16 17 18} (one process each)"
-  for v in 10 ${WG_VERSIONS:-16 17 18} ${WG_VERSIONS:-16 17 18}; do
+  log "leaderboard: versions 10 ${WG_VERSIONS:-16 19} ${WG_VERSIONS:-16 19} (one process each)"
+  for v in 10 ${WG_VERSIONS:-16 19} ${WG_VERSIONS:-16 19}; do
     timeout 30 $B/bench --mode leaderboard --version "$v" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard_v$v.csv" \
       > "$OUT/bench_v$v.log" 2>&1; echo "bench v$v rc $?"
     grep -E "^\| (forward|backward, flash_backward_cuda)" "$OUT/bench_v$v.log" | tee -a "$OUT/lb_summary.txt"
@@ -172,13 +172,13 @@ wgmma)
   echo "bench_torch rc $?"; cat "$OUT/04_leaderboard_torch.csv"
   pack
   log "compute-sanitizer (version 16), $(left)s left"
-  for spec in ${SAN_SPECS:-"memcheck:16:64:150:267" "racecheck:16:64:150:267" "memcheck:17:64:77:300" "racecheck:17:64:201:133" "memcheck:18:64:150:267" "racecheck:18:64:150:267"}; do
+  for spec in ${SAN_SPECS:-"memcheck:16:64:150:267" "racecheck:16:64:150:267" "memcheck:17:64:77:300" "racecheck:17:64:201:133" "memcheck:19:64:150:267" "racecheck:19:64:150:267" "memcheck:19:64:77:300" "racecheck:19:64:201:133"}; do
     if [ "$(left)" -lt 45 ]; then echo "skipped $spec: $(left)s left" | tee -a "$OUT/sanitizer_summary.txt"; continue; fi
     IFS=: read -r tool ver dd nq nk <<< "$spec"
     sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
   done
   pack
-  if [ "$(left)" -gt 40 ]; then NCU_VERSIONS=${NCU_VERSIONS:-16} bash "$0" profile-only; fi
+  if [ "$(left)" -gt 40 ]; then NCU_VERSIONS=${NCU_VERSIONS:-19} bash "$0" profile-only; fi
   log "summary"
   cat "$OUT/tests_rc.txt"; grep -E "Synthesis|FAIL" "$OUT/tests.log" | head -12
   cut -c1-170 "$OUT/sanitizer_summary.txt"

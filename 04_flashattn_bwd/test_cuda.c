@@ -223,10 +223,11 @@ Test(bwd_cuda, sweep_bf16_version13, .timeout = 300) { flash_bwd_set_version(13)
 // Versions 14-15 (not yet run on a GPU when written): dQ by half the warps; 15 also movmatrix.
 Test(bwd_cuda, sweep_bf16_version14, .timeout = 300) { flash_bwd_set_version(14); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_version15, .timeout = 300) { flash_bwd_set_version(15); sweep(DT_BF16, 0); }
-// Versions 16-18: wgmma (sm_90a), d 64; the sweep's other head dims run version 10's kernel.
+// Versions 16-19: wgmma (sm_90a), d 64; the sweep's other head dims run version 10's kernel.
 Test(bwd_cuda, sweep_bf16_version16, .timeout = 300) { flash_bwd_set_version(16); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_version17, .timeout = 300) { flash_bwd_set_version(17); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_version18, .timeout = 300) { flash_bwd_set_version(18); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_version19, .timeout = 300) { flash_bwd_set_version(19); sweep(DT_BF16, 0); }
 
 // The single pass adds dQ with atomics in whatever order the blocks run: dK and dV must be the
 // same bits run to run, dQ only close (its fp32 sums differ in the last bits, which can move a
