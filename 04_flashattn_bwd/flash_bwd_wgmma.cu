@@ -21,6 +21,7 @@
 // One barrier per step, as version 10. The accumulator of each warpgroup's 64 x 64 products has
 // the layout of version 10's per-warp tiles (warp w of the block: keys 16w..16w+15), so the
 // masks, the exponentials and the epilogue are version 10's.
+#include <type_traits>
 #include "04_flashattn_bwd/wgmma.cuh"
 #include "common/check.h"
 
@@ -77,9 +78,15 @@ __device__ __forceinline__ void red_v4(float* dst, float a, float b, float c, fl
 // STAGE (version 19): L_i and D_i arrive by cp.async like the tiles (no warp waits on a global
 // load after the barrier), and dQ leaves through shared memory as whole-row reductions (a warp's
 // 16-byte reductions cover 4 rows of 128 bytes, not 16 rows of 32: a quarter of the L2 requests).
-template <int NWG, int MINB, bool STAGE>
-__global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The block's barrier: named barrier 1 over all kT threads (the two warpgroups run separate
+// copies of the body, so the barrier is reached from two places in the code).
+template <int kT> __device__ __forceinline__ void block_barrier() { asm volatile("bar.sync 1, %0;\n" ::"n"(kT) : "memory"); }
+
+// The kernel body for warpgroup WG, a compile-time constant so that every shared-memory
+// descriptor is uniform (the compiler keeps them in uniform registers instead of rebuilding
+// them per wgmma from the thread index).
+template <int NWG, bool STAGE, int WG>
+__device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
     typedef WgCfg<NWG> C;
     constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD;
     constexpr uint32_t kTileK = C::kTileK, kOffV = C::kOffV, kOffQ = C::kOffQ, kOffdO = C::kOffdO,
@@ -91,7 +98,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 
     const int bh = blockIdx.x, k0 = blockIdx.y * kBK;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-    const int wg = warp / 4, kw = warp * 16;  // warpgroup; this warp's 16 key rows in the tile
+    constexpr int wg = WG;
+    const int kw = warp * 16;  // this warp's 16 key rows in the tile
     const bf16* Qg = (const bf16*)p.q + view_off(p.sq, bh, p.H, 0);
     const bf16* dOg = (const bf16*)p.dout + view_off(p.sdo, bh, p.H, 0);
     const float* Lg = p.lse + (int64_t)bh * p.Nq;
@@ -127,8 +135,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 
     // Descriptors of this warpgroup's K_j, V_j rows (K-major: S^T, dP^T) and of its dQ columns
     // of K_j (MN-major: K = the keys).
-    const uint64_t dKk = wg_desc(kDescKMajor, sbase + wg * 8192), dVk = wg_desc(kDescKMajor, sbase + kOffV + wg * 8192);
-    const uint64_t dKmn = wg_desc(kDescMNMajor, sbase + wg * (kDQN / 8) * 128);
+    const uint32_t dKk = wg_desc_lo(kDescKMajor, sbase + wg * 8192), dVk = wg_desc_lo(kDescKMajor, sbase + kOffV + wg * 8192);
+    const uint32_t dKmn = wg_desc_lo(kDescMNMajor, sbase + wg * (kDQN / 8) * 128);
     float dK[32], dV[32], S[32], dP[32], dq[kDQN / 2];
 #pragma unroll
     for (int e = 0; e < 32; e++) dK[e] = dV[e] = 0.0f;
@@ -137,10 +145,10 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
     // columns, over all kBK keys).
     auto issue_dq = [&](int dsb) {
         wg_fence();
-        const uint64_t da0 = wg_desc(kDescMNMajor, sbase + kOffdS + dsb * kTileK);
+        const uint32_t da0 = wg_desc_lo(kDescMNMajor, sbase + kOffdS + dsb * kTileK);
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; kk++) {
-            const uint64_t da = da0 + kk * 128, db = dKmn + kk * 128;
+            const uint64_t da = wg_desc_join(kDescMNMajor, da0 + kk * 128), db = wg_desc_join(kDescMNMajor, dKmn + kk * 128);
             if constexpr (kDQN == 32) wg_m64n32_ss<1, 1>(dq, da, db, kk > 0);
             else wg_m64n64_ss<1, 1>(dq, da, db, kk > 0);
         }
@@ -192,20 +200,21 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         const int buf = (i - i_start) & 1, q0 = i * kBQ;
         cp_async_wait<0>();   // tile i (issued a step ago; K_j, V_j at the first step)
         fence_proxy_async();  // this thread's cp.async data and dS^T stores -> wgmma's reads
-        __syncthreads();      // (A) tile i and the previous tile's dS^T complete; every wgmma
+        block_barrier<kT>();  // (A) tile i and the previous tile's dS^T complete; every wgmma
                               // that read buffer buf^1 has finished (waited below, last step)
         if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
         cp_async_commit();
 
         // Descriptors: a base plus (byte offset >> 4) per k-step (wgmma.cuh).
         const uint32_t qa = sbase + kOffQ + buf * kTileQ, oa = sbase + kOffdO + buf * kTileQ;
-        const uint64_t dQk = wg_desc(kDescKMajor, qa), dOk = wg_desc(kDescKMajor, oa);
+        const uint32_t dQk = wg_desc_lo(kDescKMajor, qa), dOk = wg_desc_lo(kDescKMajor, oa);
+        auto km = [](uint32_t lo) { return wg_desc_join(kDescKMajor, lo); };
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < kD / 16; kk++)  // G1
-            wg_m64n64_ss<0, 0>(S, dKk + kk * 16, dQk + kk * 16, kk > 0);
+            wg_m64n64_ss<0, 0>(S, km(dKk + kk * 16), km(dQk + kk * 16), kk > 0);
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; kk++) wg_m64n64_ss<0, 0>(dP, dVk + kk * 16, dOk + kk * 16, kk > 0);
+        for (int kk = 0; kk < kD / 16; kk++) wg_m64n64_ss<0, 0>(dP, km(dVk + kk * 16), km(dOk + kk * 16), kk > 0);
         wg_commit();
         if (i > i_start) {
             issue_dq(buf ^ 1);  // G2 for tile i-1
@@ -219,23 +228,28 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (as version 10).
         const float* Lb = Ls + buf * kBQ;
         const float* Db = Ds + buf * kBQ;
-        const bool need_mask = (p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk);
+        // Two copies of the loop: the masks cost 4 instructions an element, and only the tiles on
+        // the diagonal or at the ragged end need them.
+        auto p_ds = [&](auto masked) {
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            const float2 l2 = *(const float2*)(Lb + n * 8 + 2 * t), d2 = *(const float2*)(Db + n * 8 + 2 * t);
+            for (int n = 0; n < 8; n++) {
+                const float2 l2 = *(const float2*)(Lb + n * 8 + 2 * t), d2 = *(const float2*)(Db + n * 8 + 2 * t);
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
-                const float l = (e & 1) ? l2.y : l2.x;
-                float pr = ex2f(fmaf(S[4 * n + e], sl2, STAGE ? -l * LOG2E_F : -l));
-                if (need_mask) {
-                    const int kg = k0 + kl, qg = q0 + ql;
-                    if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+                for (int e = 0; e < 4; e++) {
+                    const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
+                    const float l = (e & 1) ? l2.y : l2.x;
+                    float pr = ex2f(fmaf(S[4 * n + e], sl2, STAGE ? -l * LOG2E_F : -l));
+                    if constexpr (decltype(masked)::value) {
+                        const int kg = k0 + kl, qg = q0 + ql;
+                        if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+                    }
+                    S[4 * n + e] = pr;
+                    dP[4 * n + e] = pr * (dP[4 * n + e] - ((e & 1) ? d2.y : d2.x));
                 }
-                S[4 * n + e] = pr;
-                dP[4 * n + e] = pr * (dP[4 * n + e] - ((e & 1) ? d2.y : d2.x));
             }
-        }
+        };
+        if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
+        else p_ds(std::false_type{});
         // dS^T (bf16) to shared memory, core-matrix layout: key rows, query columns.
         unsigned char* dsw = smem + kOffdS + buf * kTileK;
 #pragma unroll
@@ -255,9 +269,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
             }
         wg_fence();
 #pragma unroll
-        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dV, ap[kq], wg_desc(kDescMNMajor, oa) + kq * 128, 1);
+        for (int kq = 0; kq < 4; kq++)
+            wg_m64n64_rs<1>(dV, ap[kq], wg_desc_join(kDescMNMajor, wg_desc_lo(kDescMNMajor, oa) + kq * 128), 1);
 #pragma unroll
-        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dK, as[kq], wg_desc(kDescMNMajor, qa) + kq * 128, 1);
+        for (int kq = 0; kq < 4; kq++)
+            wg_m64n64_rs<1>(dK, as[kq], wg_desc_join(kDescMNMajor, wg_desc_lo(kDescMNMajor, qa) + kq * 128), 1);
         wg_commit();
         // G2 and G3 done: buffer buf is free for the prefetch after the next barrier. (Leaving G3
         // in flight under the reductions, wait_group 1, makes ptxas serialise every wgmma
@@ -269,7 +285,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
     }
     if (i_start < Tq) {  // the last tile's dQ share
         fence_proxy_async();
-        __syncthreads();
+        block_barrier<kT>();
         issue_dq((Tq - 1 - i_start) & 1);
         wg_wait<0>();
         reduce_dq((Tq - 1) * kBQ);
@@ -290,6 +306,13 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
                 *(uint32_t*)(dv + (int64_t)kg * p.sdv[2] + c) = pack_bf16(dV[4 * n + 2 * h], dV[4 * n + 2 * h + 1]);
             }
         }
+}
+
+template <int NWG, int MINB, bool STAGE>
+__global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (NWG == 2 && threadIdx.x >= 128) bwd_wgmma_body<NWG, STAGE, NWG - 1>(p);
+    else bwd_wgmma_body<NWG, STAGE, 0>(p);
 #else
     __trap();  // built without sm_90a: the host does not launch it (bwd_wgmma_available)
 #endif
