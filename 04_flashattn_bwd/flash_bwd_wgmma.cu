@@ -25,6 +25,15 @@
 #include "04_flashattn_bwd/wgmma.cuh"
 #include "common/check.h"
 
+// Experiment switches (NOTES.md): WGX_SPLIT 1 = one body per warpgroup, WGX_MASK 1 = masks only on
+// the diagonal tiles.
+#ifndef WGX_SPLIT
+#define WGX_SPLIT 1
+#endif
+#ifndef WGX_MASK
+#define WGX_MASK 1
+#endif
+
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -98,7 +107,7 @@ __device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
 
     const int bh = blockIdx.x, k0 = blockIdx.y * kBK;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-    constexpr int wg = WG;
+    const int wg = WG >= 0 ? WG : threadIdx.x / 128;
     const int kw = warp * 16;  // this warp's 16 key rows in the tile
     const bf16* Qg = (const bf16*)p.q + view_off(p.sq, bh, p.H, 0);
     const bf16* dOg = (const bf16*)p.dout + view_off(p.sdo, bh, p.H, 0);
@@ -248,7 +257,7 @@ __device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
                 }
             }
         };
-        if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
+        if (!WGX_MASK || (p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
         else p_ds(std::false_type{});
         // dS^T (bf16) to shared memory, core-matrix layout: key rows, query columns.
         unsigned char* dsw = smem + kOffdS + buf * kTileK;
@@ -311,7 +320,8 @@ __device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
 template <int NWG, int MINB, bool STAGE>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if (NWG == 2 && threadIdx.x >= 128) bwd_wgmma_body<NWG, STAGE, NWG - 1>(p);
+    if (!WGX_SPLIT) bwd_wgmma_body<NWG, STAGE, -1>(p);
+    else if (NWG == 2 && threadIdx.x >= 128) bwd_wgmma_body<NWG, STAGE, NWG - 1>(p);
     else bwd_wgmma_body<NWG, STAGE, 0>(p);
 #else
     __trap();  // built without sm_90a: the host does not launch it (bwd_wgmma_available)
