@@ -58,8 +58,9 @@ const char* flash_bwd_kernel_name(const attn_args_t* a);
 // run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
 // kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel
 // only): for per-kernel timings, the results are then incomplete. Bad values die.
-// The default is version 10, the fastest measured (NOTES.md, run 4) with every test passing.
-#define FLASH_BWD_DEFAULT_VERSION 10
+// The default is version 19 (wgmma, d 64; version 10 elsewhere), the fastest measured with
+// every test passing (NOTES.md).
+#define FLASH_BWD_DEFAULT_VERSION 19
 #define FLASH_BWD_MAX_VERSION 19
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);

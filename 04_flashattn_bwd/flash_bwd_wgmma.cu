@@ -25,15 +25,6 @@
 #include "04_flashattn_bwd/wgmma.cuh"
 #include "common/check.h"
 
-// Experiment switches (NOTES.md): WGX_SPLIT 1 = one body per warpgroup, WGX_MASK 1 = masks only on
-// the diagonal tiles.
-#ifndef WGX_SPLIT
-#define WGX_SPLIT 1
-#endif
-#ifndef WGX_MASK
-#define WGX_MASK 1
-#endif
-
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -87,15 +78,10 @@ __device__ __forceinline__ void red_v4(float* dst, float a, float b, float c, fl
 // STAGE (version 19): L_i and D_i arrive by cp.async like the tiles (no warp waits on a global
 // load after the barrier), and dQ leaves through shared memory as whole-row reductions (a warp's
 // 16-byte reductions cover 4 rows of 128 bytes, not 16 rows of 32: a quarter of the L2 requests).
-// The block's barrier: named barrier 1 over all kT threads (the two warpgroups run separate
-// copies of the body, so the barrier is reached from two places in the code).
-template <int kT> __device__ __forceinline__ void block_barrier() { asm volatile("bar.sync 1, %0;\n" ::"n"(kT) : "memory"); }
 
-// The kernel body for warpgroup WG, a compile-time constant so that every shared-memory
-// descriptor is uniform (the compiler keeps them in uniform registers instead of rebuilding
-// them per wgmma from the thread index).
-template <int NWG, bool STAGE, int WG>
-__device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
+template <int NWG, int MINB, bool STAGE>
+__global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgCfg<NWG> C;
     constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD;
     constexpr uint32_t kTileK = C::kTileK, kOffV = C::kOffV, kOffQ = C::kOffQ, kOffdO = C::kOffdO,
@@ -107,7 +93,7 @@ __device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
 
     const int bh = blockIdx.x, k0 = blockIdx.y * kBK;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-    const int wg = WG >= 0 ? WG : threadIdx.x / 128;
+    const int wg = warp / 4;
     const int kw = warp * 16;  // this warp's 16 key rows in the tile
     const bf16* Qg = (const bf16*)p.q + view_off(p.sq, bh, p.H, 0);
     const bf16* dOg = (const bf16*)p.dout + view_off(p.sdo, bh, p.H, 0);
@@ -209,7 +195,7 @@ __device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
         const int buf = (i - i_start) & 1, q0 = i * kBQ;
         cp_async_wait<0>();   // tile i (issued a step ago; K_j, V_j at the first step)
         fence_proxy_async();  // this thread's cp.async data and dS^T stores -> wgmma's reads
-        block_barrier<kT>();  // (A) tile i and the previous tile's dS^T complete; every wgmma
+        __syncthreads();      // (A) tile i and the previous tile's dS^T complete; every wgmma
                               // that read buffer buf^1 has finished (waited below, last step)
         if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
         cp_async_commit();
@@ -257,7 +243,7 @@ __device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
                 }
             }
         };
-        if (!WGX_MASK || (p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
+        if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
         else p_ds(std::false_type{});
         // dS^T (bf16) to shared memory, core-matrix layout: key rows, query columns.
         unsigned char* dsw = smem + kOffdS + buf * kTileK;
@@ -294,7 +280,7 @@ __device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
     }
     if (i_start < Tq) {  // the last tile's dQ share
         fence_proxy_async();
-        block_barrier<kT>();
+        __syncthreads();
         issue_dq((Tq - 1 - i_start) & 1);
         wg_wait<0>();
         reduce_dq((Tq - 1) * kBQ);
@@ -315,14 +301,6 @@ __device__ __forceinline__ void bwd_wgmma_body(const BwdParams& p) {
                 *(uint32_t*)(dv + (int64_t)kg * p.sdv[2] + c) = pack_bf16(dV[4 * n + 2 * h], dV[4 * n + 2 * h + 1]);
             }
         }
-}
-
-template <int NWG, int MINB, bool STAGE>
-__global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if (!WGX_SPLIT) bwd_wgmma_body<NWG, STAGE, -1>(p);
-    else if (NWG == 2 && threadIdx.x >= 128) bwd_wgmma_body<NWG, STAGE, NWG - 1>(p);
-    else bwd_wgmma_body<NWG, STAGE, 0>(p);
 #else
     __trap();  // built without sm_90a: the host does not launch it (bwd_wgmma_available)
 #endif
