@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 
     // Descriptors of this warpgroup's K_j, V_j rows (K-major: S^T, dP^T) and of its dQ columns
     // of K_j (MN-major: K = the keys).
-    const uint64_t dKk = wg_desc(kDescKMajor, sbase + wg * 8192), dVk = wg_desc(kDescKMajor, sbase + kOffV + wg * 8192);
-    const uint64_t dKmn = wg_desc(kDescMNMajor, sbase + wg * (kDQN / 8) * 128);
+    const uint32_t dKk = wg_desc_lo(kDescKMajor, sbase + wg * 8192), dVk = wg_desc_lo(kDescKMajor, sbase + kOffV + wg * 8192);
+    const uint32_t dKmn = wg_desc_lo(kDescMNMajor, sbase + wg * (kDQN / 8) * 128);
     float dK[32], dV[32], S[32], dP[32], dq[kDQN / 2];
 #pragma unroll
     for (int e = 0; e < 32; e++) dK[e] = dV[e] = 0.0f;
@@ -140,10 +140,10 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
     // columns, over all kBK keys).
     auto issue_dq = [&](int dsb) {
         wg_fence();
-        const uint64_t da0 = wg_desc(kDescMNMajor, sbase + kOffdS + dsb * kTileK);
+        const uint32_t da0 = wg_desc_lo(kDescMNMajor, sbase + kOffdS + dsb * kTileK);
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; kk++) {
-            const uint64_t da = da0 + kk * 128, db = dKmn + kk * 128;
+            const uint64_t da = wg_desc_join(kDescMNMajor, da0 + kk * 128), db = wg_desc_join(kDescMNMajor, dKmn + kk * 128);
             if constexpr (kDQN == 32) wg_m64n32_ss<1, 1>(dq, da, db, kk > 0);
             else wg_m64n64_ss<1, 1>(dq, da, db, kk > 0);
         }
@@ -202,13 +202,14 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 
         // Descriptors: a base plus (byte offset >> 4) per k-step (wgmma.cuh).
         const uint32_t qa = sbase + kOffQ + buf * kTileQ, oa = sbase + kOffdO + buf * kTileQ;
-        const uint64_t dQk = wg_desc(kDescKMajor, qa), dOk = wg_desc(kDescKMajor, oa);
+        const uint32_t dQk = wg_desc_lo(kDescKMajor, qa), dOk = wg_desc_lo(kDescKMajor, oa);
+        auto km = [](uint32_t lo) { return wg_desc_join(kDescKMajor, lo); };
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < kD / 16; kk++)  // G1
-            wg_m64n64_ss<0, 0>(S, dKk + kk * 16, dQk + kk * 16, kk > 0);
+            wg_m64n64_ss<0, 0>(S, km(dKk + kk * 16), km(dQk + kk * 16), kk > 0);
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; kk++) wg_m64n64_ss<0, 0>(dP, dVk + kk * 16, dOk + kk * 16, kk > 0);
+        for (int kk = 0; kk < kD / 16; kk++) wg_m64n64_ss<0, 0>(dP, km(dVk + kk * 16), km(dOk + kk * 16), kk > 0);
         wg_commit();
         if (i > i_start) {
             issue_dq(buf ^ 1);  // G2 for tile i-1
@@ -263,9 +264,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
             }
         wg_fence();
 #pragma unroll
-        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dV, ap[kq], wg_desc(kDescMNMajor, oa) + kq * 128, 1);
+        for (int kq = 0; kq < 4; kq++)
+            wg_m64n64_rs<1>(dV, ap[kq], wg_desc_join(kDescMNMajor, wg_desc_lo(kDescMNMajor, oa) + kq * 128), 1);
 #pragma unroll
-        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dK, as[kq], wg_desc(kDescMNMajor, qa) + kq * 128, 1);
+        for (int kq = 0; kq < 4; kq++)
+            wg_m64n64_rs<1>(dK, as[kq], wg_desc_join(kDescMNMajor, wg_desc_lo(kDescMNMajor, qa) + kq * 128), 1);
         wg_commit();
         // G2 and G3 done: buffer buf is free for the prefetch after the next barrier. (Leaving G3
         // in flight under the reductions, wait_group 1, makes ptxas serialise every wgmma

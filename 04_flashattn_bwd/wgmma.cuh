@@ -35,6 +35,14 @@ __host__ __device__ constexpr uint64_t wg_desc_strides(uint32_t lbo, uint32_t sb
 constexpr uint64_t kDescKMajor = wg_desc_strides(128, 1024);   // K = the tile's columns
 constexpr uint64_t kDescMNMajor = wg_desc_strides(1024, 128);  // K = the tile's rows
 __device__ __forceinline__ uint64_t wg_desc(uint64_t strides, uint32_t saddr) { return strides | (saddr >> 4); }
+// The same in two halves: the low word (address and LBO) moves with the k-steps, the high word
+// (SBO) is a constant. Adding to the low word in 32 bits lets the compiler keep the high word an
+// immediate instead of redoing a 64-bit add and two register moves per instruction.
+__device__ __forceinline__ uint32_t wg_desc_lo(uint64_t strides, uint32_t saddr) { return (uint32_t)strides | (saddr >> 4); }
+__device__ __forceinline__ uint64_t wg_desc_join(uint64_t strides, uint32_t lo) {
+    return (strides & 0xFFFFFFFF00000000ull) | lo;
+}
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wg_wait() {
