@@ -10,9 +10,11 @@
 #                                       10, 14, 15 (and 10 again, for drift) next to SDPA flash and
 #                                       cuDNN, compute-sanitizer memcheck and racecheck on versions
 #                                       14 and 15 while time is left; a summary at the end
-#   04_flashattn_bwd/gpu_run.sh wgmma   (fits 300 s) build, every test, leaderboard for versions 10, 16,
-#                                       10, 16 next to SDPA, compute-sanitizer on version 16, ncu
-#                                       on version 16 while time is left
+#   04_flashattn_bwd/gpu_run.sh wgmma   (fits 300 s) build, every test, a check of the wgmma
+#                                       versions (WG_VERSIONS, default 16 19) against the CPU
+#                                       reference, leaderboard for 10 and them (twice) next to SDPA,
+#                                       compute-sanitizer on them (SAN_SPECS), ncu on NCU_VERSIONS
+#                                       (default 19) while time is left
 #   04_flashattn_bwd/gpu_run.sh profile ncu (clocks left alone) on one backward launch of each
 #                                       version in NCU_VERSIONS (default 10 14 15) at the
 #                                       leaderboard point: speed of light, warp stall reasons,
@@ -44,6 +46,30 @@ sanitize() {  # $1 tool, $2 impl, $3 version, rest: shape flags
   echo "$tool $impl v$ver [$*]: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check vs' "$OUT/san.log" | tr '\n' ' ')" \
     | tee -a "$OUT/sanitizer_summary.txt"
 }
+
+# One leaderboard process per version given (the summary lines also into lb_summary.txt).
+lb_versions() {
+  for v in "$@"; do
+    timeout 30 $B/bench --mode leaderboard --version "$v" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard_v$v.csv" \
+      > "$OUT/bench_v$v.log" 2>&1; echo "bench v$v rc $?"
+    grep -E "^\| (forward|backward, flash_backward_cuda)" "$OUT/bench_v$v.log" | tee -a "$OUT/lb_summary.txt"
+  done
+}
+# PyTorch SDPA (flash, cuDNN) at the leaderboard point.
+lb_sdpa() {
+  timeout 50 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
+    --reps "${LB_REPS:-30}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv" > "$OUT/torch.log" 2>&1
+  echo "bench_torch rc $?"; cat "$OUT/04_leaderboard_torch.csv" 2>/dev/null
+}
+# compute-sanitizer on tool:version:d:Nq:Nk specs (causal, bf16) while left() allows.
+sanitize_specs() {
+  for spec in "$@"; do
+    if [ "$(left)" -lt 45 ]; then echo "skipped $spec: $(left)s left" | tee -a "$OUT/sanitizer_summary.txt"; continue; fi
+    IFS=: read -r tool ver dd nq nk <<< "$spec"
+    sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
+  done
+}
+left() { echo $(( ${DEADLINE_S:-228} - ($(date +%s) - T0) )); }
 
 case "${1:-check}" in
 check)
@@ -118,30 +144,19 @@ PY
   cat results/04_leaderboard.csv results/04_leaderboard_versions.csv results/04_leaderboard_torch.csv 2>/dev/null
   ;;
 next)
-  # Versions 14 and 15 (NOTES.md, "Versions 14-15") have never run: tests first, then the
-  # timings, then the sanitizers as long as the 240 s of the call leave room (each <= 40 s).
-  left() { echo $(( ${DEADLINE_S:-228} - ($(date +%s) - T0) )); }
+  # Versions 14 and 15 (NOTES.md, "Versions 14-15"): tests first, then the timings, then the
+  # sanitizers as long as the 240 s of the call leave room (each <= 40 s).
   log "tests (every version, 14 and 15 included)"
   timeout "${TEST_S:-90}" $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?" | tee "$OUT/tests_rc.txt"
   grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion" "$OUT/tests.log" | head -30
   log "leaderboard: versions 10, 14, 15, 10 (one process each; the second 10 shows the drift)"
-  for v in 10 14 15 10; do
-    timeout 30 $B/bench --mode leaderboard --version "$v" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard_v$v.csv" \
-      > "$OUT/bench_v$v.log" 2>&1; echo "bench v$v rc $?"
-    grep -E "^\| (forward|backward, flash_backward_cuda)" "$OUT/bench_v$v.log" | tee -a "$OUT/lb_summary.txt"
-  done
+  lb_versions 10 14 15 10
   log "SDPA flash and cuDNN"
-  timeout 50 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
-    --reps "${LB_REPS:-30}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv" > "$OUT/torch.log" 2>&1
-  echo "bench_torch rc $?"
+  lb_sdpa
   pack
   log "compute-sanitizer (versions 14, 15; small ragged causal shapes), $(left)s left"
-  for spec in "memcheck:14:64:150:267" "racecheck:14:64:150:267" "memcheck:15:64:150:267" "racecheck:15:64:150:267" \
-              "memcheck:15:32:201:133" "racecheck:15:16:77:300"; do
-    if [ "$(left)" -lt 45 ]; then echo "skipped $spec: $(left)s left" | tee -a "$OUT/sanitizer_summary.txt"; continue; fi
-    IFS=: read -r tool ver dd nq nk <<< "$spec"
-    sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
-  done
+  sanitize_specs memcheck:14:64:150:267 racecheck:14:64:150:267 memcheck:15:64:150:267 racecheck:15:64:150:267 \
+                 memcheck:15:32:201:133 racecheck:15:16:77:300
   pack
   log "summary"
   cat "$OUT/tests_rc.txt"; grep -E "Synthesis|FAIL" "$OUT/tests.log" | head -12
@@ -150,8 +165,8 @@ next)
   cat "$OUT/04_leaderboard_torch.csv" 2>/dev/null || tail -5 "$OUT/torch.log"
   ;;
 wgmma)
-  left() { echo $(( ${DEADLINE_S:-290} - ($(date +%s) - T0) )); }
-  log "tests (every version, 16 included)"
+  DEADLINE_S=${DEADLINE_S:-290}
+  log "tests (every version, 16-19 included)"
   timeout "${TEST_S:-90}" $B/test_04 --jobs 16 > "$OUT/tests.log" 2>&1; echo "test_04 rc $?" | tee "$OUT/tests_rc.txt"
   grep -E "FAIL|CRASH|Synthesis|TIMEOUT|Assertion" "$OUT/tests.log" | head -30
   log "check of versions ${WG_VERSIONS:-16 19} against the CPU reference (errors per gradient)"
@@ -161,22 +176,15 @@ wgmma)
     done
   done
   log "leaderboard: versions 10 ${WG_VERSIONS:-16 19} ${WG_VERSIONS:-16 19} (one process each)"
-  for v in 10 ${WG_VERSIONS:-16 19} ${WG_VERSIONS:-16 19}; do
-    timeout 30 $B/bench --mode leaderboard --version "$v" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard_v$v.csv" \
-      > "$OUT/bench_v$v.log" 2>&1; echo "bench v$v rc $?"
-    grep -E "^\| (forward|backward, flash_backward_cuda)" "$OUT/bench_v$v.log" | tee -a "$OUT/lb_summary.txt"
-  done
+  # shellcheck disable=SC2086
+  lb_versions 10 ${WG_VERSIONS:-16 19} ${WG_VERSIONS:-16 19}
   log "SDPA flash and cuDNN"
-  timeout 50 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
-    --reps "${LB_REPS:-30}" --budget-ms 100000 --csv "$OUT/04_leaderboard_torch.csv" > "$OUT/torch.log" 2>&1
-  echo "bench_torch rc $?"; cat "$OUT/04_leaderboard_torch.csv"
+  lb_sdpa
   pack
-  log "compute-sanitizer (version 16), $(left)s left"
-  for spec in ${SAN_SPECS:-"memcheck:16:64:150:267" "racecheck:16:64:150:267" "memcheck:17:64:77:300" "racecheck:17:64:201:133" "memcheck:19:64:150:267" "racecheck:19:64:150:267" "memcheck:19:64:77:300" "racecheck:19:64:201:133"}; do
-    if [ "$(left)" -lt 45 ]; then echo "skipped $spec: $(left)s left" | tee -a "$OUT/sanitizer_summary.txt"; continue; fi
-    IFS=: read -r tool ver dd nq nk <<< "$spec"
-    sanitize "$tool" flash "$ver" --Nq "$nq" --Nk "$nk" --d "$dd" --causal --dtype bf16
-  done
+  log "compute-sanitizer (wgmma versions), $(left)s left"
+  # shellcheck disable=SC2086
+  sanitize_specs ${SAN_SPECS:-memcheck:16:64:150:267 racecheck:16:64:150:267 memcheck:17:64:77:300 racecheck:17:64:201:133 \
+                 memcheck:19:64:150:267 racecheck:19:64:150:267 memcheck:19:64:77:300 racecheck:19:64:201:133}
   pack
   if [ "$(left)" -gt 40 ]; then NCU_VERSIONS=${NCU_VERSIONS:-19} bash "$0" profile-only; fi
   log "summary"
