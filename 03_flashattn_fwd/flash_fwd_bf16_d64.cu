@@ -1,10 +1,13 @@
 // bf16 FlashAttention-2 forward, head dim 64: the tile-shape variants (see NOTES.md for
 // their measured times). Entry 0 is the default; the others stay for the bench and tests.
 // Names: w = warps, mt = 16-row m-tiles per warp (Bq = 16 * mt * w), bk = key-tile rows,
-// pipe = the software-pipelined kernel (flash_fwd_bf16_pipe.cuh).
+// pipe = the software-pipelined kernel (flash_fwd_bf16_pipe.cuh); wgmma = flash_fwd_bf16_wgmma.cu.
 #include "03_flashattn_fwd/flash_fwd_bf16_pipe.cuh"
 
+extern "C" void flash_fwd_wgmma_d64_launch(const attn_args_t* a, cudaStream_t stream);  // flash_fwd_bf16_wgmma.cu
+
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
+    {"wgmma w8 mt1 bk64", 16 * 1 * 8, flash_fwd_wgmma_d64_launch},  // sm_90a builds; else runs the next entry
     {"w4 mt2 bk64", 16 * 2 * 4, launch<Cfg<64, 4, 2, 64, 2>>},
     {"w8 mt1 bk64", 16 * 1 * 8, launch<Cfg<64, 8, 1, 64, 2>>},
     {"w4 mt2 bk32", 16 * 2 * 4, launch<Cfg<64, 4, 2, 32, 3>>},

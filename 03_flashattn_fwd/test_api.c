@@ -113,7 +113,9 @@ Test(api, variant_tables) {
         cr_assert(n >= 1 && vl, "head dim %d has no variants", dims[i]);
         for (int v = 0; v < n; v++) {
             int w = 0, mt = 0, bk = 0;
-            const char* s = strncmp(vl[v].name, "pipe ", 5) == 0 ? vl[v].name + 5 : vl[v].name;
+            const char* s = vl[v].name;  // "pipe " and "wgmma " name the kernel, then the shape
+            if (strncmp(s, "pipe ", 5) == 0) s += 5;
+            else if (strncmp(s, "wgmma ", 6) == 0) s += 6;
             cr_assert_eq(sscanf(s, "w%d mt%d bk%d", &w, &mt, &bk), 3, "bad variant name '%s'", vl[v].name);
             cr_assert_eq(vl[v].bq, 16 * mt * w, "%s: Bq %d", vl[v].name, vl[v].bq);
             cr_assert_not_null(vl[v].launch);

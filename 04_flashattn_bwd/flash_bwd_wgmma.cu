@@ -22,7 +22,8 @@
 // the layout of version 10's per-warp tiles (warp w of the block: keys 16w..16w+15), so the
 // masks, the exponentials and the epilogue are version 10's.
 #include <type_traits>
-#include "04_flashattn_bwd/wgmma.cuh"
+#include "04_flashattn_bwd/flash_bwd_internal.cuh"
+#include "common/wgmma.cuh"
 #include "common/check.h"
 
 namespace {

@@ -1,6 +1,6 @@
-// Hopper warpgroup MMA (wgmma, sm_90a) for the backward's version 16: shared-memory matrix
-// descriptors for the no-swizzle ("interleaved") layout, the three instruction shapes the kernel
-// uses, and the fences that order them. CUDA C++ only.
+// Hopper warpgroup MMA (wgmma, sm_90a), used by stage 03's wgmma forward and stage 04's backward
+// (versions 16-19): shared-memory matrix descriptors for the no-swizzle ("interleaved") layout,
+// the instruction shapes the kernels use, and the fences that order them. CUDA C++ only.
 //
 // The layout. wgmma reads a shared-memory operand as 8 x 8 "core matrices" of 16-bit elements,
 // each 128 contiguous bytes (8 rows of 16 bytes). Every tile here is stored as a grid of core
@@ -17,7 +17,6 @@
 // A core matrix is the same 128 bytes either way: 8 rows, 8 contiguous elements each.
 #pragma once
 #include <stdint.h>
-#include "04_flashattn_bwd/flash_bwd_internal.cuh"
 
 // byte offset of element (r, c) of a [R][64] bf16 tile stored as core matrices (c % 8 == 0 for
 // the 16-byte chunk that starts there)
