@@ -7,7 +7,6 @@
 extern "C" void flash_fwd_wgmma_d64_launch(const attn_args_t* a, cudaStream_t stream);  // flash_fwd_bf16_wgmma.cu
 
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
-    {"wgmma w8 mt1 bk64", 16 * 1 * 8, flash_fwd_wgmma_d64_launch},  // sm_90a builds; else runs the next entry
     {"w4 mt2 bk64", 16 * 2 * 4, launch<Cfg<64, 4, 2, 64, 2>>},
     {"w8 mt1 bk64", 16 * 1 * 8, launch<Cfg<64, 8, 1, 64, 2>>},
     {"w4 mt2 bk32", 16 * 2 * 4, launch<Cfg<64, 4, 2, 32, 3>>},
@@ -17,6 +16,9 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
     {"pipe w8 mt1 bk64", 16 * 1 * 8, launch_pipe<Cfg<64, 8, 1, 64, 2>>},
     {"pipe w4 mt2 bk32", 16 * 2 * 4, launch_pipe<Cfg<64, 4, 2, 32, 2>>},
     {"pipe w4 mt1 bk128", 16 * 1 * 4, launch_pipe<Cfg<64, 4, 1, 128, 2>>},
+    // wgmma (sm_90a builds; elsewhere it runs entry 0): 2.00 ms against entry 0's 1.90 at the
+    // leaderboard point (NOTES.md), so not the default.
+    {"wgmma w8 mt1 bk64", 16 * 1 * 8, flash_fwd_wgmma_d64_launch},
 };
 extern "C" const int flash_fwd_bf16_n_variants_d64 =
     (int)(sizeof flash_fwd_bf16_variants_d64 / sizeof flash_fwd_bf16_variants_d64[0]);

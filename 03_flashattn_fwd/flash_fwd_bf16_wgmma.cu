@@ -178,11 +178,11 @@ __device__ const int kFwdWgmmaBuilt = 0;
 
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[];
 
-// The d-64 variant's launcher: wgmma where the code was built for it (sm_90a), else the first
-// mma.sync variant of the table.
+// The d-64 variant's launcher: wgmma where the code was built for it (sm_90a), else the default
+// (mma.sync) variant of the table.
 extern "C" void flash_fwd_wgmma_d64_launch(const attn_args_t* a, cudaStream_t stream) {
     static int built = -1;
     if (built < 0) CUDA_CHECK(cudaMemcpyFromSymbol(&built, kFwdWgmmaBuilt, sizeof built));
     if (built == 1) launch_with<WgFwdCfg, flash_fwd_wgmma_kernel>(a, stream);
-    else flash_fwd_bf16_variants_d64[1].launch(a, stream);
+    else flash_fwd_bf16_variants_d64[0].launch(a, stream);
 }
