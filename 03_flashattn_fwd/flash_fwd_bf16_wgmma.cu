@@ -9,6 +9,9 @@
 // No ldmatrix at all; 2 blocks (16 warps) per SM. The accumulator layout of a warpgroup's 64 x 64
 // product is mma.sync's per warp (warp w of the group: rows 16w..16w+15), so the masks, the
 // online softmax and the epilogue are flash_fwd_bf16.cuh's.
+// Measured (H100, N 16384, 16 heads, causal): 2.00 ms against 1.90 for the mma.sync default, so
+// it is the last variant, not the first: within a warpgroup S, softmax and P V run one after
+// another, and nothing but the other block on the SM fills the gaps (NOTES.md).
 #include "03_flashattn_fwd/flash_fwd_bf16.cuh"
 #include "common/wgmma.cuh"
 
