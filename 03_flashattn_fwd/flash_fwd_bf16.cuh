@@ -101,6 +101,26 @@ struct Params {
     float scale;
 };
 
+// What a block works on: query tile qt (rows i0 .. i0 + BQ - 1) of batch*head bh, and the base
+// pointers of that head's Q, K, V. Long causal query tiles first: block 0 gets the last query
+// tile, so the blocks with the most key tiles start early and the short ones fill in at the end.
+struct BlockPos {
+    int qt, bh, b, h, i0;
+    const bf16 *Q, *K, *V;
+};
+__device__ __forceinline__ BlockPos block_pos(const Params& p, int bq) {
+    BlockPos w;
+    w.qt = p.Tq - 1 - (int)(blockIdx.x / p.BH);
+    w.bh = (int)(blockIdx.x % p.BH);
+    w.b = w.bh / p.H;
+    w.h = w.bh % p.H;
+    w.i0 = w.qt * bq;
+    w.Q = p.q + w.b * p.sq[0] + w.h * p.sq[1];
+    w.K = p.k + w.b * p.sk[0] + w.h * p.sk[1];
+    w.V = p.v + w.b * p.sv[0] + w.h * p.sv[1];
+    return w;
+}
+
 // Copies rows [r0, r0 + ROWS) of a [N, D] bf16 view (row stride rs) into shared memory with
 // padded rows; rows >= n are zero-filled.
 template <class C, int ROWS>
@@ -121,15 +141,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_kernel(con
     bf16* sK = sQ + C::BQ * C::LD;                 // (2 stages, BK, LD)
     bf16* sV = sK + 2 * C::BK * C::LD;             // (2 stages, BK, LD)
 
-    // Long causal query tiles first: block 0 gets the last query tile, so the blocks with
-    // the most key tiles start early and the short ones fill in at the end.
-    const int qt = p.Tq - 1 - (int)(blockIdx.x / p.BH);
-    const int bh = (int)(blockIdx.x % p.BH);
-    const int b = bh / p.H, h = bh % p.H;
-    const int i0 = qt * C::BQ;
-    const bf16* Q = p.q + b * p.sq[0] + h * p.sq[1];
-    const bf16* K = p.k + b * p.sk[0] + h * p.sk[1];
-    const bf16* V = p.v + b * p.sv[0] + h * p.sv[1];
+    const BlockPos w = block_pos(p, C::BQ);
+    const int bh = w.bh, b = w.b, h = w.h, i0 = w.i0;
+    const bf16 *Q = w.Q, *K = w.K, *V = w.V;
 
     const int Tk = (p.Nk + C::BK - 1) / C::BK;
     // Causal: key tiles wholly above the diagonal (first key > last query of the tile) are skipped.

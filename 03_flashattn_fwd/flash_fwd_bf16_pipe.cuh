@@ -41,13 +41,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_pipe_kerne
     bf16* sK = sQ + C::BQ * C::LD;                 // (2 stages, BK, LD): K_j in stage j % 2
     bf16* sV = sK + 2 * C::BK * C::LD;             // (2 stages, BK, LD): V_j in stage j % 2
 
-    const int qt = p.Tq - 1 - (int)(blockIdx.x / p.BH);  // long causal tiles first
-    const int bh = (int)(blockIdx.x % p.BH);
-    const int b = bh / p.H, h = bh % p.H;
-    const int i0 = qt * C::BQ;
-    const bf16* Q = p.q + b * p.sq[0] + h * p.sq[1];
-    const bf16* K = p.k + b * p.sk[0] + h * p.sk[1];
-    const bf16* V = p.v + b * p.sv[0] + h * p.sv[1];
+    const BlockPos w = block_pos(p, C::BQ);  // long causal tiles first
+    const int bh = w.bh, b = w.b, h = w.h, i0 = w.i0;
+    const bf16 *Q = w.Q, *K = w.K, *V = w.V;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;

@@ -45,13 +45,9 @@ __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(c
     extern __shared__ __align__(16) unsigned char smem_wg[];  // 16-byte alignment: all wgmma.cuh's layout needs
     const uint32_t sbase = smem_addr(smem_wg);
 
-    const int qt = p.Tq - 1 - (int)(blockIdx.x / p.BH);  // long causal tiles first
-    const int bh = (int)(blockIdx.x % p.BH);
-    const int b = bh / p.H, h = bh % p.H;
-    const int i0 = qt * C::BQ;
-    const bf16* Q = p.q + b * p.sq[0] + h * p.sq[1];
-    const bf16* K = p.k + b * p.sk[0] + h * p.sk[1];
-    const bf16* V = p.v + b * p.sv[0] + h * p.sv[1];
+    const BlockPos bp = block_pos(p, C::BQ);  // long causal tiles first
+    const int bh = bp.bh, b = bp.b, h = bp.h, i0 = bp.i0;
+    const bf16 *Q = bp.Q, *K = bp.K, *V = bp.V;
     const int Tk = (p.Nk + C::BK - 1) / C::BK;
     const int n_tiles = p.causal ? min(Tk, (i0 + C::BQ - 1) / C::BK + 1) : Tk;
 
@@ -170,13 +166,6 @@ __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(c
 #endif
 }
 
-// 1 in code built for sm_90a (the Makefile's default ARCH), where wgmma exists.
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ const int kFwdWgmmaBuilt = 1;
-#else
-__device__ const int kFwdWgmmaBuilt = 0;
-#endif
-
 }  // namespace
 
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[];
@@ -184,8 +173,6 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[];
 // The d-64 variant's launcher: wgmma where the code was built for it (sm_90a), else the default
 // (mma.sync) variant of the table.
 extern "C" void flash_fwd_wgmma_d64_launch(const attn_args_t* a, cudaStream_t stream) {
-    static int built = -1;
-    if (built < 0) CUDA_CHECK(cudaMemcpyFromSymbol(&built, kFwdWgmmaBuilt, sizeof built));
-    if (built == 1) launch_with<WgFwdCfg, flash_fwd_wgmma_kernel>(a, stream);
+    if (wgmma_built()) launch_with<WgFwdCfg, flash_fwd_wgmma_kernel>(a, stream);
     else flash_fwd_bf16_variants_d64[0].launch(a, stream);
 }

@@ -307,24 +307,9 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 #endif
 }
 
-// 1 in code built for sm_90a (the Makefile's default ARCH), where wgmma exists; read by the host.
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ const int kWgmmaBuilt = 1;
-#else
-__device__ const int kWgmmaBuilt = 0;
-#endif
-
 }  // namespace
 
-bool bwd_wgmma_available() {
-    static int cached = -1;
-    if (cached < 0) {
-        int built = 0;
-        CUDA_CHECK(cudaMemcpyFromSymbol(&built, kWgmmaBuilt, sizeof built));
-        cached = built;
-    }
-    return cached == 1;
-}
+bool bwd_wgmma_available() { return wgmma_built(); }
 
 template <int NWG, int MINB, bool STAGE = false>
 void launch_wgmma(const BwdParams& p, cudaStream_t s) {

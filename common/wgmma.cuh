@@ -42,6 +42,9 @@ __device__ __forceinline__ uint64_t wg_desc_join(uint64_t strides, uint32_t lo) 
     return (strides & 0xFFFFFFFF00000000ull) | lo;
 }
 
+// True where the code was built for sm_90a, so that wgmma kernels exist (common/wgmma_check.cu).
+bool wgmma_built();
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wg_wait() {
