@@ -42,7 +42,7 @@ __device__ __forceinline__ void load_core_tile(uint32_t dst, const bf16* g, int6
 __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgFwdCfg C;
-    extern __shared__ __align__(16) unsigned char smem_wg[];  // 16-byte alignment: all wgmma.cuh's layout needs
+    extern __shared__ __align__(16) unsigned char smem_wg[];  // 16-byte alignment: all common/wgmma.cuh's layout needs
     const uint32_t sbase = smem_addr(smem_wg);
 
     const BlockPos bp = block_pos(p, C::BQ);  // long causal tiles first

@@ -8,7 +8,7 @@
 // warps compute P and dS while the tensor cores work on the previous products.
 //
 // Block (bh, j): 2 warpgroups, 128 keys (64 each); K_j, V_j in shared memory as core matrices
-// (wgmma.cuh). Per query tile i of 64 rows (Q_i, dO_i, L_i, D_i double-buffered with cp.async):
+// (common/wgmma.cuh). Per query tile i of 64 rows (Q_i, dO_i, L_i, D_i double-buffered with cp.async):
 //   G1  S^T = K_j Q_i^T, dP^T = V_j dO_i^T     m64n64k16 x 4 each, both operands from shared memory
 //   G2  dQ_{i-1} += scale dS_{i-1} K_j        m64n32k16 x 8: warpgroup w takes d columns 32w..;
 //                                             A = dS^T of the previous tile (MN-major), B = K_j
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
         cp_async_commit();
 
-        // Descriptors: a base plus (byte offset >> 4) per k-step (wgmma.cuh).
+        // Descriptors: a base plus (byte offset >> 4) per k-step (common/wgmma.cuh).
         const uint32_t qa = sbase + kOffQ + buf * kTileQ, oa = sbase + kOffdO + buf * kTileQ;
         const uint32_t dQk = wg_desc_lo(kDescKMajor, qa), dOk = wg_desc_lo(kDescKMajor, oa);
         auto km = [](uint32_t lo) { return wg_desc_join(kDescKMajor, lo); };
