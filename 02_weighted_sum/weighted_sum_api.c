@@ -17,14 +17,6 @@ ws_config_t ws_config_default(void) {
     return c;
 }
 
-__attribute__((format(printf, 3, 4))) static int bad(char* err, size_t errlen, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 int ws_vec_elems(dtype_t dt, int d_tile) {
     const int v = 16 / (int)dtype_size(dt);
     return v < d_tile / 32 ? v : d_tile / 32;
@@ -35,17 +27,17 @@ static int d_tile_ok(int t) { return t == 128 || t == 256 || t == 512 || t == 10
 int ws_flatten_rows(const tensor_t* x, const char* name, int64_t* rows, int64_t* d,
                     int64_t* row_stride, char* err, size_t errlen) {
     char sh[128];
-    if (x->data == NULL) return bad(err, errlen, "%s has no data (NULL pointer)", name);
+    if (x->data == NULL) return set_err(err, errlen, "%s has no data (NULL pointer)", name);
     if (x->rank < 1)
-        return bad(err, errlen, "%s must have at least one axis [..., D], got a scalar", name);
+        return set_err(err, errlen, "%s must have at least one axis [..., D], got a scalar", name);
     const int k = x->rank - 1;
     int64_t n = 1;
     for (int i = 0; i < k; i++) n *= x->shape[i];
     if (x->shape[k] == 0 || n == 0)
-        return bad(err, errlen, "%s is empty (shape %s): the weighted sum needs ROWS >= 1 and D >= 1",
+        return set_err(err, errlen, "%s is empty (shape %s): the weighted sum needs ROWS >= 1 and D >= 1",
                    name, tensor_shape_str(x, sh, sizeof sh));
     if (x->shape[k] > 1 && x->stride[k] != 1)
-        return bad(err, errlen, "%s must have unit stride along its last axis D (stride is %lld)",
+        return set_err(err, errlen, "%s must have unit stride along its last axis D (stride is %lld)",
                    name, (long long)x->stride[k]);
     // The leading axes must collapse to one row index with one stride: each axis's stride is
     // the next one's stride times its length (axes of length 1 do not matter).
@@ -56,14 +48,14 @@ int ws_flatten_rows(const tensor_t* x, const char* name, int64_t* rows, int64_t*
         if (last < 0) {
             rs = x->stride[i];
         } else if (x->stride[i] != x->stride[last] * x->shape[last]) {
-            return bad(err, errlen,
+            return set_err(err, errlen,
                        "%s's leading axes do not flatten to rows with one stride (shape %s); "
                        "make it contiguous first", name, tensor_shape_str(x, sh, sizeof sh));
         }
         last = i;
     }
     if (last >= 0 && rs < x->shape[k])
-        return bad(err, errlen, "%s's rows overlap (row stride %lld < D = %lld)", name,
+        return set_err(err, errlen, "%s's rows overlap (row stride %lld < D = %lld)", name,
                    (long long)rs, (long long)x->shape[k]);
     *rows = n;
     *d = x->shape[k];
@@ -80,12 +72,12 @@ static int check_rows_vec(const tensor_t* t, const char* name, const tensor_t* x
     if (!ok) {
         tensor_t lead = *x;
         lead.rank = x->rank - 1;
-        return bad(err, errlen, "%s has shape %s, expected %s (x's shape %s without its last axis)",
+        return set_err(err, errlen, "%s has shape %s, expected %s (x's shape %s without its last axis)",
                    name, tensor_shape_str(t, a, sizeof a), tensor_shape_str(&lead, b, sizeof b),
                    tensor_shape_str(x, c, sizeof c));
     }
-    if (t->data == NULL) return bad(err, errlen, "%s has no data (NULL pointer)", name);
-    if (!tensor_is_contiguous(t)) return bad(err, errlen, "%s must be contiguous", name);
+    if (t->data == NULL) return set_err(err, errlen, "%s has no data (NULL pointer)", name);
+    if (!tensor_is_contiguous(t)) return set_err(err, errlen, "%s must be contiguous", name);
     return 0;
 }
 
@@ -93,28 +85,28 @@ static int check_rows_vec(const tensor_t* t, const char* name, const tensor_t* x
 static int check_d_vec(const tensor_t* t, const char* name, int64_t D, char* err, size_t errlen) {
     char a[128];
     if (t->rank != 1 || t->shape[0] != D)
-        return bad(err, errlen,
+        return set_err(err, errlen,
                    "%s has shape %s, but x's last axis is D = %lld: %s must have shape [%lld]",
                    name, tensor_shape_str(t, a, sizeof a), (long long)D, name, (long long)D);
-    if (t->data == NULL) return bad(err, errlen, "%s has no data (NULL pointer)", name);
-    if (t->shape[0] > 1 && t->stride[0] != 1) return bad(err, errlen, "%s must be contiguous", name);
+    if (t->data == NULL) return set_err(err, errlen, "%s has no data (NULL pointer)", name);
+    if (t->shape[0] > 1 && t->stride[0] != 1) return set_err(err, errlen, "%s must be contiguous", name);
     return 0;
 }
 
 static int check_same(const tensor_t* t, const char* name, const tensor_t* x, char* err,
                       size_t errlen) {
     if (t->dtype != x->dtype)
-        return bad(err, errlen, "dtype mismatch: x is %s but %s is %s (all tensors must share one "
+        return set_err(err, errlen, "dtype mismatch: x is %s but %s is %s (all tensors must share one "
                    "dtype, f32 or bf16)", dtype_name(x->dtype), name, dtype_name(t->dtype));
     if (t->device != x->device)
-        return bad(err, errlen, "device mismatch: x is on %s but %s is on %s",
+        return set_err(err, errlen, "device mismatch: x is on %s but %s is on %s",
                    device_name(x->device), name, device_name(t->device));
     return 0;
 }
 
 static int check_dtype(const tensor_t* x, char* err, size_t errlen) {
     if (x->dtype != DT_F32 && x->dtype != DT_BF16)
-        return bad(err, errlen, "x has dtype %s; the weighted sum supports f32 and bf16",
+        return set_err(err, errlen, "x has dtype %s; the weighted sum supports f32 and bf16",
                    dtype_name(x->dtype));
     return 0;
 }
@@ -134,10 +126,10 @@ static int plan_common(int64_t rows, int64_t d, const ws_config_t* cfg, int d_ti
     const int rt = cfg ? cfg->rows_tile : 0;
     const int dt = cfg && cfg->d_tile ? cfg->d_tile : d_tile_default;
     if (rt < 0 || rt > WS_ROWS_TILE_MAX)
-        return bad(err, errlen, "ROWS_TILE %d is out of range (1..%d, or 0 for the default)", rt,
+        return set_err(err, errlen, "ROWS_TILE %d is out of range (1..%d, or 0 for the default)", rt,
                    WS_ROWS_TILE_MAX);
     if (!d_tile_ok(dt))
-        return bad(err, errlen, "D_TILE %d is not allowed (one of " WS_D_TILE_CHOICES
+        return set_err(err, errlen, "D_TILE %d is not allowed (one of " WS_D_TILE_CHOICES
                    ", or 0 for the default)", dt);
     out->rows_tile = rt;
     out->d_tile = dt;
@@ -154,7 +146,7 @@ int ws_plan_forward(int64_t rows, int64_t d, dtype_t dt, const ws_config_t* cfg,
     if (out->rows_tile == 0) out->rows_tile = WS_THREADS / 32;
     out->n_row_tiles = (rows + out->rows_tile - 1) / out->rows_tile;
     if (out->n_row_tiles > 2147483647LL)
-        return bad(err, errlen, "too many row tiles (%lld) for one grid; use a larger ROWS_TILE",
+        return set_err(err, errlen, "too many row tiles (%lld) for one grid; use a larger ROWS_TILE",
                    (long long)out->n_row_tiles);
     return 0;
 }
@@ -176,10 +168,10 @@ int ws_plan_backward(int64_t rows, int64_t d, dtype_t dt, const ws_config_t* cfg
     }
     out->n_row_tiles = (rows + out->rows_tile - 1) / out->rows_tile;
     if (out->n_row_tiles > 2147483647LL)
-        return bad(err, errlen, "too many row tiles (%lld) for one grid; use a larger ROWS_TILE",
+        return set_err(err, errlen, "too many row tiles (%lld) for one grid; use a larger ROWS_TILE",
                    (long long)out->n_row_tiles);
     if (out->n_d_tiles > 65535)
-        return bad(err, errlen, "D = %lld needs %lld D tiles of %d, more than a grid allows "
+        return set_err(err, errlen, "D = %lld needs %lld D tiles of %d, more than a grid allows "
                    "(65535); use a larger D_TILE", (long long)d, (long long)out->n_d_tiles,
                    out->d_tile);
     return 0;
@@ -267,13 +259,13 @@ int weighted_sum_backward(const tensor_t* x, const tensor_t* w, const tensor_t* 
         return -1;
     if (!tensor_same_shape(grad_x, x)) {
         char a[128], b[128];
-        return bad(err, errlen, "grad_x has shape %s, expected x's shape %s",
+        return set_err(err, errlen, "grad_x has shape %s, expected x's shape %s",
                    tensor_shape_str(grad_x, a, sizeof a), tensor_shape_str(x, b, sizeof b));
     }
     if (ws_flatten_rows(grad_x, "grad_x", &gROWS, &gD, &sgx, err, errlen)) return -1;
     const ws_gradw_mode_t mode = cfg ? cfg->gradw_mode : WS_GRADW_PARTIALS;
     if (mode != WS_GRADW_PARTIALS && mode != WS_GRADW_ATOMIC)
-        return bad(err, errlen, "gradw_mode %d is not one of partials (0), atomic (1)", (int)mode);
+        return set_err(err, errlen, "gradw_mode %d is not one of partials (0), atomic (1)", (int)mode);
 
     if (x->device == DEV_CUDA) {
         ws_plan_t plan;
@@ -281,7 +273,7 @@ int weighted_sum_backward(const tensor_t* x, const tensor_t* w, const tensor_t* 
         const size_t need = ws_workspace_bytes(&plan, D, x->dtype, mode);
         void* ws = cfg ? cfg->workspace : NULL;
         if (ws && cfg->workspace_bytes < need)
-            return bad(err, errlen, "workspace has %zu bytes, the backward needs %zu",
+            return set_err(err, errlen, "workspace has %zu bytes, the backward needs %zu",
                        cfg->workspace_bytes, need);
         const int own = ws == NULL && need > 0;
         if (own) ws = mem_alloc(DEV_CUDA, need, MEM_WORKSPACE);

@@ -8,16 +8,6 @@
 #include "03_flashattn_fwd/flash_fwd.h"
 #include "03_flashattn_fwd/flash_fwd_internal.h"
 
-static int reject(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static int strides_ok(const int64_t s[3], int64_t mult) {
     for (int i = 0; i < 3; i++)
         if (s[i] < 0 || s[i] % mult != 0) return 0;
@@ -27,30 +17,30 @@ static int strides_ok(const int64_t s[3], int64_t mult) {
 // Shapes, dtype and strides only: the model asks before its buffers exist (pointers NULL).
 // Pointers and their alignment are checked by flash_fwd_check_call() when a call is about to run.
 int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen) {
-    if (!a) return reject(err, errlen, "flash forward: no arguments");
+    if (!a) return set_err(err, errlen, "flash forward: no arguments");
     if (a->d != 16 && a->d != 32 && a->d != 64 && a->d != 128)
-        return reject(err, errlen, "flash forward: head dim %d not supported (allowed: 16, 32, 64, 128)", a->d);
+        return set_err(err, errlen, "flash forward: head dim %d not supported (allowed: 16, 32, 64, 128)", a->d);
     if (a->dtype != DT_F32 && a->dtype != DT_BF16)
-        return reject(err, errlen, "flash forward: dtype %s not supported (allowed: f32, bf16)",
+        return set_err(err, errlen, "flash forward: dtype %s not supported (allowed: f32, bf16)",
                       (unsigned)a->dtype < DT_COUNT ? dtype_name(a->dtype) : "unknown");
     if (a->B < 1 || a->H < 1 || a->Nq < 1 || a->Nk < 1)
-        return reject(err, errlen, "flash forward: sizes must be >= 1 (B %d, H %d, Nq %d, Nk %d)", a->B, a->H,
+        return set_err(err, errlen, "flash forward: sizes must be >= 1 (B %d, H %d, Nq %d, Nk %d)", a->B, a->H,
                       a->Nq, a->Nk);
     if (!(a->scale > 0.0f) || !isfinite(a->scale))
-        return reject(err, errlen, "flash forward: scale must be positive and finite (got %g)", (double)a->scale);
+        return set_err(err, errlen, "flash forward: scale must be positive and finite (got %g)", (double)a->scale);
     const int bq = a->dtype == DT_BF16 ? flash_fwd_bf16_block_rows(a->d) : flash_fwd_f32_block_rows(a->d);
     const int64_t blocks = (int64_t)((a->Nq + bq - 1) / bq) * a->B * a->H;
     if ((int64_t)a->B * a->H > INT32_MAX || blocks > INT32_MAX)
-        return reject(err, errlen, "flash forward: grid of %lld blocks exceeds 2^31 - 1", (long long)blocks);
+        return set_err(err, errlen, "flash forward: grid of %lld blocks exceeds 2^31 - 1", (long long)blocks);
     if (a->dtype == DT_BF16) {
         // cp.async moves 16-byte chunks (8 bf16): every row must start 16-byte aligned.
         if (!strides_ok(a->sq, 8) || !strides_ok(a->sk, 8) || !strides_ok(a->sv, 8) || !strides_ok(a->so, 2))
-            return reject(err, errlen,
+            return set_err(err, errlen,
                           "flash forward: bf16 strides must be non-negative multiples of 8 elements for q, k, v "
                           "and of 2 for o");
     } else {
         if (!strides_ok(a->sq, 1) || !strides_ok(a->sk, 1) || !strides_ok(a->sv, 1) || !strides_ok(a->so, 1))
-            return reject(err, errlen, "flash forward: strides must be non-negative");
+            return set_err(err, errlen, "flash forward: strides must be non-negative");
     }
     return 0;
 }
@@ -58,11 +48,11 @@ int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen) {
 int flash_fwd_check_call(const attn_args_t* a, char* err, size_t errlen) {
     if (flash_fwd_supports(a, err, errlen) != 0) return -1;
     if (!a->q || !a->k || !a->v || !a->o || !a->lse)
-        return reject(err, errlen, "flash forward: q, k, v, o and lse must all be device pointers (one is NULL)");
+        return set_err(err, errlen, "flash forward: q, k, v, o and lse must all be device pointers (one is NULL)");
     // cp.async moves 16-byte chunks; o is written two bf16 at a time
     if (a->dtype == DT_BF16 &&
         (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) % 16 != 0 || (uintptr_t)a->o % 4 != 0))
-        return reject(err, errlen, "flash forward: bf16 q, k, v must be 16-byte aligned and o 4-byte aligned");
+        return set_err(err, errlen, "flash forward: bf16 q, k, v must be 16-byte aligned and o 4-byte aligned");
     return 0;
 }
 

@@ -39,6 +39,16 @@ void die_hint_at(const char* file, int line, const char* hint, const char* fmt, 
     exit(EXIT_FAILURE_RT);
 }
 
+int set_err(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 void fail(const char* fmt, ...) {
     va_list ap;
     fflush(stdout);

@@ -24,6 +24,9 @@ __attribute__((noreturn, format(printf, 3, 4)))
 void die_at(const char* file, int line, const char* fmt, ...);
 __attribute__((noreturn, format(printf, 4, 5)))
 void die_hint_at(const char* file, int line, const char* hint, const char* fmt, ...);
+// Writes a printf-style reason into err (when err is not NULL and errlen > 0) and returns -1:
+// the "0, or -1 with a reason" convention of every supports()/check function.
+__attribute__((format(printf, 3, 4))) int set_err(char* err, size_t errlen, const char* fmt, ...);
 __attribute__((noreturn, format(printf, 1, 2)))
 void fail(const char* fmt, ...);
 

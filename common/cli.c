@@ -12,17 +12,6 @@
 
 #include "common/check.h"
 
-__attribute__((format(printf, 3, 4))) static int set_err(char* err, size_t errlen, const char* fmt,
-                                                         ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 int parse_size(const char* s, int64_t* out) {
     if (!s || *s < '0' || *s > '9') return -1;  // no sign, no spaces, not empty
     int64_t v = 0;

@@ -45,14 +45,6 @@ static void* try_alloc(size_t bytes, mem_tag_t tag, const char* what, int* ok, c
     return p;
 }
 
-static void errf(char* err, size_t errlen, const char* fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 // The fused products need q,k,v and w1,w3 back to back in the flat buffer (model.h).
 static int check_adjacent(const param_layout_t* lay, int L, char* err, size_t errlen) {
     for (int l = 0; l < L; l++) {
@@ -63,7 +55,7 @@ static int check_adjacent(const param_layout_t* lay, int L, char* err, size_t er
         const param_info_t* w3 = &lay->p[param_index(lay, PK_W3, l)];
         if (k->offset != q->offset + q->numel || v->offset != k->offset + k->numel ||
             w3->offset != w1->offset + w1->numel) {
-            errf(err, errlen, "layer %d: q/k/v or w1/w3 are not adjacent in the parameter layout", l);
+            set_err(err, errlen, "layer %d: q/k/v or w1/w3 are not adjacent in the parameter layout", l);
             return -1;
         }
     }
@@ -75,7 +67,7 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
                               size_t errlen) {
     if (model_config_check(cfg, err, errlen) != 0) return NULL;
     if (B < 1 || T < 1 || T > cfg->context) {
-        errf(err, errlen, "batch %d and sequence length %d must be >= 1 and T <= context %d", B, T,
+        set_err(err, errlen, "batch %d and sequence length %d must be >= 1 and T <= context %d", B, T,
              cfg->context);
         return NULL;
     }
@@ -105,7 +97,7 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
         mg_attention_shape_args(m, &a);  // pointers NULL: the buffers do not exist yet
         char why[256] = "";
         if (attn->supports && attn->supports(&a, why, sizeof why) != 0) {
-            errf(err, errlen, "attention '%s' does not support this model: %s", attn->name, why);
+            set_err(err, errlen, "attention '%s' does not support this model: %s", attn->name, why);
             model_gpu_destroy(m);
             return NULL;
         }
@@ -263,7 +255,7 @@ void model_gpu_get_logits(model_gpu_t* m, float* host) {
 
 int model_gpu_can_train(const model_gpu_t* m, char* err, size_t errlen) {
     if (m->attn && !m->attn->backward) {
-        errf(err, errlen, "attention '%s' has no backward: this model can run forward only",
+        set_err(err, errlen, "attention '%s' has no backward: this model can run forward only",
              m->attn->name);
         return 0;
     }

@@ -17,6 +17,7 @@
 // Only check.c, dtype.c and fileio.c may be linked with this file (the fuzz target links just
 // those four), so the tensor wrappers live in npy_tensor.c.
 #include "common/npy.h"
+#include "common/check.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -31,17 +32,6 @@ static const unsigned char NPY_MAGIC[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 // A header longer than this is not something numpy writes for a plain array (its own reader
 // refuses headers over 10000 bytes by default); refusing early bounds the work on junk input.
 #define NPY_MAX_HEADER (1u << 20)
-
-__attribute__((format(printf, 3, 4))) static int set_err(char* err, size_t errlen, const char* fmt,
-                                                         ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 // The numpy dtype string of each of our dtypes, and a readable name for messages.
 static const char* npy_descr(dtype_t dt) {
