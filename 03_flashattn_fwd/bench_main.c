@@ -12,6 +12,7 @@
 #include <string.h>
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/tensor.h"
 #include "common/cli.h"
 #include "common/gpu.h"
 #include "common/model_kernels.h"
@@ -80,27 +81,6 @@ static void run_flash_fwd(void* p) {
     flash_forward_cuda(&c->a, 0);
 }
 
-// Random normal inputs of n elements in dtype dt on the device (NULL on OOM).
-static void* rand_dev(dtype_t dt, size_t n, uint64_t seed, mem_tag_t tag) {
-    void* p = mem_try_alloc(DEV_CUDA, n * dtype_size(dt), tag);
-    if (!p) return NULL;
-    rng_t r = rng_make(seed);
-    if (dt == DT_F32) {
-        rng_fill_normal_cuda(&r, p, n, 0.0f, 1.0f, 0);
-    } else {
-        float* tmp = mem_try_alloc(DEV_CUDA, n * sizeof(float), MEM_WORKSPACE);
-        if (!tmp) {
-            mem_free(p);
-            return NULL;
-        }
-        rng_fill_normal_cuda(&r, tmp, n, 0.0f, 1.0f, 0);
-        k_cast_f32_bf16(tmp, p, n, 0);
-        CUDA_CHECK(cudaStreamSynchronize(0));
-        mem_free(tmp);
-    }
-    return p;
-}
-
 static void free_ctx(ctx_t* c) {
     void* ps[] = {c->q, c->k, c->v, c->o, c->P, c->dO, c->dq, c->dk, c->dv, c->lse, c->S};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) mem_free(ps[i]);
@@ -120,8 +100,8 @@ static void sweep_naive(cublasHandle_t h, const int64_t* Ns, int nN, const int64
             const size_t nqd = (size_t)c.BH * c.N * c.d, nss = (size_t)c.BH * c.N * c.N;
             CUDA_CHECK(cudaDeviceSynchronize());
             const size_t live0 = mem_stats(DEV_CUDA).live;
-            int ok = (c.q = rand_dev(DT_F32, nqd, 1, MEM_OTHER)) && (c.k = rand_dev(DT_F32, nqd, 2, MEM_OTHER)) &&
-                     (c.v = rand_dev(DT_F32, nqd, 3, MEM_OTHER)) &&
+            int ok = (c.q = tensor_randn_dev(DT_F32, nqd, 1, MEM_OTHER)) && (c.k = tensor_randn_dev(DT_F32, nqd, 2, MEM_OTHER)) &&
+                     (c.v = tensor_randn_dev(DT_F32, nqd, 3, MEM_OTHER)) &&
                      (c.o = mem_try_alloc(DEV_CUDA, nqd * 4, MEM_ACTS)) &&
                      (c.lse = mem_try_alloc(DEV_CUDA, (size_t)c.BH * c.N * 4, MEM_ACTS)) &&
                      (c.S = mem_try_alloc(DEV_CUDA, nss * 4, MEM_ACTS)) && (c.P = mem_try_alloc(DEV_CUDA, nss * 4, MEM_ACTS));
@@ -130,7 +110,7 @@ static void sweep_naive(cublasHandle_t h, const int64_t* Ns, int nN, const int64
                 fwd = time_ms(run_naive_fwd, &c);
                 CUDA_CHECK(cudaDeviceSynchronize());
                 mem = (double)(mem_stats(DEV_CUDA).live - live0) / (1024.0 * 1024.0);
-                ok = (c.dO = rand_dev(DT_F32, nqd, 4, MEM_OTHER)) && (c.dq = mem_try_alloc(DEV_CUDA, nqd * 4, MEM_GRADS)) &&
+                ok = (c.dO = tensor_randn_dev(DT_F32, nqd, 4, MEM_OTHER)) && (c.dq = mem_try_alloc(DEV_CUDA, nqd * 4, MEM_GRADS)) &&
                      (c.dk = mem_try_alloc(DEV_CUDA, nqd * 4, MEM_GRADS)) &&
                      (c.dv = mem_try_alloc(DEV_CUDA, nqd * 4, MEM_GRADS));
                 // The backward overwrites S with dS, so each timed backward runs on the same P.
@@ -169,8 +149,8 @@ static void flash_point(table_t* t, cublasHandle_t h, dtype_t dt, int B, int H, 
     c.h = h, c.dt = dt, c.BH = B * H, c.N = N, c.d = d, c.causal = causal;
     c.scale = 1.0f / sqrtf((float)d);
     const size_t nqd = (size_t)c.BH * N * d, es = dtype_size(dt);
-    const int ok = (c.q = rand_dev(dt, nqd, 1, MEM_OTHER)) && (c.k = rand_dev(dt, nqd, 2, MEM_OTHER)) &&
-                   (c.v = rand_dev(dt, nqd, 3, MEM_OTHER)) && (c.o = mem_try_alloc(DEV_CUDA, nqd * es, MEM_ACTS)) &&
+    const int ok = (c.q = tensor_randn_dev(dt, nqd, 1, MEM_OTHER)) && (c.k = tensor_randn_dev(dt, nqd, 2, MEM_OTHER)) &&
+                   (c.v = tensor_randn_dev(dt, nqd, 3, MEM_OTHER)) && (c.o = mem_try_alloc(DEV_CUDA, nqd * es, MEM_ACTS)) &&
                    (c.lse = mem_try_alloc(DEV_CUDA, (size_t)c.BH * N * 4, MEM_ACTS));
     const double flops = 4.0 * c.BH * (double)N * N * d / (causal ? 2.0 : 1.0);
     double fl = 0.0, nv = 0.0;

@@ -16,6 +16,7 @@
 #include <cublas_v2.h>
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/tensor.h"
 #include "common/cli.h"
 #include "common/gpu.h"
 #include "common/model_kernels.h"
@@ -89,27 +90,6 @@ static void run_naive_fwd_bwd(void* p) {
                              a->d, a->scale, 0);
 }
 
-// Random normal values of dtype dt on the device (NULL on OOM).
-static void* rand_dev(dtype_t dt, size_t n, uint64_t seed) {
-    void* p = mem_try_alloc(DEV_CUDA, n * dtype_size(dt), MEM_OTHER);
-    if (!p) return NULL;
-    rng_t r = rng_make(seed);
-    if (dt == DT_F32) {
-        rng_fill_normal_cuda(&r, p, n, 0.0f, 1.0f, 0);
-    } else {
-        float* tmp = mem_try_alloc(DEV_CUDA, n * sizeof(float), MEM_WORKSPACE);
-        if (!tmp) {
-            mem_free(p);
-            return NULL;
-        }
-        rng_fill_normal_cuda(&r, tmp, n, 0.0f, 1.0f, 0);
-        k_cast_f32_bf16(tmp, p, n, 0);
-        CUDA_CHECK(cudaStreamSynchronize(0));
-        mem_free(tmp);
-    }
-    return p;
-}
-
 // Allocates every buffer of one point; 0 on OOM (whatever was allocated is freed by free_ctx).
 static int make_ctx(ctx_t* c, dtype_t dt, int B, int H, int N, int d, int causal) {
     attn_args_t* a = &c->a;
@@ -118,8 +98,8 @@ static int make_ctx(ctx_t* c, dtype_t dt, int B, int H, int N, int d, int causal
     int64_t* all[8] = {a->sq, a->sk, a->sv, a->so, a->sdo, a->sdq, a->sdk, a->sdv};
     for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], H, N, d);
     const size_t n = (size_t)B * H * N * d, es = dtype_size(dt);
-    return (a->q = rand_dev(dt, n, 1)) && (a->k = rand_dev(dt, n, 2)) && (a->v = rand_dev(dt, n, 3)) &&
-           (a->dout = rand_dev(dt, n, 4)) && (a->o = mem_try_alloc(DEV_CUDA, n * es, MEM_ACTS)) &&
+    return (a->q = tensor_randn_dev(dt, n, 1, MEM_OTHER)) && (a->k = tensor_randn_dev(dt, n, 2, MEM_OTHER)) && (a->v = tensor_randn_dev(dt, n, 3, MEM_OTHER)) &&
+           (a->dout = tensor_randn_dev(dt, n, 4, MEM_OTHER)) && (a->o = mem_try_alloc(DEV_CUDA, n * es, MEM_ACTS)) &&
            (a->lse = mem_try_alloc(DEV_CUDA, (size_t)B * H * N * 4, MEM_ACTS)) &&
            (a->dq = mem_try_alloc(DEV_CUDA, n * es, MEM_GRADS)) && (a->dk = mem_try_alloc(DEV_CUDA, n * es, MEM_GRADS)) &&
            (a->dv = mem_try_alloc(DEV_CUDA, n * es, MEM_GRADS)) &&

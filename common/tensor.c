@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/model_kernels.h"
+#include "common/rng.h"
 
 static void set_shape(tensor_t* t, int rank, const int64_t* shape, const int64_t* stride) {
     if (rank < 0 || rank > TENSOR_MAX_RANK) DIE("tensor rank %d outside 0..%d", rank, TENSOR_MAX_RANK);
@@ -170,4 +172,26 @@ tensor_t tensor_to_host_f32(const tensor_t* src) {
     }
     tensor_free(&h);
     return f;
+}
+
+void* tensor_randn_dev(dtype_t dt, size_t n, uint64_t seed, mem_tag_t tag) {
+    if (dt != DT_F32 && dt != DT_BF16) DIE("tensor_randn_dev: dtype %s (f32 or bf16)", dtype_name(dt));
+    void* p = mem_try_alloc(DEV_CUDA, n * dtype_size(dt), tag);
+    if (!p) return NULL;
+    rng_t r = rng_make(seed);
+    if (dt == DT_F32) {
+        rng_fill_normal_cuda(&r, p, n, 0.0f, 1.0f, 0);
+    } else {
+        float* tmp = mem_try_alloc(DEV_CUDA, n * sizeof(float), MEM_WORKSPACE);
+        if (!tmp) {
+            mem_free(p);
+            return NULL;
+        }
+        rng_fill_normal_cuda(&r, tmp, n, 0.0f, 1.0f, 0);
+        k_cast_f32_bf16(tmp, p, n, 0);
+        CUDA_CHECK(cudaStreamSynchronize(0));  // the cast has read tmp
+        mem_free(tmp);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(0));
+    return p;
 }

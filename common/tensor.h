@@ -47,6 +47,11 @@ void tensor_poison(tensor_t* t);
 // A host f32 copy (bf16 widened, ints converted): what tests compare.
 tensor_t tensor_to_host_f32(const tensor_t* src);
 
+// n standard-normal values (common/rng.h, stream `seed`) in a new device buffer of dtype
+// DT_F32 or DT_BF16 (drawn in fp32, rounded to bf16): the random inputs of the benchmarks.
+// NULL when the GPU is out of memory (nothing left allocated); synchronous.
+void* tensor_randn_dev(dtype_t dt, size_t n, uint64_t seed, mem_tag_t tag);
+
 #ifdef __cplusplus
 }
 #endif

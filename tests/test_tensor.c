@@ -1,8 +1,11 @@
-// Tensors: shapes, contiguity, strided copies, poisoning, bf16 conversion.
+// Tensors: shapes, contiguity, strided copies, poisoning, bf16 conversion, random device buffers.
+#include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
+#include "common/rng.h"
 #include "common/tensor.h"
 #include "tests/harness.h"
 
@@ -86,4 +89,35 @@ Test(tensor, round_trip_through_gpu) {
     tensor_free(&pz);
     tensor_free(&back);
     tensor_free(&d);
+}
+
+// tensor_randn_dev: the same normals as the host generator, in fp32 and rounded to bf16. Host
+// and GPU normals differ by a few ulp (common/rng.h), so fp32 compares at 1e-5 relative; the
+// bf16 copy must equal the GPU's fp32 draw rounded to nearest (checked against the host draw,
+// one bf16 ulp, 2^-8 relative, covers a rounding that the few-ulp difference flips).
+Test(tensor, randn_dev_matches_host) {
+    SKIP_WITHOUT_GPU();
+    const size_t n = 4099;
+    float* want = malloc(n * sizeof(float));
+    rng_t r = rng_make(42);
+    rng_fill_normal(&r, want, n, 0.0f, 1.0f);
+
+    float* d32 = tensor_randn_dev(DT_F32, n, 42, MEM_OTHER);
+    uint16_t* d16 = tensor_randn_dev(DT_BF16, n, 42, MEM_OTHER);
+    cr_assert(d32 && d16);
+    float* got = malloc(n * sizeof(float));
+    uint16_t* got16 = malloc(n * sizeof(uint16_t));
+    CUDA_CHECK(cudaMemcpy(got, d32, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(got16, d16, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    ASSERT_ALLCLOSE(got, want, n, 1e-5, 1e-6, "fp32 normals");
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(got16[i], bf16_from_f32(got[i]), "bf16 at %zu is not the rounded fp32 draw", i);
+        const float w = f32_from_bf16(bf16_from_f32(want[i]));
+        cr_assert(fabsf(f32_from_bf16(got16[i]) - w) <= 0.0079f * fabsf(w) + 1e-6f, "bf16 at %zu", i);
+    }
+    mem_free(d32);
+    mem_free(d16);
+    free(want);
+    free(got);
+    free(got16);
 }
