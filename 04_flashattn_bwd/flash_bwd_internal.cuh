@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include "common/attention.h"
+#include "common/kernels_util.cuh"
 
 // What every backward kernel reads: the attn_args_t views, plus the workspace split into
 // D [B*H*Nq] and (single-pass variant only) the fp32 dQ accumulator [B*H*Nq, d].
@@ -25,13 +26,7 @@ __device__ __forceinline__ int64_t view_off(const int64_t s[3], int bh, int H, i
     return (int64_t)(bh / H) * s[0] + (int64_t)(bh % H) * s[1] + (int64_t)r * s[2];
 }
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-    return __float2bfloat16_rn(x);
-}
+// to_f / from_f<T> (element type <-> fp32): common/kernels_util.cuh.
 
 #define LOG2E_F 1.4426950408889634f
 

@@ -25,7 +25,7 @@ __global__ void bwd_prepass_kernel(BwdParams p) {
     const T* O = (const T*)p.o + view_off(p.so, bh, p.H, r);
     const T* dO = (const T*)p.dout + view_off(p.sdo, bh, p.H, r);
     float acc = 0.0f;
-    for (int c = lane; c < p.d; c += 32) acc += to_f32(O[c]) * to_f32(dO[c]);
+    for (int c = lane; c < p.d; c += 32) acc += to_f(O[c]) * to_f(dO[c]);
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0) p.D[row] = acc;
 }
@@ -39,7 +39,7 @@ __global__ void bwd_dq_convert_kernel(BwdParams p) {
         const int c = (int)(x % p.d);
         const int64_t row = x / p.d;
         const int bh = (int)(row / p.Nq), r = (int)(row % p.Nq);
-        ((T*)p.dq)[view_off(p.sdq, bh, p.H, r) + c] = from_f32<T>(p.dq_accum[x]);
+        ((T*)p.dq)[view_off(p.sdq, bh, p.H, r) + c] = from_f<T>(p.dq_accum[x]);
     }
 }
 
@@ -49,7 +49,7 @@ __device__ void load_tile_f32(float* tile, int ld, const T* base, int64_t row_st
                               int N, int d) {
     for (int x = threadIdx.x; x < kBk * d; x += kThreads) {
         const int r = x / d, c = x % d;
-        tile[r * ld + c] = (r0 + r < N) ? to_f32(base[(int64_t)(r0 + r) * row_stride + c]) : 0.0f;
+        tile[r * ld + c] = (r0 + r < N) ? to_f(base[(int64_t)(r0 + r) * row_stride + c]) : 0.0f;
     }
 }
 
@@ -140,8 +140,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_simt_kernel(BwdParams p) {
         if (x < kBk * d) {
             const int c = x / d, e = x % d;
             if (k0 + c < p.Nk) {
-                dk[(int64_t)(k0 + c) * p.sdk[2] + e] = from_f32<T>(dK[m] * p.scale);
-                dv[(int64_t)(k0 + c) * p.sdv[2] + e] = from_f32<T>(dV[m]);
+                dk[(int64_t)(k0 + c) * p.sdk[2] + e] = from_f<T>(dK[m] * p.scale);
+                dv[(int64_t)(k0 + c) * p.sdv[2] + e] = from_f<T>(dV[m]);
             }
         }
     }
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_simt_kernel(BwdParams p) {
         const int x = tid + kThreads * m;
         if (x < kBq * d) {
             const int r = x / d, e = x % d;
-            if (q0 + r < p.Nq) dq[(int64_t)(q0 + r) * p.sdq[2] + e] = from_f32<T>(dQ[m] * p.scale);
+            if (q0 + r < p.Nq) dq[(int64_t)(q0 + r) * p.sdq[2] + e] = from_f<T>(dQ[m] * p.scale);
         }
     }
 }
