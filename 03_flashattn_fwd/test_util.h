@@ -1,4 +1,4 @@
-// Helpers shared by stage 03's tests (header only: each test_*.c includes it).
+// Helpers shared by stage 03's tests and, through test_bwd_util.h, stage 04's (header only).
 #pragma once
 #include <math.h>
 #include <stdio.h>
@@ -11,14 +11,14 @@
 
 // malloc'd fp32 array filled with 0xFF bytes (NaN): an element nobody writes fails allclose.
 static inline float* poisoned_f32(size_t n) {
-    float* p = malloc(n * sizeof(float));
+    float* p = malloc(n * sizeof(float) + 1);  // + 1: a non-NULL pointer for n = 0 too
     cr_assert(p, "out of host memory");
     memset(p, 0xFF, n * sizeof(float));
     return p;
 }
 
 static inline float* randn_f32(size_t n, uint64_t seed) {
-    float* p = malloc(n * sizeof(float));
+    float* p = malloc(n * sizeof(float) + 1);
     cr_assert(p, "out of host memory");
     rng_t r = rng_make(seed);
     rng_fill_normal(&r, p, n, 0.0f, 1.0f);

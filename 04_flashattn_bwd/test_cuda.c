@@ -119,15 +119,15 @@ static void run_gpu_backward(const bwd_case_t* c, const float* q, const float* k
 static void check_case(bwd_case_t c, uint64_t seed) {
     const int BH = c.B * c.H;
     const size_t nq = (size_t)BH * c.Nq * c.d, nk = (size_t)BH * c.Nk * c.d, nl = (size_t)BH * c.Nq;
-    float *q = bwd_randn(nq, seed), *k = bwd_randn(nk, seed + 1), *v = bwd_randn(nk, seed + 2);
-    float *dO = bwd_randn(nq, seed + 3), *O = bwd_poisoned(nq), *L = bwd_poisoned(nl);
+    float *q = randn_f32(nq, seed), *k = randn_f32(nk, seed + 1), *v = randn_f32(nk, seed + 2);
+    float *dO = randn_f32(nq, seed + 3), *O = poisoned_f32(nq), *L = poisoned_f32(nl);
     if (c.dt == DT_BF16) {
         bwd_round_bf16(q, nq); bwd_round_bf16(k, nk); bwd_round_bf16(v, nk); bwd_round_bf16(dO, nq);
     }
     const float scale = 1.0f / sqrtf((float)c.d);
     attn_naive_forward_cpu(q, k, v, O, L, BH, c.Nq, c.Nk, c.d, c.causal, scale);
     if (c.dt == DT_BF16) bwd_round_bf16(O, nq);  // the GPU gets O in bf16, as the forward writes it
-    float *wq = bwd_poisoned(nq), *wk = bwd_poisoned(nk), *wv = bwd_poisoned(nk);
+    float *wq = poisoned_f32(nq), *wk = poisoned_f32(nk), *wv = poisoned_f32(nk);
     attn_naive_backward_cpu(q, k, v, O, dO, L, wq, wk, wv, BH, c.Nq, c.Nk, c.d, c.causal, scale);
     float *gq, *gk, *gv;
     run_gpu_backward(&c, q, k, v, dO, O, L, &gq, &gk, &gv);
@@ -155,23 +155,23 @@ static void check_case(bwd_case_t c, uint64_t seed) {
 // PyTorch's gradients at the course's shape, fp32, rtol = atol = 1e-2 (the course's tolerance).
 static void check_fixture_gpu(int causal, int atomic) {
     SKIP_WITHOUT_GPU();
-    const size_t n = (size_t)BWD_FX_BH * BWD_FX_N * BWD_FX_D, nl = (size_t)BWD_FX_BH * BWD_FX_N;
+    const size_t n = (size_t)FX_BH * FX_N * FX_D, nl = (size_t)FX_BH * FX_N;
     const char* tag = causal ? "causal" : "noncausal";
     char name[64];
-    float *q = bwd_load_fixture("q", n), *k = bwd_load_fixture("k", n), *v = bwd_load_fixture("v", n);
-    float* dO = bwd_load_fixture("dO", n);
+    float *q = load_fixture("q", n), *k = load_fixture("k", n), *v = load_fixture("v", n);
+    float* dO = load_fixture("dO", n);
     snprintf(name, sizeof name, "%s_O", tag);
-    float* O = bwd_load_fixture(name, n);
+    float* O = load_fixture(name, n);
     snprintf(name, sizeof name, "%s_L", tag);
-    float* L = bwd_load_fixture(name, nl);
-    bwd_case_t c = {BWD_FX_BH, 1, BWD_FX_N, BWD_FX_N, BWD_FX_D, causal, DT_F32, atomic, 0};
+    float* L = load_fixture(name, nl);
+    bwd_case_t c = {FX_BH, 1, FX_N, FX_N, FX_D, causal, DT_F32, atomic, 0};
     float *gq, *gk, *gv;
     run_gpu_backward(&c, q, k, v, dO, O, L, &gq, &gk, &gv);
     const char* names[3] = {"dQ", "dK", "dV"};
     float* got[3] = {gq, gk, gv};
     for (int x = 0; x < 3; x++) {
         snprintf(name, sizeof name, "%s_%s", tag, names[x]);
-        float* want = bwd_load_fixture(name, n);
+        float* want = load_fixture(name, n);
         ASSERT_ALLCLOSE(got[x], want, n, 1e-2, 1e-2, name);  // the course's tolerance
         free(want);
     }
@@ -237,9 +237,9 @@ Test(bwd_cuda, single_pass_run_to_run, .timeout = 60) {
     if (FLASH_BWD_DEFAULT_VERSION < 6) flash_bwd_set_version(10);  // else the default single pass
     bwd_case_t c = {1, 2, 517, 517, 64, 1, DT_BF16, 1, 0};
     const size_t n = (size_t)2 * 517 * 64, nl = (size_t)2 * 517;
-    float *q = bwd_randn(n, 601), *k = bwd_randn(n, 602), *v = bwd_randn(n, 603), *dO = bwd_randn(n, 604);
+    float *q = randn_f32(n, 601), *k = randn_f32(n, 602), *v = randn_f32(n, 603), *dO = randn_f32(n, 604);
     bwd_round_bf16(q, n); bwd_round_bf16(k, n); bwd_round_bf16(v, n); bwd_round_bf16(dO, n);
-    float *O = bwd_poisoned(n), *L = bwd_poisoned(nl);
+    float *O = poisoned_f32(n), *L = poisoned_f32(nl);
     attn_naive_forward_cpu(q, k, v, O, L, 2, 517, 517, 64, 1, 0.125f);
     bwd_round_bf16(O, n);
     float *q1, *k1, *v1, *q2, *k2, *v2;
@@ -299,13 +299,13 @@ static void chain(dtype_t dt) {
     bwd_case_t c = {2, 2, 200, 200, 64, 1, dt, 0, 0};
     const int BH = c.B * c.H;
     const size_t n = (size_t)BH * c.Nq * c.d, nl = (size_t)BH * c.Nq;
-    float *q = bwd_randn(n, 501), *k = bwd_randn(n, 502), *v = bwd_randn(n, 503), *dO = bwd_randn(n, 504);
+    float *q = randn_f32(n, 501), *k = randn_f32(n, 502), *v = randn_f32(n, 503), *dO = randn_f32(n, 504);
     if (dt == DT_BF16) { bwd_round_bf16(q, n); bwd_round_bf16(k, n); bwd_round_bf16(v, n); bwd_round_bf16(dO, n); }
     const float scale = 1.0f / sqrtf((float)c.d);
-    float *O = bwd_poisoned(n), *L = bwd_poisoned(nl);
+    float *O = poisoned_f32(n), *L = poisoned_f32(nl);
     attn_naive_forward_cpu(q, k, v, O, L, BH, c.Nq, c.Nk, c.d, 1, scale);
     if (dt == DT_BF16) bwd_round_bf16(O, n);
-    float *wq = bwd_poisoned(n), *wk = bwd_poisoned(n), *wv = bwd_poisoned(n);
+    float *wq = poisoned_f32(n), *wk = poisoned_f32(n), *wv = poisoned_f32(n);
     attn_naive_backward_cpu(q, k, v, O, dO, L, wq, wk, wv, BH, c.Nq, c.Nk, c.d, 1, scale);
 
     const attention_impl_t* impl = flash_attention_impl();

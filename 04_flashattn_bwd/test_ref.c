@@ -4,28 +4,28 @@
 
 // Runs `which` (0 naive, 1 tiled) on the fixture and compares dQ, dK, dV with PyTorch's.
 static void check_fixture(int causal, int which, int Bq, int Bk) {
-    const size_t n = (size_t)BWD_FX_BH * BWD_FX_N * BWD_FX_D, nl = (size_t)BWD_FX_BH * BWD_FX_N;
+    const size_t n = (size_t)FX_BH * FX_N * FX_D, nl = (size_t)FX_BH * FX_N;
     const char* tag = causal ? "causal" : "noncausal";
     char name[64];
-    float* q = bwd_load_fixture("q", n);
-    float* k = bwd_load_fixture("k", n);
-    float* v = bwd_load_fixture("v", n);
-    float* dO = bwd_load_fixture("dO", n);
+    float* q = load_fixture("q", n);
+    float* k = load_fixture("k", n);
+    float* v = load_fixture("v", n);
+    float* dO = load_fixture("dO", n);
     snprintf(name, sizeof name, "%s_O", tag);
-    float* O = bwd_load_fixture(name, n);
+    float* O = load_fixture(name, n);
     snprintf(name, sizeof name, "%s_L", tag);
-    float* L = bwd_load_fixture(name, nl);
-    float *dq = bwd_poisoned(n), *dk = bwd_poisoned(n), *dv = bwd_poisoned(n);
-    const float scale = 1.0f / sqrtf((float)BWD_FX_D);
+    float* L = load_fixture(name, nl);
+    float *dq = poisoned_f32(n), *dk = poisoned_f32(n), *dv = poisoned_f32(n);
+    const float scale = 1.0f / sqrtf((float)FX_D);
     if (which == 0)
-        attn_naive_backward_cpu(q, k, v, O, dO, L, dq, dk, dv, BWD_FX_BH, BWD_FX_N, BWD_FX_N, BWD_FX_D, causal, scale);
+        attn_naive_backward_cpu(q, k, v, O, dO, L, dq, dk, dv, FX_BH, FX_N, FX_N, FX_D, causal, scale);
     else
-        flash_backward_cpu(q, k, v, O, dO, L, dq, dk, dv, BWD_FX_BH, BWD_FX_N, BWD_FX_N, BWD_FX_D, causal, scale, Bq, Bk);
+        flash_backward_cpu(q, k, v, O, dO, L, dq, dk, dv, FX_BH, FX_N, FX_N, FX_D, causal, scale, Bq, Bk);
     const char* names[3] = {"dQ", "dK", "dV"};
     float* got[3] = {dq, dk, dv};
     for (int x = 0; x < 3; x++) {
         snprintf(name, sizeof name, "%s_%s", tag, names[x]);
-        float* want = bwd_load_fixture(name, n);
+        float* want = load_fixture(name, n);
         // The course's tolerance for the attention gradients.
         ASSERT_ALLCLOSE(got[x], want, n, 1e-2, 1e-2, name);
         free(want);
@@ -43,12 +43,12 @@ Test(bwd_ref, tiled_matches_pytorch_causal_ragged_tiles) { check_fixture(1, 1, 4
 // Tiled against naive on a shape with Nq != Nk, odd sizes and ragged tiles.
 static void tiled_vs_naive(int BH, int Nq, int Nk, int d, int causal, int Bq, int Bk, uint64_t seed) {
     const size_t nq = (size_t)BH * Nq * d, nk = (size_t)BH * Nk * d, nl = (size_t)BH * Nq;
-    float *q = bwd_randn(nq, seed), *k = bwd_randn(nk, seed + 1), *v = bwd_randn(nk, seed + 2);
-    float *dO = bwd_randn(nq, seed + 3), *O = bwd_poisoned(nq), *L = bwd_poisoned(nl);
+    float *q = randn_f32(nq, seed), *k = randn_f32(nk, seed + 1), *v = randn_f32(nk, seed + 2);
+    float *dO = randn_f32(nq, seed + 3), *O = poisoned_f32(nq), *L = poisoned_f32(nl);
     const float scale = 1.0f / sqrtf((float)d);
     attn_naive_forward_cpu(q, k, v, O, L, BH, Nq, Nk, d, causal, scale);
-    float *dq0 = bwd_poisoned(nq), *dk0 = bwd_poisoned(nk), *dv0 = bwd_poisoned(nk);
-    float *dq1 = bwd_poisoned(nq), *dk1 = bwd_poisoned(nk), *dv1 = bwd_poisoned(nk);
+    float *dq0 = poisoned_f32(nq), *dk0 = poisoned_f32(nk), *dv0 = poisoned_f32(nk);
+    float *dq1 = poisoned_f32(nq), *dk1 = poisoned_f32(nk), *dv1 = poisoned_f32(nk);
     attn_naive_backward_cpu(q, k, v, O, dO, L, dq0, dk0, dv0, BH, Nq, Nk, d, causal, scale);
     flash_backward_cpu(q, k, v, O, dO, L, dq1, dk1, dv1, BH, Nq, Nk, d, causal, scale, Bq, Bk);
     // fp32 tiled sums against double naive sums: a few ulp per term over ~100 terms.
@@ -66,10 +66,10 @@ Test(bwd_ref, tiled_vs_naive_noncausal) { tiled_vs_naive(2, 71, 53, 40, 0, 16, 1
 // Keys no query sees (causal, Nk > Nq) get zero gradients, and a single key gets all the mass.
 Test(bwd_ref, unseen_keys_get_zero_gradient) {
     const int BH = 1, Nq = 5, Nk = 9, d = 8;
-    float *q = bwd_randn((size_t)Nq * d, 21), *k = bwd_randn((size_t)Nk * d, 22), *v = bwd_randn((size_t)Nk * d, 23);
-    float *dO = bwd_randn((size_t)Nq * d, 24), *O = bwd_poisoned((size_t)Nq * d), *L = bwd_poisoned(Nq);
+    float *q = randn_f32((size_t)Nq * d, 21), *k = randn_f32((size_t)Nk * d, 22), *v = randn_f32((size_t)Nk * d, 23);
+    float *dO = randn_f32((size_t)Nq * d, 24), *O = poisoned_f32((size_t)Nq * d), *L = poisoned_f32(Nq);
     attn_naive_forward_cpu(q, k, v, O, L, BH, Nq, Nk, d, 1, 0.5f);
-    float *dq = bwd_poisoned((size_t)Nq * d), *dk = bwd_poisoned((size_t)Nk * d), *dv = bwd_poisoned((size_t)Nk * d);
+    float *dq = poisoned_f32((size_t)Nq * d), *dk = poisoned_f32((size_t)Nk * d), *dv = poisoned_f32((size_t)Nk * d);
     flash_backward_cpu(q, k, v, O, dO, L, dq, dk, dv, BH, Nq, Nk, d, 1, 0.5f, 4, 4);
     for (int j = Nq; j < Nk; j++)
         for (int c = 0; c < d; c++) {

@@ -22,7 +22,7 @@ static run_t forward_backward(const model_config_t* cfg, int B, int T, model_pre
     r.loss = model_gpu_forward(r.m, model_gpu_inputs(r.m), model_gpu_targets(r.m));
     cr_assert_eq(model_gpu_backward(r.m, NULL, NULL, err, sizeof err), 0, "%s", err);
     const size_t total = model_gpu_layout(r.m)->total;
-    r.grads = bwd_poisoned(total);
+    r.grads = poisoned_f32(total);
     model_gpu_get_grads(r.m, r.grads);
     return r;
 }
