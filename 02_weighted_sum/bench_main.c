@@ -53,22 +53,18 @@ static void run_op(bufs_t* b, op_t op) {
     }
 }
 
-// Median milliseconds of one op over g_reps cold-L2 repetitions.
+// Median milliseconds of one op over `reps` cold-L2 repetitions.
+typedef struct {
+    bufs_t* b;
+    op_t op;
+} op_call_t;
+static void run_op_call(void* p) {
+    const op_call_t* c = p;
+    run_op(c->b, c->op);
+}
 static double time_op(bufs_t* b, op_t op, int reps) {
-    gpu_timer_t t;
-    gpu_timer_init(&t);
-    for (int i = 0; i < g_warmup; i++) run_op(b, op);
-    double* ms = malloc((size_t)reps * sizeof(double));
-    for (int i = 0; i < reps; i++) {
-        gpu_flush_l2(0);
-        gpu_timer_start(&t, 0);
-        run_op(b, op);
-        ms[i] = gpu_timer_stop_ms(&t);
-    }
-    const stats_t s = stats_compute(ms, reps);
-    free(ms);
-    gpu_timer_destroy(&t);
-    return s.median;
+    op_call_t c = {b, op};
+    return gpu_time_fn(run_op_call, &c, g_warmup, reps, 0.0).median;
 }
 
 static double fwd_bytes(int64_t R, int64_t D, size_t es) { return (double)(R * D + D + R) * es; }

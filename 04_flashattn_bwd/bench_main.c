@@ -31,32 +31,10 @@
 static int g_reps, g_warmup;
 static double g_budget_ms;
 
-typedef void (*run_fn)(void* ctx);
-
-// Median ms of fn(ctx) over the reps (at least 3), L2 flushed before each; the fastest in *min_out.
-static double time_ms(run_fn fn, void* ctx, double* min_out) {
-    gpu_timer_t t;
-    gpu_timer_init(&t);
-    double first = 0.0;
-    for (int i = 0; i < g_warmup; i++) {
-        gpu_timer_start(&t, 0);
-        fn(ctx);
-        first = gpu_timer_stop_ms(&t);
-    }
-    int reps = g_reps;
-    if (first > 0.0 && first * reps > g_budget_ms) reps = (int)(g_budget_ms / first);
-    if (reps < 3) reps = 3;
-    double* x = malloc(sizeof(double) * (size_t)reps);
-    if (!x) DIE("out of host memory");
-    for (int i = 0; i < reps; i++) {
-        gpu_flush_l2(0);
-        gpu_timer_start(&t, 0);
-        fn(ctx);
-        x[i] = gpu_timer_stop_ms(&t);
-    }
-    stats_t s = stats_compute(x, reps);
-    free(x);
-    gpu_timer_destroy(&t);
+// Median ms of fn(ctx) over the reps (at least 3 under the budget), L2 flushed before each; the
+// fastest in *min_out.
+static double time_ms(gpu_timed_fn fn, void* ctx, double* min_out) {
+    const stats_t s = gpu_time_fn(fn, ctx, g_warmup, g_reps, g_budget_ms);
     if (min_out) *min_out = s.min;
     return s.median;
 }

@@ -1,6 +1,7 @@
 // Host clock, CUDA-event timers and the L2 flush used between kernel timings.
 #include "common/timer.h"
 
+#include <stdlib.h>
 #include <time.h>
 
 #include "common/check.h"
@@ -48,4 +49,32 @@ void gpu_flush_l2(cudaStream_t stream) {
         CUDA_CHECK(cudaMalloc(&buf, bytes));
     }
     CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, stream));
+}
+
+stats_t gpu_time_fn(gpu_timed_fn fn, void* ctx, int warmup, int reps, double budget_ms) {
+    gpu_timer_t t;
+    gpu_timer_init(&t);
+    double last = 0.0;
+    for (int i = 0; i < warmup; i++) {
+        gpu_timer_start(&t, 0);
+        fn(ctx);
+        last = gpu_timer_stop_ms(&t);
+    }
+    if (budget_ms > 0.0) {
+        if (last > 0.0 && last * reps > budget_ms) reps = (int)(budget_ms / last);
+        if (reps < 3) reps = 3;
+    }
+    if (reps < 1) reps = 1;
+    double* x = malloc(sizeof(double) * (size_t)reps);
+    if (!x) DIE("gpu_time_fn: out of host memory");
+    for (int i = 0; i < reps; i++) {
+        gpu_flush_l2(0);
+        gpu_timer_start(&t, 0);
+        fn(ctx);
+        x[i] = gpu_timer_stop_ms(&t);
+    }
+    const stats_t s = stats_compute(x, reps);
+    free(x);
+    gpu_timer_destroy(&t);
+    return s;
 }

@@ -1,10 +1,11 @@
-// GPU detection and the error paths every program shares.
+// GPU detection, the error paths every program shares, and the shared GPU timing helper.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "common/gpu.h"
+#include "common/timer.h"
 #include "tests/child.h"
 #include "tests/harness.h"
 
@@ -65,4 +66,31 @@ Test(check, envreport_runs_without_gpu_or_with) {
     cr_assert_eq(st, 0, "output: %s", out);
     cr_assert(strstr(out, "GPU") != NULL);
     cr_assert(strstr(out, "cuBLAS") != NULL);
+}
+
+// gpu_time_fn: warm-up runs plus the counted runs, the budget cutting the count down to no less
+// than 3, and statistics in order. The work is a 256 MB memset (tens of microseconds on any GPU
+// this project targets), so a 1e-6 ms budget always cuts.
+typedef struct {
+    void* buf;
+    size_t bytes;
+    int calls;
+} memset_ctx_t;
+static void memset_call(void* p) {
+    memset_ctx_t* c = p;
+    CUDA_CHECK(cudaMemsetAsync(c->buf, c->calls & 0xFF, c->bytes, 0));
+    c->calls++;
+}
+Test(timer, gpu_time_fn_counts_runs_and_applies_the_budget) {
+    SKIP_WITHOUT_GPU();
+    memset_ctx_t c = {NULL, (size_t)256 << 20, 0};
+    CUDA_CHECK(cudaMalloc(&c.buf, c.bytes));
+    stats_t s = gpu_time_fn(memset_call, &c, 2, 7, 0.0);  // no budget: all 7 counted
+    cr_assert_eq(c.calls, 2 + 7);
+    cr_assert(s.min > 0.0 && s.min <= s.median && s.median <= s.max, "min %g median %g max %g", s.min, s.median,
+              s.max);
+    c.calls = 0;
+    s = gpu_time_fn(memset_call, &c, 1, 50, 1e-6);  // the budget cuts 50 down to the floor of 3
+    cr_assert_eq(c.calls, 1 + 3);
+    CUDA_CHECK(cudaFree(c.buf));
 }
