@@ -199,6 +199,18 @@ static void print_memory(const args_t* a) {
 }
 
 // ---------------------------------------------------------------- CUDA
+// The benchmark's batch: batch x context random input and target ids (as the course's
+// benchmarks do: the values do not change the time), stream seed + 1. The caller frees both.
+static void random_batch(const args_t* a, int32_t** in, int32_t** tg) {
+    const size_t N = (size_t)a->batch * a->context;
+    *in = malloc(N * 4);
+    *tg = malloc(N * 4);
+    if (!*in || !*tg) DIE("out of host memory");
+    rng_t rr = rng_make((uint64_t)a->seed + 1);
+    rng_fill_int(&rr, *in, N, 0, a->cfg.vocab);
+    rng_fill_int(&rr, *tg, N, 0, a->cfg.vocab);
+}
+
 static void run_cuda(const args_t* a, result_t* r) {
     gpu_info_t gi;
     if (gpu_info(0, &gi) == 0) snprintf(r->gpu, sizeof r->gpu, "%s", gi.name);
@@ -218,12 +230,8 @@ static void run_cuda(const args_t* a, result_t* r) {
         fail("--attention %s --mode %s: %s (use --mode forward)", a->attention, a->mode_s, r->reason);
     snap(a, "after init");
     mem_reset_peak(DEV_CUDA);
-    const int N = a->batch * a->context;
-    int32_t* in = malloc((size_t)N * 4);
-    int32_t* tg = malloc((size_t)N * 4);
-    rng_t rr = rng_make((uint64_t)a->seed + 1);
-    rng_fill_int(&rr, in, (size_t)N, 0, a->cfg.vocab);
-    rng_fill_int(&rr, tg, (size_t)N, 0, a->cfg.vocab);
+    int32_t *in, *tg;
+    random_batch(a, &in, &tg);
     model_gpu_set_tokens(m, in, tg);
     free(in);
     free(tg);
@@ -318,12 +326,8 @@ static void run_cpu(const args_t* a, result_t* r) {
     model_cpu_t m;
     model_cpu_create(&m, &a->cfg, a->batch, a->context, (uint64_t)a->seed);
     snap(a, "after init");
-    const int N = a->batch * a->context;
-    int32_t* in = malloc((size_t)N * 4);
-    int32_t* tg = malloc((size_t)N * 4);
-    rng_t rr = rng_make((uint64_t)a->seed + 1);
-    rng_fill_int(&rr, in, (size_t)N, 0, a->cfg.vocab);
-    rng_fill_int(&rr, tg, (size_t)N, 0, a->cfg.vocab);
+    int32_t *in, *tg;
+    random_batch(a, &in, &tg);
     const adamw_config_t opt = adamw_default();
     double* ms[PH_N];
     for (int p = 0; p < PH_N; p++) ms[p] = calloc((size_t)a->steps + 1, sizeof(double));
