@@ -36,7 +36,10 @@ endif
 CUDA_OBJDIR ?= $(if $(SAN),$(patsubst %-san,%,$(BUILD)),$(BUILD))
 objs = $(patsubst %.c,$(BUILD)/%.c.o,$(filter %.c,$(1))) $(patsubst %.cu,$(CUDA_OBJDIR)/%.cu.o,$(filter %.cu,$(1)))
 
-STAGES := 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero
+STAGES_ALL := 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero 08_pipeline
+# Stages 05-08 stand on the communicator (common/comm*.c), which needs MPI: without it they are
+# left out of the build (the dependency report says so).
+STAGES_MPI := 05_collectives 06_ddp 07_zero 08_pipeline
 
 # ---------------------------------------------------------------- dependency detection
 have = $(if $(1),1,)
@@ -59,8 +62,8 @@ define DEPS_REPORT
 echo "$(call mark,$(HAVE_NVCC)) CUDA toolkit   $(if $(HAVE_NVCC),$(NVCC),not found: install the CUDA toolkit (nvcc) — required)"
 echo "$(call mark,$(HAVE_GPU)) GPU present    $(if $(HAVE_GPU),$(GPU_NAME),none: GPU tests will skip, GPU demos say so)"
 echo "$(call mark,$(HAVE_CUBLAS)) cuBLAS"
-echo "$(call mark,$(HAVE_NCCL)) NCCL           $(if $(HAVE_NCCL),,not found: stages 05-07 GPU backends are skipped)"
-echo "$(call mark,$(HAVE_MPI)) MPI            $(if $(HAVE_MPI),$(shell command -v mpicc 2>/dev/null),not found: scripts/setup.sh installs OpenMPI)"
+echo "$(call mark,$(HAVE_NCCL)) NCCL           $(if $(HAVE_NCCL),,not found: the GPU backend of the communicator (stages 05-08) is left out)"
+echo "$(call mark,$(HAVE_MPI)) MPI            $(if $(HAVE_MPI),$(shell command -v mpicc 2>/dev/null),not found: stages 05-08 are not built (scripts/setup.sh installs OpenMPI))"
 echo "$(call mark,$(HAVE_CUPTI)) CUPTI          $(if $(HAVE_CUPTI),,not found: --profile is disabled)"
 echo "$(call mark,$(HAVE_CRITERION)) Criterion      $(if $(HAVE_CRITERION),$(or $(CRITERION_HOME),system),not found: tests are not built (scripts/setup.sh installs it, or set CRITERION_HOME))"
 echo "$(call mark,$(HAVE_GNUPLOT)) gnuplot        $(if $(HAVE_GNUPLOT),,not found: benchmarks write CSV but no PNG)"
@@ -71,9 +74,15 @@ ifeq ($(HAVE_NVCC),)
 $(error CUDA toolkit not found at $(CUDA_HOME) (no nvcc). Install it or set CUDA_HOME=/path/to/cuda)
 endif
 
+STAGES := $(if $(HAVE_MPI),$(STAGES_ALL),$(filter-out $(STAGES_MPI),$(STAGES_ALL)))
+
 # ---------------------------------------------------------------- flags
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
-CPPFLAGS := -I. -I$(CUDA_HOME)/include -DHAVE_CUPTI=$(if $(HAVE_CUPTI),1,0)
+# MPI through mpicc's own flags (OpenMPI: --showme), so host code builds with gcc as usual.
+MPI_CPPFLAGS := $(if $(HAVE_MPI),$(shell mpicc --showme:compile 2>/dev/null))
+MPI_LDLIBS   := $(if $(HAVE_MPI),$(shell mpicc --showme:link 2>/dev/null))
+CPPFLAGS := -I. -I$(CUDA_HOME)/include -DHAVE_CUPTI=$(if $(HAVE_CUPTI),1,0) \
+            -DHAVE_NCCL=$(if $(HAVE_NCCL),1,0) $(MPI_CPPFLAGS)
 CFLAGS   := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -fopenmp -MMD -MP $(CFLAGS_EXTRA)
 SANFLAGS_ON := -fsanitize=address -fsanitize=undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 SANFLAGS := $(if $(SAN),$(SANFLAGS_ON))
@@ -82,7 +91,8 @@ NVCC_ARCH  := -gencode=arch=compute_$(patsubst sm_%,%,$(ARCH)),code=$(ARCH)
 NVCC_FLAGS ?=
 NVCCFLAGS  := -std=c++17 -O3 -g -lineinfo $(NVCC_ARCH) -Xcompiler -Wall,-fPIC -MMD -MP $(NVCC_FLAGS)
 LDFLAGS  := -fopenmp $(SANFLAGS) -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)
-LDLIBS   := -lcublasLt -lcublas -lcudart $(if $(HAVE_CUPTI),-lcupti,) -lstdc++ -ldl -lpthread -lm
+LDLIBS   := -lcublasLt -lcublas -lcudart $(if $(HAVE_CUPTI),-lcupti,) $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),-lnccl,) \
+            $(MPI_LDLIBS) -lstdc++ -ldl -lpthread -lm
 
 ifdef CRITERION_HOME
 CRIT_CPPFLAGS := -I$(CRITERION_HOME)/include
@@ -91,7 +101,8 @@ endif
 CRIT_LDLIBS := -lcriterion
 
 # ---------------------------------------------------------------- common
-COMMON_SRC  := $(filter-out common/%_main.c,$(wildcard common/*.c)) $(wildcard common/*.cu)
+# The communicator (common/comm*.c, *.cu) needs MPI; without it, it is left out with stages 05-08.
+COMMON_SRC  := $(filter-out common/%_main.c $(if $(HAVE_MPI),,common/comm%),$(wildcard common/*.c) $(wildcard common/*.cu))
 COMMON_OBJ  := $(call objs,$(COMMON_SRC))
 COMMON_LIB  := $(BUILD)/common/libcommon.a
 COMMON_PROGS := $(patsubst common/%_main.c,$(BUILD)/common/%,$(wildcard common/*_main.c))

@@ -1,0 +1,146 @@
+// The communicator: one interface, two backends, for stages 05-08.
+//
+//   MPI  (COMM_MPI)   buffers in HOST memory; what Gloo is to PyTorch. Runs anywhere.
+//   NCCL (COMM_NCCL)  buffers in DEVICE memory; one GPU per rank; work is enqueued on the
+//                     CUDA stream you pass (NULL: the communicator's own stream).
+//
+// Started from mpirun (`mpirun -np 4 prog`, or `mpirun -H a,b -np 16 prog` across nodes: the
+// same code). comm_init runs MPI_Init, finds the local rank with a shared-memory split, picks
+// the GPU (cudaSetDevice before any other CUDA call), and for NCCL broadcasts rank 0's
+// ncclUniqueId over MPI and calls ncclCommInitRankConfig. Run without mpirun, it is a world of one.
+//
+// Counts are ELEMENTS of `dt`, never bytes. Every operation has a blocking form and a
+// non-blocking form (comm_i*) that returns a request to pass to comm_wait. On NCCL the
+// blocking form enqueues and then waits for the stream; the non-blocking one only enqueues
+// (work later on the same stream is ordered after it without any wait).
+//
+// Failure in bounded time: every wait polls against a deadline (comm->timeout_s; --comm-timeout
+// flag, COMM_TIMEOUT environment variable, default 60 s). NCCL waits poll cudaEventQuery and
+// ncclCommGetAsyncError; past the deadline the rank prints ONE line naming itself and the
+// operation, calls ncclCommAbort and exits non-zero; a watchdog thread _exit()s if the abort
+// itself hangs (NCCL issues #829, #1777). Blocking MPI collectives run under the same watchdog.
+// MPI errors return (MPI_ERRORS_RETURN) and are reported; when any rank exits, mpirun ends the
+// others, so a dead peer ends the whole job non-zero.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include "common/alloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { COMM_MPI = 0, COMM_NCCL = 1 } comm_backend_t;
+#define COMM_BACKEND_CHOICES "mpi|nccl"
+typedef enum { COMM_F32 = 0, COMM_I32, COMM_BF16, COMM_U8, COMM_F64 } comm_dtype_t;
+typedef enum { COMM_SUM = 0, COMM_AVG, COMM_MAX, COMM_MIN } comm_op_t;
+
+#define COMM_TIMEOUT_DEFAULT_S 60.0
+#define COMM_EXIT_TIMEOUT 124  // exit status of a rank whose wait passed the deadline
+
+typedef struct comm_impl comm_impl_t;
+typedef struct {
+    int rank, world;              // this process in the job, and the job's size
+    int local_rank, local_world;  // on this node (shared-memory split)
+    int device;                   // CUDA device of this rank (NCCL), -1 for MPI
+    comm_backend_t backend;
+    double timeout_s;             // deadline of every wait
+    comm_impl_t* impl;
+} comm_t;
+
+typedef struct comm_req comm_req_t;  // a pending non-blocking operation
+
+const char* comm_backend_name(comm_backend_t b);  // "mpi", "nccl"
+int comm_backend_parse(const char* s, comm_backend_t* out);  // 0, or -1
+size_t comm_dtype_size(comm_dtype_t dt);
+const char* comm_op_name(comm_op_t op);  // "sum", "avg", "max", "min"
+
+// The deadline in seconds from the environment (COMM_TIMEOUT), else the default. Programs
+// with a --comm-timeout flag pass its value to comm_init instead; <= 0 means "use this".
+double comm_timeout_from_env(void);
+
+// Starts MPI (if not yet started) and the backend. Bad set-ups are user errors (one line,
+// exit 2, on every rank): NCCL without a GPU, more ranks on a node than GPUs (NCCL needs one
+// GPU per rank), NCCL not built in. Never returns NULL.
+comm_t* comm_init(comm_backend_t backend, double timeout_s);
+// Frees the backend; MPI_Finalize when `finalize_mpi` (the last communicator of the program).
+void comm_destroy(comm_t* c, int finalize_mpi);
+
+// Memory of the backend's kind (host for MPI, device for NCCL) from common/alloc.h.
+void* comm_alloc(const comm_t* c, size_t bytes, mem_tag_t tag);
+device_t comm_device_kind(const comm_t* c);  // DEV_CPU or DEV_CUDA
+// The communicator's own stream (NCCL; NULL for MPI).
+cudaStream_t comm_stream(const comm_t* c);
+
+// ---- collectives (sendbuf == recvbuf: in place) ------------------------------------------
+// all-reduce: recvbuf[i] = op over ranks of sendbuf[i], i < count. AVG is SUM then × 1/world.
+void comm_allreduce(comm_t* c, const void* sendbuf, void* recvbuf, size_t count,
+                    comm_dtype_t dt, comm_op_t op, cudaStream_t stream);
+comm_req_t* comm_iallreduce(comm_t* c, const void* sendbuf, void* recvbuf, size_t count,
+                            comm_dtype_t dt, comm_op_t op, cudaStream_t stream);
+// broadcast from `root`: recvbuf on every rank = sendbuf of root (sendbuf ignored elsewhere).
+void comm_broadcast(comm_t* c, const void* sendbuf, void* recvbuf, size_t count,
+                    comm_dtype_t dt, int root, cudaStream_t stream);
+comm_req_t* comm_ibroadcast(comm_t* c, const void* sendbuf, void* recvbuf, size_t count,
+                            comm_dtype_t dt, int root, cudaStream_t stream);
+// reduce-scatter: sendbuf holds world × recvcount; rank r receives block r reduced.
+// In place when recvbuf == sendbuf + r·recvcount (NCCL's convention, kept on MPI too).
+void comm_reduce_scatter(comm_t* c, const void* sendbuf, void* recvbuf, size_t recvcount,
+                         comm_dtype_t dt, comm_op_t op, cudaStream_t stream);
+comm_req_t* comm_ireduce_scatter(comm_t* c, const void* sendbuf, void* recvbuf,
+                                 size_t recvcount, comm_dtype_t dt, comm_op_t op,
+                                 cudaStream_t stream);
+// all-gather: recvbuf (world × sendcount) gets every rank's sendbuf in rank order.
+// In place when sendbuf == recvbuf + r·sendcount.
+void comm_allgather(comm_t* c, const void* sendbuf, void* recvbuf, size_t sendcount,
+                    comm_dtype_t dt, cudaStream_t stream);
+comm_req_t* comm_iallgather(comm_t* c, const void* sendbuf, void* recvbuf, size_t sendcount,
+                            comm_dtype_t dt, cudaStream_t stream);
+
+// ---- point to point (stage 05's ring, stage 08's pipeline) -------------------------------
+// Sends and receives between a group_start/group_end pair are started together (NCCL needs
+// this when two ranks send to each other; on MPI they are non-blocking anyway).
+comm_req_t* comm_isend(comm_t* c, const void* buf, size_t count, comm_dtype_t dt, int peer,
+                       cudaStream_t stream);
+comm_req_t* comm_irecv(comm_t* c, void* buf, size_t count, comm_dtype_t dt, int peer,
+                       cudaStream_t stream);
+void comm_group_start(comm_t* c);
+void comm_group_end(comm_t* c);
+// Blocking send and receive at once (sendcount may be 0 or peer -1 to only receive, etc.).
+void comm_sendrecv(comm_t* c, const void* sendbuf, size_t sendcount, int dst, void* recvbuf,
+                   size_t recvcount, int src, comm_dtype_t dt, cudaStream_t stream);
+void comm_send(comm_t* c, const void* buf, size_t count, comm_dtype_t dt, int peer,
+               cudaStream_t stream);
+void comm_recv(comm_t* c, void* buf, size_t count, comm_dtype_t dt, int peer,
+               cudaStream_t stream);
+
+// ---- waiting ----------------------------------------------------------------------------
+// Waits for the request (NULL is fine) and frees it; `what` names it if the deadline passes.
+void comm_wait(comm_t* c, comm_req_t* req);
+void comm_waitall(comm_t* c, comm_req_t** reqs, int n);  // entries set to NULL
+// NCCL: waits until everything enqueued on `stream` is done, against the deadline (use this,
+// never cudaStreamSynchronize, after NCCL work). MPI: nothing to wait for.
+void comm_stream_sync(comm_t* c, cudaStream_t stream, const char* what);
+// Every rank reaches this point (host-side, over MPI, for either backend).
+void comm_barrier(comm_t* c);
+
+// Small host-side reductions over MPI, for either backend (timings, checksums, flags).
+void comm_host_allreduce_f64(comm_t* c, double* v, int n, comm_op_t op);
+void comm_host_allreduce_i64(comm_t* c, long long* v, int n, comm_op_t op);
+void comm_host_bcast(comm_t* c, void* buf, size_t bytes, int root);
+
+// Ends the job from this rank: one line "rank R: <message>" on stderr, then abort everything
+// (ncclCommAbort, MPI_Abort) with `status`; never returns.
+__attribute__((noreturn, format(printf, 3, 4)))
+void comm_fatal(comm_t* c, int status, const char* fmt, ...);
+
+// ---- watchdog (used inside the communicator; exported for programs that block elsewhere) -
+// Arms a deadline for `what` (a string literal or one that lives until disarm); if not
+// disarmed in `seconds`, prints "rank R: <what> did not finish within S s" and _exit()s.
+void comm_watchdog_arm(comm_t* c, const char* what, double seconds);
+void comm_watchdog_disarm(comm_t* c);
+
+#ifdef __cplusplus
+}
+#endif
