@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 #include "common/alloc.h"
+#include "common/cli.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,6 +73,9 @@ void* comm_alloc(const comm_t* c, size_t bytes, mem_tag_t tag);
 device_t comm_device_kind(const comm_t* c);  // DEV_CPU or DEV_CUDA
 // The communicator's own stream (NCCL; NULL for MPI).
 cudaStream_t comm_stream(const comm_t* c);
+// The ncclComm_t underneath (NCCL backend), for calling NCCL directly (the benchmark's
+// "nccl-direct" row); NULL for MPI.
+void* comm_nccl_handle(const comm_t* c);
 
 // ---- collectives (sendbuf == recvbuf: in place) ------------------------------------------
 // all-reduce: recvbuf[i] = op over ranks of sendbuf[i], i < count. AVG is SUM then × 1/world.
@@ -134,6 +138,15 @@ void comm_host_bcast(comm_t* c, void* buf, size_t bytes, int root);
 // (ncclCommAbort, MPI_Abort) with `status`; never returns.
 __attribute__((noreturn, format(printf, 3, 4)))
 void comm_fatal(comm_t* c, int status, const char* fmt, ...);
+
+// ---- programs under mpirun (comm_cli.c) -------------------------------------------------
+// The rank mpirun gave this process, read from the environment before MPI_Init (0 if none).
+int comm_env_rank(void);
+// cli_parse (common/cli.h) for every rank, with --help and errors printed by rank 0 only.
+void comm_cli_parse(int argc, char** argv, const char* summary, cli_opt_t* opts, int nopts);
+// The --comm-timeout flag's value (0: COMM_TIMEOUT from the environment, else the default).
+double comm_timeout_flag(double flag_s);
+#define COMM_TIMEOUT_HELP "seconds any communication may wait before the job ends (0: $COMM_TIMEOUT, else 60)"
 
 // ---- watchdog (used inside the communicator; exported for programs that block elsewhere) -
 // Arms a deadline for `what` (a string literal or one that lives until disarm); if not

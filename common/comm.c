@@ -1,0 +1,533 @@
+// The communicator (comm.h): set-up from mpirun, the MPI backend, waits with deadlines and
+// the watchdog. The NCCL backend is in comm_nccl.c.
+#include "common/comm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/check_mpi.h"
+#include "common/comm_internal.h"
+#include "common/gpu.h"
+
+// ------------------------------------------------------------------ small helpers
+const char* comm_backend_name(comm_backend_t b) { return b == COMM_NCCL ? "nccl" : "mpi"; }
+
+int comm_backend_parse(const char* s, comm_backend_t* out) {
+    if (s && strcmp(s, "mpi") == 0) { *out = COMM_MPI; return 0; }
+    if (s && strcmp(s, "nccl") == 0) { *out = COMM_NCCL; return 0; }
+    return -1;
+}
+
+size_t comm_dtype_size(comm_dtype_t dt) {
+    switch (dt) {
+    case COMM_F32: case COMM_I32: return 4;
+    case COMM_BF16: return 2;
+    case COMM_U8: return 1;
+    case COMM_F64: return 8;
+    }
+    return 0;
+}
+
+const char* comm_op_name(comm_op_t op) {
+    static const char* n[] = {"sum", "avg", "max", "min"};
+    return (op >= COMM_SUM && op <= COMM_MIN) ? n[op] : "?";
+}
+
+double comm_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double comm_timeout_from_env(void) {
+    const char* s = getenv("COMM_TIMEOUT");
+    if (!s || !*s) return COMM_TIMEOUT_DEFAULT_S;
+    char* end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0) || !isfinite(v))
+        fail("COMM_TIMEOUT=%s: expected a positive number of seconds", s);
+    return v;
+}
+
+// ------------------------------------------------------------------ watchdog
+// One thread for the process. While armed it sleeps until the deadline; if nobody disarms it
+// by then, it reports and _exit()s, which makes mpirun end the other ranks. _exit, not exit:
+// the thread that hangs may hold locks that atexit handlers need.
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_t thread;
+    int started, armed, rank;
+    double deadline, seconds;
+    const char* what;
+} g_wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, NULL};
+
+static void* watchdog_main(void* arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_wd.lock);
+    for (;;) {
+        if (!g_wd.armed) {
+            pthread_cond_wait(&g_wd.cond, &g_wd.lock);
+            continue;
+        }
+        double left = g_wd.deadline - comm_now_s();
+        if (left <= 0) {
+            fprintf(stderr, "rank %d: %s did not finish within %.0f s: ending the job\n", g_wd.rank,
+                    g_wd.what ? g_wd.what : "an operation", g_wd.seconds);
+            fflush(stderr);
+            _exit(COMM_EXIT_TIMEOUT);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double wake = (double)ts.tv_sec + 1e-9 * ts.tv_nsec + (left < 0.25 ? left : 0.25);
+        ts.tv_sec = (time_t)wake;
+        ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&g_wd.cond, &g_wd.lock, &ts);
+    }
+    return NULL;
+}
+
+void comm_watchdog_arm(comm_t* c, const char* what, double seconds) {
+    pthread_mutex_lock(&g_wd.lock);
+    if (!g_wd.started) {
+        if (pthread_create(&g_wd.thread, NULL, watchdog_main, NULL) != 0)
+            DIE("comm: cannot start the watchdog thread");
+        pthread_detach(g_wd.thread);
+        g_wd.started = 1;
+    }
+    g_wd.rank = c ? c->rank : 0;
+    g_wd.what = what;
+    g_wd.seconds = seconds;
+    g_wd.deadline = comm_now_s() + seconds;
+    g_wd.armed = 1;
+    pthread_cond_signal(&g_wd.cond);
+    pthread_mutex_unlock(&g_wd.lock);
+}
+
+void comm_watchdog_disarm(comm_t* c) {
+    (void)c;
+    pthread_mutex_lock(&g_wd.lock);
+    g_wd.armed = 0;
+    pthread_mutex_unlock(&g_wd.lock);
+}
+
+// ------------------------------------------------------------------ fatal
+void comm_fatal(comm_t* c, int status, const char* fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "rank %d: ", c ? c->rank : 0);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    // The abort can hang (NCCL issues #829, #1777): the watchdog ends the process regardless.
+    comm_watchdog_arm(c, "aborting the communicator", 10.0);
+    if (c && c->backend == COMM_NCCL) comm_nccl_abort(c);
+    int init = 0;
+    MPI_Initialized(&init);
+    if (init) MPI_Abort(MPI_COMM_WORLD, status);
+    _exit(status);
+}
+
+// ------------------------------------------------------------------ requests
+comm_req_t* comm_req_new(const char* what) {
+    comm_req_t* r = calloc(1, sizeof *r);
+    if (!r) DIE("comm: out of host memory for a request");
+    r->what = what;
+    return r;
+}
+
+void comm_req_free(comm_req_t* r) {
+    if (!r) return;
+    if (r->has_event) CUDA_CHECK(cudaEventDestroy(r->event));
+    free(r->tmp);
+    free(r);
+}
+
+void comm_scale(void* buf, size_t count, comm_dtype_t dt, double factor) {
+    if (dt == COMM_F32) {
+        float* p = buf;
+        const float f = (float)factor;
+        for (size_t i = 0; i < count; i++) p[i] *= f;
+    } else if (dt == COMM_F64) {
+        double* p = buf;
+        for (size_t i = 0; i < count; i++) p[i] *= factor;
+    } else {
+        DIE("comm: average of a non-float type");
+    }
+}
+
+// ------------------------------------------------------------------ MPI mapping
+static MPI_Datatype mpi_type(comm_dtype_t dt) {
+    switch (dt) {
+    case COMM_F32: return MPI_FLOAT;
+    case COMM_I32: return MPI_INT;
+    case COMM_U8: return MPI_BYTE;
+    case COMM_F64: return MPI_DOUBLE;
+    case COMM_BF16: break;
+    }
+    fail("the MPI backend has no bf16 type: use --backend nccl, or fp32 buffers");
+}
+
+static MPI_Op mpi_op(comm_op_t op) {
+    switch (op) {
+    case COMM_SUM: case COMM_AVG: return MPI_SUM;  // AVG: SUM, then × 1/world
+    case COMM_MAX: return MPI_MAX;
+    case COMM_MIN: return MPI_MIN;
+    }
+    DIE("comm: unknown reduction %d", (int)op);
+}
+
+// MPI counts are int: refuse what does not fit rather than wrap.
+static int mpi_count(size_t count, const char* what) {
+    if (count > (size_t)0x7fffffff)
+        DIE("comm: %s of %zu elements: the MPI backend takes at most 2^31-1 per call", what, count);
+    return (int)count;
+}
+
+// ------------------------------------------------------------------ init
+static int g_mpi_started_here = 0;
+
+comm_t* comm_init(comm_backend_t backend, double timeout_s) {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+        int provided = 0;
+        // FUNNELED: only the main thread calls MPI (the watchdog never does).
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            DIE("MPI_Init_thread failed");
+        g_mpi_started_here = 1;
+    }
+    comm_t* c = calloc(1, sizeof *c);
+    comm_impl_t* im = calloc(1, sizeof *im);
+    if (!c || !im) DIE("comm: out of host memory");
+    c->impl = im;
+    c->backend = backend;
+    c->timeout_s = timeout_s > 0 ? timeout_s : comm_timeout_from_env();
+    c->device = -1;
+
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &im->world));
+    // Errors come back as return codes (checked by MPI_CHECK), not as a silent abort.
+    MPI_CHECK(MPI_Comm_set_errhandler(im->world, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(im->world, &c->rank));
+    MPI_CHECK(MPI_Comm_size(im->world, &c->world));
+    MPI_CHECK(MPI_Comm_split_type(im->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                                  &im->node));
+    MPI_CHECK(MPI_Comm_rank(im->node, &c->local_rank));
+    MPI_CHECK(MPI_Comm_size(im->node, &c->local_world));
+
+    if (backend == COMM_NCCL) comm_nccl_init(c);
+    return c;
+}
+
+void comm_destroy(comm_t* c, int finalize_mpi) {
+    if (!c) return;
+    if (c->backend == COMM_NCCL) comm_nccl_destroy(c);
+    MPI_CHECK(MPI_Comm_free(&c->impl->node));
+    MPI_CHECK(MPI_Comm_free(&c->impl->world));
+    free(c->impl);
+    free(c);
+    if (finalize_mpi) {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) MPI_Finalize();
+    }
+}
+
+device_t comm_device_kind(const comm_t* c) { return c->backend == COMM_NCCL ? DEV_CUDA : DEV_CPU; }
+
+void* comm_alloc(const comm_t* c, size_t bytes, mem_tag_t tag) {
+    return mem_alloc(comm_device_kind(c), bytes, tag);
+}
+
+cudaStream_t comm_stream(const comm_t* c) { return c->impl->stream; }
+
+// ------------------------------------------------------------------ waiting
+// MPI: test until done or past the deadline. sched_yield keeps oversubscribed ranks (more
+// ranks than cores, as in CI) from starving each other.
+static void mpi_wait(comm_t* c, comm_req_t* r) {
+    const double t0 = comm_now_s();
+    for (;;) {
+        int done = 0;
+        MPI_CHECK(MPI_Testall(r->n_mpi, r->mpi, &done, MPI_STATUSES_IGNORE));
+        if (done) break;
+        if (comm_now_s() - t0 > c->timeout_s)
+            comm_fatal(c, COMM_EXIT_TIMEOUT, "%s did not finish within %.0f s (--comm-timeout, COMM_TIMEOUT)",
+                       r->what, c->timeout_s);
+        sched_yield();
+    }
+    if (r->tmp) memcpy(r->tmp_dst, r->tmp, r->tmp_bytes);
+    if (r->scale_buf) comm_scale(r->scale_buf, r->scale_count, r->scale_dt, 1.0 / c->world);
+}
+
+void comm_wait(comm_t* c, comm_req_t* r) {
+    if (!r) return;
+    if (c->backend == COMM_NCCL) {
+        if (c->impl->in_group) DIE("comm_wait inside a group: end the group first");
+        if (r->has_event) comm_nccl_wait_event(c, r->event, r->what);
+    } else {
+        mpi_wait(c, r);
+    }
+    comm_req_free(r);
+}
+
+void comm_waitall(comm_t* c, comm_req_t** reqs, int n) {
+    for (int i = 0; i < n; i++) {
+        comm_wait(c, reqs[i]);
+        reqs[i] = NULL;
+    }
+}
+
+void comm_stream_sync(comm_t* c, cudaStream_t stream, const char* what) {
+    if (c->backend != COMM_NCCL) return;
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ev, stream ? stream : c->impl->stream));
+    comm_nccl_wait_event(c, ev, what);
+    CUDA_CHECK(cudaEventDestroy(ev));
+}
+
+// ------------------------------------------------------------------ MPI operations
+// Each returns a request; the blocking forms below wait on it. Blocking collectives use the
+// blocking MPI call (its tuned algorithms are faster than the non-blocking ones) under the
+// watchdog instead.
+#define BLOCKING_MPI(what, call)                       \
+    do {                                               \
+        comm_watchdog_arm(c, what, c->timeout_s);      \
+        MPI_CHECK(call);                               \
+        comm_watchdog_disarm(c);                       \
+    } while (0)
+
+static void check_bufs(comm_t* c, const void* a, const void* b, size_t count, const char* what) {
+    if (count && (!a || !b)) comm_fatal(c, 1, "%s: NULL buffer for %zu elements", what, count);
+}
+
+static comm_req_t* mpi_allreduce(comm_t* c, const void* s, void* r, size_t count,
+                                 comm_dtype_t dt, comm_op_t op, int blocking) {
+    comm_req_t* q = comm_req_new("all-reduce");
+    const void* sb = (s == r) ? MPI_IN_PLACE : s;
+    int n = mpi_count(count, q->what);
+    if (blocking) {
+        BLOCKING_MPI(q->what, MPI_Allreduce(sb, r, n, mpi_type(dt), mpi_op(op), c->impl->world));
+    } else {
+        MPI_CHECK(MPI_Iallreduce(sb, r, n, mpi_type(dt), mpi_op(op), c->impl->world, &q->mpi[0]));
+        q->n_mpi = 1;
+    }
+    if (op == COMM_AVG) { q->scale_buf = r; q->scale_count = count; q->scale_dt = dt; }
+    return q;
+}
+
+static comm_req_t* mpi_broadcast(comm_t* c, const void* s, void* r, size_t count,
+                                 comm_dtype_t dt, int root, int blocking) {
+    comm_req_t* q = comm_req_new("broadcast");
+    if (root < 0 || root >= c->world) comm_fatal(c, 1, "broadcast from rank %d of %d", root, c->world);
+    size_t bytes = count * comm_dtype_size(dt);
+    if (c->rank == root && s != r && bytes) memmove(r, s, bytes);  // MPI_Bcast is in place
+    int n = mpi_count(count, q->what);
+    if (blocking) {
+        BLOCKING_MPI(q->what, MPI_Bcast(r, n, mpi_type(dt), root, c->impl->world));
+    } else {
+        MPI_CHECK(MPI_Ibcast(r, n, mpi_type(dt), root, c->impl->world, &q->mpi[0]));
+        q->n_mpi = 1;
+    }
+    return q;
+}
+
+static comm_req_t* mpi_reduce_scatter(comm_t* c, const void* s, void* r, size_t recvcount,
+                                      comm_dtype_t dt, comm_op_t op, int blocking) {
+    comm_req_t* q = comm_req_new("reduce-scatter");
+    size_t bytes = recvcount * comm_dtype_size(dt);
+    void* out = r;
+    // In place (NCCL's convention: r == s + rank·recvcount) would overlap MPI's input and
+    // output: receive into a temporary and copy it into place once complete.
+    if ((const char*)r == (const char*)s + (size_t)c->rank * bytes && bytes) {
+        q->tmp = malloc(bytes);
+        if (!q->tmp) DIE("comm: out of host memory (%zu bytes)", bytes);
+        q->tmp_dst = r;
+        q->tmp_bytes = bytes;
+        out = q->tmp;
+    }
+    int n = mpi_count(recvcount, q->what);
+    mpi_count(recvcount * (size_t)c->world, q->what);
+    if (blocking) {
+        BLOCKING_MPI(q->what, MPI_Reduce_scatter_block(s, out, n, mpi_type(dt), mpi_op(op), c->impl->world));
+        if (q->tmp) memcpy(q->tmp_dst, q->tmp, bytes);
+    } else {
+        MPI_CHECK(MPI_Ireduce_scatter_block(s, out, n, mpi_type(dt), mpi_op(op), c->impl->world,
+                                            &q->mpi[0]));
+        q->n_mpi = 1;
+    }
+    if (op == COMM_AVG) { q->scale_buf = r; q->scale_count = recvcount; q->scale_dt = dt; }
+    return q;
+}
+
+static comm_req_t* mpi_allgather(comm_t* c, const void* s, void* r, size_t sendcount,
+                                 comm_dtype_t dt, int blocking) {
+    comm_req_t* q = comm_req_new("all-gather");
+    size_t bytes = sendcount * comm_dtype_size(dt);
+    // In place: this rank's block already sits at r + rank·sendcount.
+    const void* sb = ((const char*)s == (const char*)r + (size_t)c->rank * bytes) ? MPI_IN_PLACE : s;
+    int n = mpi_count(sendcount, q->what);
+    mpi_count(sendcount * (size_t)c->world, q->what);
+    if (blocking) {
+        BLOCKING_MPI(q->what, MPI_Allgather(sb, n, mpi_type(dt), r, n, mpi_type(dt), c->impl->world));
+    } else {
+        MPI_CHECK(MPI_Iallgather(sb, n, mpi_type(dt), r, n, mpi_type(dt), c->impl->world, &q->mpi[0]));
+        q->n_mpi = 1;
+    }
+    return q;
+}
+
+static void check_peer(comm_t* c, int peer, const char* what) {
+    if (peer < 0 || peer >= c->world) comm_fatal(c, 1, "%s: peer %d is not a rank of 0..%d", what, peer, c->world - 1);
+}
+
+// ------------------------------------------------------------------ the public operations
+// A blocking NCCL operation is the non-blocking one followed by a wait; a blocking MPI one
+// completes inside the mpi_* call (its request has nothing left but the scaling for AVG).
+static void finish_blocking(comm_t* c, comm_req_t* q) {
+    if (c->backend == COMM_MPI) {
+        if (q->scale_buf) comm_scale(q->scale_buf, q->scale_count, q->scale_dt, 1.0 / c->world);
+        comm_req_free(q);
+    } else {
+        comm_wait(c, q);
+    }
+}
+
+comm_req_t* comm_iallreduce(comm_t* c, const void* s, void* r, size_t count, comm_dtype_t dt,
+                            comm_op_t op, cudaStream_t stream) {
+    check_bufs(c, s, r, count, "all-reduce");
+    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'a', s, r, count, dt, op, 0, stream, "all-reduce");
+    return mpi_allreduce(c, s, r, count, dt, op, 0);
+}
+void comm_allreduce(comm_t* c, const void* s, void* r, size_t count, comm_dtype_t dt,
+                    comm_op_t op, cudaStream_t stream) {
+    check_bufs(c, s, r, count, "all-reduce");
+    finish_blocking(c, c->backend == COMM_NCCL
+                           ? comm_nccl_op(c, 'a', s, r, count, dt, op, 0, stream, "all-reduce")
+                           : mpi_allreduce(c, s, r, count, dt, op, 1));
+}
+
+comm_req_t* comm_ibroadcast(comm_t* c, const void* s, void* r, size_t count, comm_dtype_t dt,
+                            int root, cudaStream_t stream) {
+    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'b', s, r, count, dt, COMM_SUM, root, stream, "broadcast");
+    return mpi_broadcast(c, s, r, count, dt, root, 0);
+}
+void comm_broadcast(comm_t* c, const void* s, void* r, size_t count, comm_dtype_t dt, int root,
+                    cudaStream_t stream) {
+    finish_blocking(c, c->backend == COMM_NCCL
+                           ? comm_nccl_op(c, 'b', s, r, count, dt, COMM_SUM, root, stream, "broadcast")
+                           : mpi_broadcast(c, s, r, count, dt, root, 1));
+}
+
+comm_req_t* comm_ireduce_scatter(comm_t* c, const void* s, void* r, size_t recvcount,
+                                 comm_dtype_t dt, comm_op_t op, cudaStream_t stream) {
+    check_bufs(c, s, r, recvcount, "reduce-scatter");
+    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'r', s, r, recvcount, dt, op, 0, stream, "reduce-scatter");
+    return mpi_reduce_scatter(c, s, r, recvcount, dt, op, 0);
+}
+void comm_reduce_scatter(comm_t* c, const void* s, void* r, size_t recvcount, comm_dtype_t dt,
+                         comm_op_t op, cudaStream_t stream) {
+    check_bufs(c, s, r, recvcount, "reduce-scatter");
+    finish_blocking(c, c->backend == COMM_NCCL
+                           ? comm_nccl_op(c, 'r', s, r, recvcount, dt, op, 0, stream, "reduce-scatter")
+                           : mpi_reduce_scatter(c, s, r, recvcount, dt, op, 1));
+}
+
+comm_req_t* comm_iallgather(comm_t* c, const void* s, void* r, size_t sendcount, comm_dtype_t dt,
+                            cudaStream_t stream) {
+    check_bufs(c, s, r, sendcount, "all-gather");
+    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'g', s, r, sendcount, dt, COMM_SUM, 0, stream, "all-gather");
+    return mpi_allgather(c, s, r, sendcount, dt, 0);
+}
+void comm_allgather(comm_t* c, const void* s, void* r, size_t sendcount, comm_dtype_t dt,
+                    cudaStream_t stream) {
+    check_bufs(c, s, r, sendcount, "all-gather");
+    finish_blocking(c, c->backend == COMM_NCCL
+                           ? comm_nccl_op(c, 'g', s, r, sendcount, dt, COMM_SUM, 0, stream, "all-gather")
+                           : mpi_allgather(c, s, r, sendcount, dt, 1));
+}
+
+// Point to point. The tag is fixed: messages between one pair arrive in the order sent
+// (MPI's non-overtaking rule, NCCL's stream order), which is all the ring and the pipeline need.
+#define P2P_TAG 7
+
+comm_req_t* comm_isend(comm_t* c, const void* buf, size_t count, comm_dtype_t dt, int peer,
+                       cudaStream_t stream) {
+    check_peer(c, peer, "send");
+    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 's', buf, NULL, count, dt, COMM_SUM, peer, stream, "send");
+    comm_req_t* q = comm_req_new("send");
+    MPI_CHECK(MPI_Isend(buf, mpi_count(count, q->what), mpi_type(dt), peer, P2P_TAG, c->impl->world, &q->mpi[0]));
+    q->n_mpi = 1;
+    return q;
+}
+
+comm_req_t* comm_irecv(comm_t* c, void* buf, size_t count, comm_dtype_t dt, int peer,
+                       cudaStream_t stream) {
+    check_peer(c, peer, "receive");
+    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'v', NULL, buf, count, dt, COMM_SUM, peer, stream, "receive");
+    comm_req_t* q = comm_req_new("receive");
+    MPI_CHECK(MPI_Irecv(buf, mpi_count(count, q->what), mpi_type(dt), peer, P2P_TAG, c->impl->world, &q->mpi[0]));
+    q->n_mpi = 1;
+    return q;
+}
+
+void comm_group_start(comm_t* c) {
+    if (c->backend == COMM_NCCL) comm_nccl_group_start(c);
+}
+void comm_group_end(comm_t* c) {
+    if (c->backend == COMM_NCCL) comm_nccl_group_end(c);
+}
+
+void comm_sendrecv(comm_t* c, const void* sendbuf, size_t sendcount, int dst, void* recvbuf,
+                   size_t recvcount, int src, comm_dtype_t dt, cudaStream_t stream) {
+    comm_req_t* q[2] = {NULL, NULL};
+    comm_group_start(c);
+    if (dst >= 0) q[0] = comm_isend(c, sendbuf, sendcount, dt, dst, stream);
+    if (src >= 0) q[1] = comm_irecv(c, recvbuf, recvcount, dt, src, stream);
+    comm_group_end(c);
+    comm_waitall(c, q, 2);
+}
+
+void comm_send(comm_t* c, const void* buf, size_t count, comm_dtype_t dt, int peer,
+               cudaStream_t stream) {
+    comm_sendrecv(c, buf, count, peer, NULL, 0, -1, dt, stream);
+}
+
+void comm_recv(comm_t* c, void* buf, size_t count, comm_dtype_t dt, int peer,
+               cudaStream_t stream) {
+    comm_sendrecv(c, NULL, 0, -1, buf, count, peer, dt, stream);
+}
+
+// ------------------------------------------------------------------ host-side helpers
+void comm_barrier(comm_t* c) {
+    comm_req_t* q = comm_req_new("barrier");
+    MPI_CHECK(MPI_Ibarrier(c->impl->world, &q->mpi[0]));
+    q->n_mpi = 1;
+    mpi_wait(c, q);
+    comm_req_free(q);
+}
+
+void comm_host_allreduce_f64(comm_t* c, double* v, int n, comm_op_t op) {
+    BLOCKING_MPI("a host all-reduce", MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, mpi_op(op), c->impl->world));
+    if (op == COMM_AVG) comm_scale(v, (size_t)n, COMM_F64, 1.0 / c->world);
+}
+
+void comm_host_allreduce_i64(comm_t* c, long long* v, int n, comm_op_t op) {
+    if (op == COMM_AVG) DIE("comm: average of integers");
+    BLOCKING_MPI("a host all-reduce", MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_LONG_LONG, mpi_op(op), c->impl->world));
+}
+
+void comm_host_bcast(comm_t* c, void* buf, size_t bytes, int root) {
+    BLOCKING_MPI("a host broadcast", MPI_Bcast(buf, mpi_count(bytes, "a host broadcast"), MPI_BYTE, root, c->impl->world));
+}

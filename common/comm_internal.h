@@ -1,0 +1,63 @@
+// What the communicator's two halves share (comm.c: set-up, MPI backend, waits, watchdog;
+// comm_nccl.c: the NCCL backend). Not for use outside common/comm*.c.
+#pragma once
+#include <mpi.h>
+#include <pthread.h>
+#include "common/comm.h"
+
+#if HAVE_NCCL
+#include <nccl.h>
+#endif
+
+struct comm_impl {
+    MPI_Comm world;        // a duplicate of MPI_COMM_WORLD, errors returned (not fatal)
+    MPI_Comm node;         // ranks on this node (shared-memory split)
+    cudaStream_t stream;   // NCCL: the communicator's own stream
+    int in_group;          // NCCL: between comm_group_start and comm_group_end
+    comm_req_t* group_reqs;  // NCCL: requests made in the open group (event recorded at its end)
+    int aborted;
+#if HAVE_NCCL
+    ncclComm_t nccl;
+#endif
+};
+
+// A pending operation. MPI: up to two MPI requests plus what to do once they complete
+// (scale for AVG, copy out of a temporary for in-place reduce-scatter). NCCL: an event
+// recorded on the stream right after the operation was enqueued.
+struct comm_req {
+    const char* what;           // "all-reduce", ... (names the operation in a time-out)
+    int n_mpi;
+    MPI_Request mpi[2];
+    void* scale_buf;            // MPI AVG: multiply scale_count elements by 1/world at the end
+    size_t scale_count;
+    comm_dtype_t scale_dt;
+    void* tmp;                  // MPI in-place reduce-scatter: result lands here first...
+    void* tmp_dst;              // ...then is copied here
+    size_t tmp_bytes;
+    cudaEvent_t event;          // NCCL
+    cudaStream_t stream;        // NCCL: the stream the operation was enqueued on
+    int has_event;
+    comm_req_t* next_in_group;  // NCCL: chain of requests of an open group
+};
+
+// comm.c
+comm_req_t* comm_req_new(const char* what);
+void comm_req_free(comm_req_t* r);
+void comm_scale(void* buf, size_t count, comm_dtype_t dt, double factor);  // host buffers
+double comm_now_s(void);
+
+// comm_nccl.c (each dies with a clear line where NCCL is not built in)
+void comm_nccl_init(comm_t* c);
+void comm_nccl_destroy(comm_t* c);
+void comm_nccl_abort(comm_t* c);
+// Enqueues one operation; returns a request whose event is recorded (or will be, at the
+// group's end). kind: 'a' all-reduce, 'b' broadcast, 'r' reduce-scatter, 'g' all-gather,
+// 's' send, 'v' receive. `arg` is the root (broadcast) or peer (send/receive).
+comm_req_t* comm_nccl_op(comm_t* c, char kind, const void* sendbuf, void* recvbuf,
+                         size_t count, comm_dtype_t dt, comm_op_t op, int arg,
+                         cudaStream_t stream, const char* what);
+void comm_nccl_group_start(comm_t* c);
+void comm_nccl_group_end(comm_t* c);
+// Polls until `event` has completed; past the deadline, or on an asynchronous NCCL error,
+// ends the job through comm_fatal.
+void comm_nccl_wait_event(comm_t* c, cudaEvent_t event, const char* what);

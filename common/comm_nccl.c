@@ -1,0 +1,193 @@
+// The NCCL backend of the communicator (comm.h): one GPU per rank, bootstrapped over MPI.
+// Without NCCL in the build every entry point says so (the MPI backend still works).
+#include "common/comm.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/check_mpi.h"
+#include "common/comm_internal.h"
+#include "common/gpu.h"
+
+#if HAVE_NCCL
+#include "common/check_nccl.h"
+
+static ncclDataType_t nccl_type(comm_dtype_t dt) {
+    switch (dt) {
+    case COMM_F32: return ncclFloat32;
+    case COMM_I32: return ncclInt32;
+    case COMM_BF16: return ncclBfloat16;
+    case COMM_U8: return ncclUint8;
+    case COMM_F64: return ncclFloat64;
+    }
+    DIE("comm: unknown element type %d", (int)dt);
+}
+
+static ncclRedOp_t nccl_op(comm_op_t op) {
+    switch (op) {
+    case COMM_SUM: return ncclSum;
+    case COMM_AVG: return ncclAvg;
+    case COMM_MAX: return ncclMax;
+    case COMM_MIN: return ncclMin;
+    }
+    DIE("comm: unknown reduction %d", (int)op);
+}
+
+// A set-up error the user can fix: one line from the first rank of each node, exit 2 on all
+// (the others wait a moment so that the line is out before mpirun tears the job down).
+static void setup_error(comm_t* c, const char* msg) {
+    if (c->local_rank == 0) {
+        fflush(stdout);
+        fprintf(stderr, "%s: error: %s\n", progname(), msg);
+        fflush(stderr);
+    } else {
+        sleep(2);
+    }
+    exit(EXIT_BAD_INPUT);
+}
+
+void comm_nccl_init(comm_t* c) {
+    comm_impl_t* im = c->impl;
+    char msg[256];
+    int ngpu = gpu_count();
+    if (ngpu == 0) {
+        snprintf(msg, sizeof msg, "the NCCL backend needs a CUDA GPU per rank: %s (use --backend mpi)",
+                 gpu_absent_reason());
+        setup_error(c, msg);
+    }
+    if (c->local_world > ngpu) {
+        snprintf(msg, sizeof msg,
+                 "%d ranks on this node but %d GPU%s: the NCCL backend needs one GPU per rank "
+                 "(run at most %d ranks per node, or use --backend mpi)",
+                 c->local_world, ngpu, ngpu == 1 ? "" : "s", ngpu);
+        setup_error(c, msg);
+    }
+    c->device = c->local_rank;
+    CUDA_CHECK(cudaSetDevice(c->device));  // before any other CUDA call of this rank
+
+    ncclUniqueId id;
+    if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    comm_host_bcast(c, &id, sizeof id, 0);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    comm_watchdog_arm(c, "NCCL initialisation", c->timeout_s);
+    NCCL_CHECK(ncclCommInitRankConfig(&im->nccl, c->world, id, c->rank, &cfg));
+    comm_watchdog_disarm(c);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
+}
+
+void comm_nccl_destroy(comm_t* c) {
+    comm_impl_t* im = c->impl;
+    comm_stream_sync(c, im->stream, "the last operations before shutdown");
+    comm_watchdog_arm(c, "NCCL shutdown", c->timeout_s);
+    NCCL_CHECK(ncclCommFinalize(im->nccl));
+    NCCL_CHECK(ncclCommDestroy(im->nccl));
+    comm_watchdog_disarm(c);
+    CUDA_CHECK(cudaStreamDestroy(im->stream));
+}
+
+void* comm_nccl_handle(const comm_t* c) {
+    return c->backend == COMM_NCCL ? (void*)c->impl->nccl : NULL;
+}
+
+void comm_nccl_abort(comm_t* c) {
+    comm_impl_t* im = c->impl;
+    if (im->aborted || !im->nccl) return;
+    im->aborted = 1;
+    ncclCommAbort(im->nccl);  // its result does not matter: the process ends next
+}
+
+comm_req_t* comm_nccl_op(comm_t* c, char kind, const void* s, void* r, size_t count,
+                         comm_dtype_t dt, comm_op_t op, int arg, cudaStream_t stream,
+                         const char* what) {
+    comm_impl_t* im = c->impl;
+    cudaStream_t st = stream ? stream : im->stream;
+    ncclDataType_t t = nccl_type(dt);
+    switch (kind) {
+    case 'a': NCCL_CHECK(ncclAllReduce(s, r, count, t, nccl_op(op), im->nccl, st)); break;
+    case 'b':
+        if (arg < 0 || arg >= c->world) comm_fatal(c, 1, "broadcast from rank %d of %d", arg, c->world);
+        NCCL_CHECK(ncclBroadcast(s ? s : r, r, count, t, arg, im->nccl, st));
+        break;
+    case 'r': NCCL_CHECK(ncclReduceScatter(s, r, count, t, nccl_op(op), im->nccl, st)); break;
+    case 'g': NCCL_CHECK(ncclAllGather(s, r, count, t, im->nccl, st)); break;
+    case 's': NCCL_CHECK(ncclSend(s, count, t, arg, im->nccl, st)); break;
+    case 'v': NCCL_CHECK(ncclRecv(r, count, t, arg, im->nccl, st)); break;
+    default: DIE("comm: unknown operation '%c'", kind);
+    }
+    comm_req_t* q = comm_req_new(what);
+    CUDA_CHECK(cudaEventCreateWithFlags(&q->event, cudaEventDisableTiming));
+    q->has_event = 1;
+    q->stream = st;
+    if (im->in_group) {
+        // Inside a group NCCL launches nothing until ncclGroupEnd: record the event then.
+        q->next_in_group = im->group_reqs;
+        im->group_reqs = q;
+    } else {
+        CUDA_CHECK(cudaEventRecord(q->event, st));
+    }
+    return q;
+}
+
+void comm_nccl_group_start(comm_t* c) {
+    NCCL_CHECK(ncclGroupStart());
+    c->impl->in_group++;
+}
+
+void comm_nccl_group_end(comm_t* c) {
+    comm_impl_t* im = c->impl;
+    if (im->in_group <= 0) DIE("comm_group_end without comm_group_start");
+    NCCL_CHECK(ncclGroupEnd());
+    if (--im->in_group == 0) {
+        for (comm_req_t* q = im->group_reqs; q; q = q->next_in_group)
+            CUDA_CHECK(cudaEventRecord(q->event, q->stream));
+        im->group_reqs = NULL;
+    }
+}
+
+void comm_nccl_wait_event(comm_t* c, cudaEvent_t ev, const char* what) {
+    const double t0 = comm_now_s();
+    for (long spins = 0;; spins++) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        ncclResult_t async = ncclSuccess;
+        NCCL_CHECK(ncclCommGetAsyncError(c->impl->nccl, &async));
+        if (async != ncclSuccess && async != ncclInProgress)
+            comm_fatal(c, 1, "%s failed: NCCL reported %s", what, ncclGetErrorString(async));
+        if (comm_now_s() - t0 > c->timeout_s)
+            comm_fatal(c, COMM_EXIT_TIMEOUT,
+                       "%s did not finish within %.0f s (--comm-timeout, COMM_TIMEOUT): aborting NCCL",
+                       what, c->timeout_s);
+        if (spins > 1000) sched_yield();  // spin first: small operations finish in microseconds
+    }
+}
+
+#else  // no NCCL in this build
+
+static void no_nccl(void) { fail("this build has no NCCL (nccl.h was not found): use --backend mpi"); }
+void comm_nccl_init(comm_t* c) { (void)c; no_nccl(); }
+void comm_nccl_destroy(comm_t* c) { (void)c; }
+void* comm_nccl_handle(const comm_t* c) {
+    return c->backend == COMM_NCCL ? (void*)c->impl->nccl : NULL;
+}
+
+void comm_nccl_abort(comm_t* c) { (void)c; }
+void* comm_nccl_handle(const comm_t* c) { (void)c; return NULL; }
+comm_req_t* comm_nccl_op(comm_t* c, char kind, const void* s, void* r, size_t count,
+                         comm_dtype_t dt, comm_op_t op, int arg, cudaStream_t stream,
+                         const char* what) {
+    (void)c; (void)kind; (void)s; (void)r; (void)count; (void)dt; (void)op; (void)arg;
+    (void)stream; (void)what;
+    no_nccl();
+}
+void comm_nccl_group_start(comm_t* c) { (void)c; no_nccl(); }
+void comm_nccl_group_end(comm_t* c) { (void)c; no_nccl(); }
+void comm_nccl_wait_event(comm_t* c, cudaEvent_t ev, const char* what) {
+    (void)c; (void)ev; (void)what;
+    no_nccl();
+}
+#endif
