@@ -288,6 +288,12 @@ void comm_waitall(comm_t* c, comm_req_t** reqs, int n) {
     }
 }
 
+void comm_detach(comm_t* c, comm_req_t* r) {
+    if (!r) return;
+    if (c->backend != COMM_NCCL) DIE("comm_detach of an MPI request: MPI requests must be waited");
+    comm_req_free(r);
+}
+
 void comm_stream_sync(comm_t* c, cudaStream_t stream, const char* what) {
     if (c->backend != COMM_NCCL) return;
     cudaEvent_t ev;

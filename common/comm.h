@@ -123,6 +123,10 @@ void comm_recv(comm_t* c, void* buf, size_t count, comm_dtype_t dt, int peer,
 // Waits for the request (NULL is fine) and frees it; `what` names it if the deadline passes.
 void comm_wait(comm_t* c, comm_req_t* req);
 void comm_waitall(comm_t* c, comm_req_t** reqs, int n);  // entries set to NULL
+// NCCL only: lets go of a request without waiting; the operation stays ordered on its stream
+// (a later comm_stream_sync of that stream covers it, deadline included). MPI requests must be
+// waited: this dies for them.
+void comm_detach(comm_t* c, comm_req_t* req);
 // NCCL: waits until everything enqueued on `stream` is done, against the deadline (use this,
 // never cudaStreamSynchronize, after NCCL work). MPI: nothing to wait for.
 void comm_stream_sync(comm_t* c, cudaStream_t stream, const char* what);

@@ -1,0 +1,219 @@
+// collectives_check: every operation of the communicator (common/comm.h) and the ring
+// all-reduce, checked on data whose right answer is exact in any summation order (small
+// integers in fp32), for a list of counts, in place and out of place, blocking and not.
+//   scripts/mpirun.sh 4 build/05_collectives/collectives_check --backend mpi
+// Prints one line per check on rank 0, then "N checks, N wrong"; exits 1 if anything is wrong.
+// Failure injection for the tests: --die-rank R (that rank _exit()s in the middle of the run)
+// and --hang-rank R (that rank stops answering; the others must end the job by the deadline).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "05_collectives/ring.h"
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/comm.h"
+
+typedef struct {
+    comm_t* c;
+    float *d_send, *d_recv;   // backend buffers (host for MPI, device for NCCL)
+    float *h_send, *h_recv, *h_want;
+    size_t cap;               // elements in each buffer
+    int die_rank, hang_rank, ops_done;
+    long long checks, wrong;
+} ctx_t;
+
+// Rank r's element i: a small integer, so every sum is exact in fp32 in any order.
+static float value(int r, size_t i) { return (float)((int)((i * 7 + (size_t)r * 13) % 17) - 8); }
+
+static void to_backend(ctx_t* x, float* dst, const float* src, size_t n) {
+    if (x->c->backend == COMM_NCCL) CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    else memcpy(dst, src, n * sizeof(float));
+}
+static void from_backend(ctx_t* x, float* dst, const float* src, size_t n) {
+    if (x->c->backend == COMM_NCCL) CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
+    else memcpy(dst, src, n * sizeof(float));
+}
+
+// Called before every operation: the failure-injection points.
+static void step(ctx_t* x) {
+    x->ops_done++;
+    if (x->c->rank == x->die_rank && x->ops_done == 3) {
+        fprintf(stderr, "rank %d: --die-rank: exiting in the middle of the run\n", x->c->rank);
+        fflush(stderr);
+        _exit(3);
+    }
+    if (x->c->rank == x->hang_rank && x->ops_done == 3) {
+        fprintf(stderr, "rank %d: --hang-rank: no longer answering\n", x->c->rank);
+        fflush(stderr);
+        for (;;) pause();
+    }
+}
+
+// Compares n elements of got with want (bitwise for exact data; within tol for averages),
+// counts the wrong ones over all ranks and prints one line on rank 0.
+static void verdict(ctx_t* x, const char* what, size_t count, int inplace, size_t n, double tol) {
+    long long bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double g = x->h_recv[i], w = x->h_want[i];
+        if (!(fabs(g - w) <= tol * fmax(1.0, fabs(w)))) bad++;  // NaN counts as wrong
+    }
+    comm_host_allreduce_i64(x->c, &bad, 1, COMM_SUM);
+    x->checks++;
+    if (bad) x->wrong++;
+    if (x->c->rank == 0)
+        printf("%-22s count %-9zu %-12s %s\n", what, count, inplace ? "in place" : "out of place",
+               bad ? "WRONG" : "ok");
+    if (bad && x->c->rank == 0) printf("  %lld wrong elements over all ranks\n", bad);
+}
+
+static void check_count(ctx_t* x, size_t count) {
+    comm_t* c = x->c;
+    const int n = c->world, r = c->rank;
+    cudaStream_t st = comm_stream(c);
+    for (int inplace = 0; inplace <= 1; inplace++) {
+        // ---- all-reduce (sum, blocking), all-reduce (avg, non-blocking), ring (sum, avg)
+        for (int variant = 0; variant < 4; variant++) {
+            for (size_t i = 0; i < count; i++) x->h_send[i] = value(r, i);
+            for (size_t i = 0; i < count; i++) {
+                double s = 0;
+                for (int k = 0; k < n; k++) s += value(k, i);
+                x->h_want[i] = (float)((variant == 1 || variant == 3) ? s / n : s);
+            }
+            to_backend(x, x->d_send, x->h_send, count);
+            float* out = inplace ? x->d_send : x->d_recv;
+            step(x);
+            const char* what = "all-reduce sum";
+            if (variant == 0) {
+                comm_allreduce(c, x->d_send, out, count, COMM_F32, COMM_SUM, st);
+            } else if (variant == 1) {
+                what = "iall-reduce avg";
+                comm_wait(c, comm_iallreduce(c, x->d_send, out, count, COMM_F32, COMM_AVG, st));
+            } else {
+                what = variant == 2 ? "ring all-reduce sum" : "ring all-reduce avg";
+                ring_allreduce(c, x->d_send, out, count, variant == 2 ? COMM_SUM : COMM_AVG, st);
+                comm_stream_sync(c, st, "ring all-reduce");
+            }
+            from_backend(x, x->h_recv, out, count);
+            // Sums of small integers are exact; an average is one rounding of the exact sum
+            // (x 1/n, or per-input pre-scaling in NCCL): within a few ulps.
+            verdict(x, what, count, inplace, count, (variant & 1) ? 4e-7 : 0.0);
+        }
+        // ---- broadcast from the last rank
+        {
+            const int root = n - 1;
+            for (size_t i = 0; i < count; i++) x->h_send[i] = value(r, i);
+            for (size_t i = 0; i < count; i++) x->h_want[i] = value(root, i);
+            to_backend(x, x->d_send, x->h_send, count);
+            float* out = inplace ? x->d_send : x->d_recv;
+            if (!inplace) {  // poison the output: every element must be written
+                for (size_t i = 0; i < count; i++) x->h_recv[i] = NAN;
+                to_backend(x, x->d_recv, x->h_recv, count);
+            }
+            step(x);
+            comm_broadcast(c, x->d_send, out, count, COMM_F32, root, st);
+            from_backend(x, x->h_recv, out, count);
+            verdict(x, "broadcast", count, inplace, count, 0.0);
+        }
+        // ---- reduce-scatter: count elements per rank (world·count in)
+        {
+            const size_t total = count * (size_t)n;
+            for (size_t i = 0; i < total; i++) x->h_send[i] = value(r, i);
+            for (size_t i = 0; i < count; i++) {
+                double s = 0;
+                for (int k = 0; k < n; k++) s += value(k, (size_t)r * count + i);
+                x->h_want[i] = (float)s;
+            }
+            to_backend(x, x->d_send, x->h_send, total);
+            float* out = inplace ? x->d_send + (size_t)r * count : x->d_recv;
+            step(x);
+            comm_reduce_scatter(c, x->d_send, out, count, COMM_F32, COMM_SUM, st);
+            from_backend(x, x->h_recv, out, count);
+            verdict(x, "reduce-scatter", count, inplace, count, 0.0);
+        }
+        // ---- all-gather (non-blocking): count elements from each rank
+        {
+            const size_t total = count * (size_t)n;
+            for (size_t i = 0; i < count; i++) x->h_send[i] = value(r, i);
+            for (int k = 0; k < n; k++)
+                for (size_t i = 0; i < count; i++) x->h_want[(size_t)k * count + i] = value(k, i);
+            for (size_t i = 0; i < total; i++) x->h_recv[i] = NAN;
+            to_backend(x, x->d_recv, x->h_recv, total);
+            const float* in = x->d_send;
+            if (inplace) {
+                in = x->d_recv + (size_t)r * count;
+                to_backend(x, x->d_recv + (size_t)r * count, x->h_send, count);
+            } else {
+                to_backend(x, x->d_send, x->h_send, count);
+            }
+            step(x);
+            comm_wait(c, comm_iallgather(c, in, x->d_recv, count, COMM_F32, st));
+            from_backend(x, x->h_recv, x->d_recv, total);
+            verdict(x, "iall-gather", count, inplace, total, 0.0);
+        }
+        // ---- send/receive around the ring (each rank gets its left neighbour's data)
+        if (!inplace) {
+            const int left = (r - 1 + n) % n, right = (r + 1) % n;
+            for (size_t i = 0; i < count; i++) x->h_send[i] = value(r, i);
+            for (size_t i = 0; i < count; i++) x->h_want[i] = value(left, i);
+            to_backend(x, x->d_send, x->h_send, count);
+            step(x);
+            comm_sendrecv(c, x->d_send, count, right, x->d_recv, count, left, COMM_F32, st);
+            from_backend(x, x->h_recv, x->d_recv, count);
+            verdict(x, "send/recv", count, 0, count, 0.0);
+        }
+        step(x);
+        comm_barrier(c);
+    }
+}
+
+int main(int argc, char** argv) {
+    const char* backend_s = "mpi";
+    const char* counts_s = "0,1,3,7,1000,65537,1000003";
+    int die_rank = -1, hang_rank = -1;
+    double timeout_s = 0;
+    const char* tag = "";
+    cli_opt_t opts[] = {
+        {"backend", CLI_CHOICE, &backend_s, "mpi", "communicator backend", COMM_BACKEND_CHOICES},
+        {"counts", CLI_STR, &counts_s, "0,1,3,7,1000,65537,1000003", "element counts to check (comma list, K/M suffixes)", NULL},
+        {"die-rank", CLI_INT, &die_rank, "-1", "this rank exits in the middle of the run (failure test)", NULL},
+        {"hang-rank", CLI_INT, &hang_rank, "-1", "this rank stops answering in the middle of the run (failure test)", NULL},
+        {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
+        {"tag", CLI_STR, &tag, "", "ignored: lets a test find its processes", NULL},
+    };
+    comm_cli_parse(argc, argv,
+                   "Checks every collective of the communicator and the ring all-reduce on exact "
+                   "data (run under mpirun: scripts/mpirun.sh N prog).",
+                   opts, CLI_COUNT(opts));
+    int64_t counts[32];
+    int ncounts = parse_size_list(counts_s, counts, 32);
+    if (ncounts < 0) {
+        if (comm_env_rank() == 0) fail("--counts: '%s' is not a comma list of sizes (e.g. 0,1,7,1M)", counts_s);
+        exit(EXIT_BAD_INPUT);
+    }
+    comm_backend_t backend;
+    comm_backend_parse(backend_s, &backend);
+    comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
+
+    ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank};
+    for (int i = 0; i < ncounts; i++)
+        if ((size_t)counts[i] > x.cap) x.cap = (size_t)counts[i];
+    x.cap = x.cap * (size_t)c->world + 1;  // reduce-scatter input, all-gather output
+    x.d_send = comm_alloc(c, x.cap * sizeof(float), MEM_OTHER);
+    x.d_recv = comm_alloc(c, x.cap * sizeof(float), MEM_OTHER);
+    x.h_send = mem_alloc(DEV_CPU, x.cap * sizeof(float), MEM_OTHER);
+    x.h_recv = mem_alloc(DEV_CPU, x.cap * sizeof(float), MEM_OTHER);
+    x.h_want = mem_alloc(DEV_CPU, x.cap * sizeof(float), MEM_OTHER);
+    if (c->rank == 0)
+        printf("# collectives_check: backend %s, %d rank%s\n", comm_backend_name(backend), c->world,
+               c->world == 1 ? "" : "s");
+    for (int i = 0; i < ncounts; i++) check_count(&x, (size_t)counts[i]);
+    if (c->rank == 0) printf("%lld checks, %lld wrong\n", x.checks, x.wrong);
+    const int status = x.wrong ? 1 : 0;
+    mem_free(x.d_send); mem_free(x.d_recv);
+    mem_free(x.h_send); mem_free(x.h_recv); mem_free(x.h_want);
+    comm_destroy(c, 1);
+    return status;
+}

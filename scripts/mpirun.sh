@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs an MPI program the way every test, benchmark and demo of stages 05-08 does:
+#   scripts/mpirun.sh N prog [args...]
+# - bounded: `timeout` ends a job that outlives MPIRUN_TIMEOUT seconds (default 300), and
+#   kills it 10 s later if it ignores that (no rank may hang a test or a benchmark);
+# - more ranks than cores allowed (--oversubscribe), no core binding (ranks share 2-core CI);
+# - as root, OpenMPI's refusal to run is lifted (containers and CI run as root);
+# - NCCL_NVLS_ENABLE=0 (NVLink multicast off: the GPU machines require it) and COMM_TIMEOUT
+#   are passed to every rank.
+set -u
+if [ $# -lt 2 ]; then echo "usage: scripts/mpirun.sh N prog [args...]" >&2; exit 2; fi
+n=$1; shift
+command -v mpirun >/dev/null 2>&1 || { echo "mpirun.sh: mpirun not found (scripts/setup.sh installs OpenMPI)" >&2; exit 2; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export COMM_TIMEOUT=${COMM_TIMEOUT:-60}
+# Containers often forbid the cross-memory attach that OpenMPI's shared-memory transport
+# tries first; copying through shared memory always works.
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+exec timeout -k 10 "${MPIRUN_TIMEOUT:-300}" mpirun --oversubscribe --bind-to none \
+  -x NCCL_NVLS_ENABLE -x COMM_TIMEOUT -x OMPI_MCA_btl_vader_single_copy_mechanism \
+  -np "$n" "$@"
