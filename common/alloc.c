@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 
@@ -92,7 +93,9 @@ static void account(device_t dev, mem_tag_t tag, long long delta) {
 
 const char* fmt_bytes(size_t bytes, char* buf, size_t len) {
     const double b = (double)bytes;
-    if (bytes >= (1ull << 30)) snprintf(buf, len, "%.2f GiB", b / (1ull << 30));
+    if (bytes >= (1ull << 50)) snprintf(buf, len, "%.2f PiB", b / (1ull << 50));
+    else if (bytes >= (1ull << 40)) snprintf(buf, len, "%.2f TiB", b / (1ull << 40));
+    else if (bytes >= (1ull << 30)) snprintf(buf, len, "%.2f GiB", b / (1ull << 30));
     else if (bytes >= (1ull << 20)) snprintf(buf, len, "%.1f MiB", b / (1ull << 20));
     else if (bytes >= (1ull << 10)) snprintf(buf, len, "%.1f KiB", b / (1ull << 10));
     else snprintf(buf, len, "%zu B", bytes);
@@ -182,4 +185,26 @@ void mem_set_observer(mem_observer_fn fn, void* ctx) {
     g_observer = fn;
     g_observer_ctx = ctx;
     pthread_mutex_unlock(&g_lock);
+}
+
+int mem_fits(device_t dev, double bytes, char* err, size_t errlen) {
+    double total = 0.0;
+    if (dev == DEV_CUDA) {
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) total = (double)tot;
+        else cudaGetLastError();
+    } else {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) total = (double)pages * (double)page;
+    }
+    if (total <= 0.0 || bytes <= total) return 1;
+    char want[32], have[32];
+    // fmt_bytes takes a size_t: beyond 2^63 bytes, say so in words.
+    if (bytes >= 9.2e18) snprintf(want, sizeof want, "more than 8 EiB");
+    else fmt_bytes((size_t)bytes, want, sizeof want);
+    fmt_bytes((size_t)total, have, sizeof have);
+    if (err && errlen)
+        snprintf(err, errlen, "needs %s, more than the %s of %s memory here", want, have,
+                 dev == DEV_CUDA ? "GPU" : "host");
+    return 0;
 }

@@ -42,8 +42,15 @@ void mem_reset_peak(device_t dev);  // peak := live (for per-phase peaks)
 typedef void (*mem_observer_fn)(void* ctx, device_t dev, mem_tag_t tag, long long delta, size_t live_after);
 void mem_set_observer(mem_observer_fn fn, void* ctx);
 
-// "1.50 GiB", "12.0 MiB", "512 B" into buf; returns buf.
+// "2.00 TiB", "1.50 GiB", "12.0 MiB", "512 B" into buf (up to PiB); returns buf.
 const char* fmt_bytes(size_t bytes, char* buf, size_t len);
+
+// Could `bytes` fit on the device at all: the host's physical memory, or the GPU's total? For
+// checking the sizes a user asked for before allocating, so that impossible sizes are bad input
+// (exit 2, naming the flags) rather than an out-of-memory death. A double, so that products of
+// sizes cannot overflow. 1 if so (or if the total is unknown); 0 with "needs 1.21 TiB, more than
+// the 23.4 GiB of host memory here" in err.
+int mem_fits(device_t dev, double bytes, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/check.h"
 #include "common/cli.h"
+#include "common/fileio.h"
 #include "common/gpu.h"
 #include "common/table.h"
 
@@ -16,13 +18,28 @@ static void mpi_version(char* buf, size_t len) {
     pclose(p);
 }
 
+#define JSON_PATH "results/environment.json"
+
 int main(int argc, char** argv) {
     int json = 0;
+    const char* need_gpu = NULL;
     cli_opt_t opts[] = {
-        {"json", CLI_FLAG, &json, "0", "also write results/environment.json", NULL},
+        {"json", CLI_FLAG, &json, "0", "also write " JSON_PATH, NULL},
+        {"need-gpu", CLI_STR, &need_gpu, "",
+         "WHAT: print nothing and exit 0 if there is a CUDA GPU, else one line 'WHAT: error: needs a "
+         "CUDA GPU: why' and exit 2 (how the benchmark scripts refuse a machine without one)", NULL},
     };
     cli_parse(argc, argv, "Report the GPU, CUDA and library versions this workbook will use.",
               opts, CLI_COUNT(opts));
+    if (need_gpu[0]) {
+        if (gpu_count() > 0) return 0;
+        set_progname(need_gpu);
+        fail("needs a CUDA GPU: %s", gpu_absent_reason());
+    }
+    char err[512];
+    // Before the report, so that an unwritable place is said at once and nothing is printed.
+    if (json && dir_check_writable("results", err, sizeof err) != 0)
+        fail("--json: cannot write %s: %s", JSON_PATH, err);
 
     table_t* t = table_new("Environment", 2, (const char*[]){"what", "found"});
     char buf[256];
@@ -50,8 +67,7 @@ int main(int argc, char** argv) {
     mpi_version(buf, sizeof buf);
     table_row(t); table_cell(t, "MPI"); table_cell(t, "%s", buf);
     table_print_md(t, stdout);
-    if (json && table_write_json(t, "results/environment.json") != 0)
-        fprintf(stderr, "envreport: could not write results/environment.json\n");
+    if (json && table_write_json(t, JSON_PATH) != 0) fail("--json: could not write %s (reason above)", JSON_PATH);
     table_free(t);
     return 0;
 }

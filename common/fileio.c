@@ -11,9 +11,11 @@
 // can leave a "*.tmp.PID" file behind -- never a half-written `path`.
 #include "common/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -214,5 +216,319 @@ int mkdir_parent(const char* path) {
     int saved = errno;
     free(d);
     errno = saved;
+    return rc;
+}
+
+// ---------------------------------------------------------------- checks before a run
+
+static int put_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static int put_err(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+// "a/b/c" -> "a/b", "a" -> ".", "/a" -> "/" (in place).
+static void strip_last(char* p) {
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+    char* slash = strrchr(p, '/');
+    if (!slash) strcpy(p, ".");
+    else if (slash == p) p[1] = '\0';
+    else *slash = '\0';
+}
+
+int dir_check_writable(const char* dir, char* err, size_t errlen) {
+    if (!dir || !*dir) return put_err(err, errlen, "the directory name is empty");
+    size_t n = strlen(dir);
+    char* p = malloc(n + 2);
+    char* probe = malloc(n + 32);
+    if (!p || !probe) {
+        free(p), free(probe);
+        return put_err(err, errlen, "out of memory");
+    }
+    memcpy(p, dir, n + 1);
+    int rc = 0;
+    for (;;) {
+        struct stat st;
+        if (stat(p, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) {
+                rc = put_err(err, errlen, "%s is not a directory", p);
+            } else {
+                // access() would not do: root passes it on a read-only or pseudo file system.
+                snprintf(probe, n + 32, "%s/.wcheck.XXXXXX", p);
+                if (!mkdtemp(probe)) rc = put_err(err, errlen, "cannot create files in %s: %s", p, strerror(errno));
+                else rmdir(probe);
+            }
+            break;
+        }
+        if (errno != ENOENT && errno != ENOTDIR) {
+            rc = put_err(err, errlen, "%s: %s", p, strerror(errno));
+            break;
+        }
+        if (strcmp(p, ".") == 0 || strcmp(p, "/") == 0) {  // cannot happen on a sane system
+            rc = put_err(err, errlen, "%s: %s", p, strerror(errno));
+            break;
+        }
+        strip_last(p);  // not there yet: would be created inside its parent
+    }
+    free(p), free(probe);
+    return rc;
+}
+
+int file_name_check(const char* name, char* err, size_t errlen) {
+    if (!name || !*name) return put_err(err, errlen, "the file name is empty");
+    if (strchr(name, '/')) return put_err(err, errlen, "'%s' is a path, not a file name (it contains '/')", name);
+    if (name[0] == '.') return put_err(err, errlen, "'%s' starts with '.' (a hidden file)", name);
+    return 0;
+}
+
+// ---------------------------------------------------------------- output sets
+
+struct outset {
+    char* dir;        // the final directory
+    char* tmp;        // the private temporary directory
+    int fresh;        // 1: `dir` did not exist; commit renames tmp to dir
+    char** made;      // parent directories outset_open created, outermost first
+    int nmade;
+    char** names;     // file names asked for through outset_path
+    char** paths;     // tmp/name of each
+    int nnames;
+    pid_t owner;
+    struct outset* next;
+};
+
+static outset_t* g_sets;  // open sets, guarded by g_lock
+static int g_sets_atexit;
+static unsigned g_set_counter;
+
+// Removes the temporary directory with whatever is in it (our files, afile temporaries), then
+// the parents this set created, innermost first (rmdir: only while they are empty).
+static void outset_remove_tmp(outset_t* s) {
+    DIR* d = opendir(s->tmp);
+    if (d) {
+        struct dirent* e;
+        size_t n = strlen(s->tmp) + 2;
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char* f = malloc(n + strlen(e->d_name));
+            if (!f) continue;
+            snprintf(f, n + strlen(e->d_name), "%s/%s", s->tmp, e->d_name);
+            unlink(f);
+            free(f);
+        }
+        closedir(d);
+    }
+    rmdir(s->tmp);
+}
+
+static void outset_remove_made(outset_t* s) {
+    for (int i = s->nmade - 1; i >= 0; i--) rmdir(s->made[i]);
+}
+
+static void outset_free(outset_t* s) {
+    for (int i = 0; i < s->nmade; i++) free(s->made[i]);
+    for (int i = 0; i < s->nnames; i++) free(s->names[i]), free(s->paths[i]);
+    free(s->made), free(s->names), free(s->paths), free(s->dir), free(s->tmp);
+    free(s);
+}
+
+static void outset_cleanup_at_exit(void) {
+    pthread_mutex_lock(&g_lock);
+    pid_t self = getpid();
+    for (outset_t* s = g_sets; s; s = s->next)
+        if (s->owner == self) {
+            outset_remove_tmp(s);
+            outset_remove_made(s);
+        }
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void outset_detach(outset_t* s) {
+    pthread_mutex_lock(&g_lock);
+    outset_t** pp = &g_sets;
+    while (*pp && *pp != s) pp = &(*pp)->next;
+    if (*pp) *pp = s->next;
+    pthread_mutex_unlock(&g_lock);
+}
+
+outset_t* outset_open(const char* dir, char* err, size_t errlen) {
+    if (!dir || !*dir) {
+        put_err(err, errlen, "the directory name is empty");
+        return NULL;
+    }
+    outset_t* s = calloc(1, sizeof *s);
+    if (!s || !(s->dir = dup_str(dir))) {
+        free(s);
+        put_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    size_t n = strlen(s->dir);
+    while (n > 1 && s->dir[n - 1] == '/') s->dir[--n] = '\0';
+    s->owner = getpid();
+    struct stat st;
+    if (stat(s->dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            put_err(err, errlen, "%s exists and is not a directory", s->dir);
+            outset_free(s);
+            return NULL;
+        }
+    } else if (errno == ENOENT) {
+        s->fresh = 1;
+        // The missing parents, outermost first, so that a failed run can remove them again.
+        char* p = dup_str(s->dir);
+        char** chain = calloc(n + 1, sizeof *chain);
+        int k = 0;
+        if (!p || !chain) {
+            free(p), free(chain);
+            put_err(err, errlen, "out of memory");
+            outset_free(s);
+            return NULL;
+        }
+        for (;;) {
+            strip_last(p);
+            if (!strcmp(p, ".") || !strcmp(p, "/") || stat(p, &st) == 0) break;
+            chain[k++] = dup_str(p);
+        }
+        free(p);
+        s->made = calloc((size_t)k + 1, sizeof *s->made);
+        for (int i = k - 1; i >= 0 && s->made; i--) {
+            if (mkdir(chain[i], 0777) != 0 && errno != EEXIST) {
+                put_err(err, errlen, "cannot create the directory %s: %s", chain[i], strerror(errno));
+                for (int j = 0; j <= i; j++) free(chain[j]);
+                free(chain);
+                outset_remove_made(s);
+                outset_free(s);
+                return NULL;
+            }
+            s->made[s->nmade++] = chain[i];
+        }
+        free(chain);
+    } else {
+        put_err(err, errlen, "%s: %s", s->dir, strerror(errno));
+        outset_free(s);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_lock);
+    unsigned id = g_set_counter++;
+    pthread_mutex_unlock(&g_lock);
+    size_t tn = n + 48;
+    s->tmp = malloc(tn);
+    if (!s->tmp) {
+        put_err(err, errlen, "out of memory");
+        outset_remove_made(s);
+        outset_free(s);
+        return NULL;
+    }
+    // New: a sibling that becomes `dir` by one rename. Existing: a hidden directory inside it
+    // (same file system as the targets, so that each rename is atomic).
+    if (s->fresh) snprintf(s->tmp, tn, "%s.tmp.%ld.%u", s->dir, (long)s->owner, id);
+    else snprintf(s->tmp, tn, "%s/.tmp.%ld.%u", s->dir, (long)s->owner, id);
+    if (mkdir(s->tmp, 0777) != 0) {
+        if (s->fresh) put_err(err, errlen, "cannot create the directory %s: %s", s->dir, strerror(errno));
+        else put_err(err, errlen, "cannot create files in %s: %s", s->dir, strerror(errno));
+        outset_remove_made(s);
+        outset_free(s);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_lock);
+    if (!g_sets_atexit) {
+        atexit(outset_cleanup_at_exit);
+        g_sets_atexit = 1;
+    }
+    s->next = g_sets;
+    g_sets = s;
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+const char* outset_path(outset_t* s, const char* name) {
+    if (!s || file_name_check(name, NULL, 0) != 0) return NULL;
+    for (int i = 0; i < s->nnames; i++)
+        if (!strcmp(s->names[i], name)) return s->paths[i];
+    char** nn = realloc(s->names, (size_t)(s->nnames + 1) * sizeof *nn);
+    if (!nn) return NULL;
+    s->names = nn;
+    char** np = realloc(s->paths, (size_t)(s->nnames + 1) * sizeof *np);
+    if (!np) return NULL;
+    s->paths = np;
+    size_t len = strlen(s->tmp) + strlen(name) + 2;
+    char* path = malloc(len);
+    char* nm = dup_str(name);
+    if (!path || !nm) {
+        free(path), free(nm);
+        return NULL;
+    }
+    snprintf(path, len, "%s/%s", s->tmp, name);
+    s->names[s->nnames] = nm;
+    s->paths[s->nnames] = path;
+    s->nnames++;
+    return path;
+}
+
+void outset_abort(outset_t* s) {
+    if (!s) return;
+    outset_detach(s);
+    outset_remove_tmp(s);
+    outset_remove_made(s);
+    outset_free(s);
+}
+
+// Moves every file of the set into the existing directory s->dir. Checks first that every file
+// was written and that no target is a directory; a rename that still fails takes back the ones
+// already moved, so that the set is never half there.
+static int move_files(outset_t* s, char* err, size_t errlen) {
+    int rc = 0, moved = 0;
+    char** dst = calloc((size_t)s->nnames + 1, sizeof *dst);
+    if (!dst) return put_err(err, errlen, "out of memory");
+    for (int i = 0; i < s->nnames && rc == 0; i++) {
+        size_t len = strlen(s->dir) + strlen(s->names[i]) + 2;
+        if (!(dst[i] = malloc(len))) {
+            rc = put_err(err, errlen, "out of memory");
+            break;
+        }
+        snprintf(dst[i], len, "%s/%s", s->dir, s->names[i]);
+        struct stat st;
+        if (lstat(s->paths[i], &st) != 0 || !S_ISREG(st.st_mode))
+            rc = put_err(err, errlen, "%s was not written", s->names[i]);
+        else if (lstat(dst[i], &st) == 0 && S_ISDIR(st.st_mode))
+            rc = put_err(err, errlen, "cannot replace %s: it is a directory", dst[i]);
+    }
+    for (int i = 0; i < s->nnames && rc == 0; i++, moved++)
+        if (rename(s->paths[i], dst[i]) != 0)
+            rc = put_err(err, errlen, "cannot move %s into place: %s", dst[i], strerror(errno));
+    if (rc != 0)
+        for (int i = 0; i < moved; i++) unlink(dst[i]);
+    for (int i = 0; i < s->nnames; i++) free(dst[i]);
+    free(dst);
+    return rc;
+}
+
+int outset_commit(outset_t* s, char* err, size_t errlen) {
+    if (!s) return put_err(err, errlen, "no output set");
+    outset_detach(s);
+    int rc = 0;
+    if (s->fresh) {
+        for (int i = 0; i < s->nnames && rc == 0; i++) {
+            struct stat st;
+            if (lstat(s->paths[i], &st) != 0 || !S_ISREG(st.st_mode))
+                rc = put_err(err, errlen, "%s was not written", s->names[i]);
+        }
+        if (rc == 0 && rename(s->tmp, s->dir) != 0) {
+            if (errno == EEXIST || errno == ENOTEMPTY) rc = move_files(s, err, errlen);  // made meanwhile
+            else rc = put_err(err, errlen, "cannot move %s into place: %s", s->dir, strerror(errno));
+        } else if (rc == 0) {
+            s->nmade = 0;  // they hold the result now
+        }
+    } else {
+        rc = move_files(s, err, errlen);
+    }
+    outset_remove_tmp(s);  // gone already after the rename of a fresh set
+    if (rc != 0) outset_remove_made(s);
+    outset_free(s);
     return rc;
 }

@@ -7,11 +7,26 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 
 static int g_count = -1;
-static char g_reason[160] = "";
+static char g_reason[256] = "";
+
+// Is any trace of the NVIDIA kernel driver here? Its user-space library (libcuda.so.1), its
+// device files (/dev/nvidiactl, /dev/nvidia0) or its /proc entry. With none of them, the CUDA
+// runtime's own words ("CUDA driver version is insufficient for CUDA runtime version") mislead:
+// there is no driver at all, old or new.
+static int driver_present(void) {
+    if (access("/proc/driver/nvidia", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0 ||
+        access("/dev/nvidia0", F_OK) == 0)
+        return 1;
+    void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!h) h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (h) dlclose(h);
+    return h != NULL;
+}
 
 int gpu_count(void) {
     if (g_count >= 0) return g_count;
@@ -19,7 +34,11 @@ int gpu_count(void) {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         cudaGetLastError();  // not sticky, but keep later error checks clean
-        snprintf(g_reason, sizeof g_reason, "no CUDA device (%s)", cudaGetErrorString(e));
+        if (!driver_present())
+            snprintf(g_reason, sizeof g_reason,
+                     "no NVIDIA driver / no GPU (no libcuda.so.1, /dev/nvidia* or /proc/driver/nvidia)");
+        else
+            snprintf(g_reason, sizeof g_reason, "no CUDA device (%s)", cudaGetErrorString(e));
         n = 0;
     } else if (n == 0) {
         snprintf(g_reason, sizeof g_reason, "no CUDA device found");

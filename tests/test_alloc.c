@@ -81,6 +81,19 @@ Test(alloc, fmt_bytes_units) {
     cr_assert_str_eq(fmt_bytes(512, b, sizeof b), "512 B");
     cr_assert_str_eq(fmt_bytes(3 << 20, b, sizeof b), "3.0 MiB");
     cr_assert_str_eq(fmt_bytes(3ull << 30, b, sizeof b), "3.00 GiB");
+    cr_assert_str_eq(fmt_bytes(3ull << 40, b, sizeof b), "3.00 TiB");
+    cr_assert_str_eq(fmt_bytes(3ull << 50, b, sizeof b), "3.00 PiB");
+}
+
+// Sizes a user asks for are checked against the machine before anything is allocated (issue 17:
+// impossible sizes are bad input, exit 2, not an out-of-memory death with exit 1).
+Test(alloc, mem_fits_says_how_much_is_needed_and_there) {
+    char err[256] = "";
+    cr_assert_eq(mem_fits(DEV_CPU, 1 << 20, err, sizeof err), 1, "1 MiB fits any machine");
+    cr_assert_eq(mem_fits(DEV_CPU, 3.0 * (1ull << 50), err, sizeof err), 0, "3 PiB fits no machine");
+    cr_assert(strstr(err, "needs 3.00 PiB, more than the ") && strstr(err, "of host memory here"), "%s", err);
+    cr_assert_eq(mem_fits(DEV_CPU, 1e30, err, sizeof err), 0, "beyond size_t: still a clear no");
+    cr_assert(strstr(err, "needs more than 8 EiB"), "%s", err);
 }
 
 Test(alloc, gpu_accounting_and_oom_is_null) {

@@ -185,3 +185,136 @@ Test(fileio, mkdir_p_nested_existing_and_blocked) {
     cr_assert(stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
     cr_assert_eq(mkdir_parent("plain.csv"), 0, "no directory part: nothing to do");
 }
+
+// ---- issue 17: checks before a run, and output sets that appear whole or not at all
+
+static int exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+Test(fileio, dir_check_writable_creates_nothing) {
+    const char* dir = fresh_dir("wcheck");
+    char path[600], err[512];
+    cr_assert_eq(dir_check_writable(dir, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/not/yet/there", dir);
+    cr_assert_eq(dir_check_writable(path, err, sizeof err), 0, "a missing directory under a writable one: %s", err);
+    cr_assert_eq(count_entries(dir), 0, "the check left something behind");
+
+    snprintf(path, sizeof path, "%s/plain", dir);
+    write_text(path, "x");
+    snprintf(path, sizeof path, "%s/plain/sub/dir", dir);
+    cr_assert_eq(dir_check_writable(path, err, sizeof err), -1);
+    cr_assert(strstr(err, "plain is not a directory"), "%s", err);
+    // /proc refuses new entries even to root (a read-only place that permissions cannot fake).
+    cr_assert_eq(dir_check_writable("/proc/cs336-no-such/dir", err, sizeof err), -1);
+    cr_assert(strstr(err, "cannot create files in /proc: "), "%s", err);
+    cr_assert_eq(dir_check_writable("", err, sizeof err), -1);
+}
+
+Test(fileio, file_name_check_reasons) {
+    char err[256];
+    cr_assert_eq(file_name_check("accumulation", err, sizeof err), 0);
+    cr_assert_eq(file_name_check("", err, sizeof err), -1);
+    cr_assert(strstr(err, "empty"), "%s", err);
+    cr_assert_eq(file_name_check("a/b/c", err, sizeof err), -1);
+    cr_assert(strstr(err, "'a/b/c'") && strstr(err, "contains '/'"), "%s", err);
+    cr_assert_eq(file_name_check(".csv", err, sizeof err), -1);
+    cr_assert(strstr(err, "hidden"), "%s", err);
+}
+
+Test(fileio, outset_new_directory_appears_whole) {
+    const char* base = fresh_dir("set_new");
+    char dir[600], err[512], path[700];
+    snprintf(dir, sizeof dir, "%s/deeper/run", base);
+    outset_t* s = outset_open(dir, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    write_text(outset_path(s, "a.txt"), "A\n");
+    write_text(outset_path(s, "b.txt"), "B\n");
+    cr_assert(!exists(dir), "%s is visible before the commit", dir);
+    cr_assert_eq(outset_commit(s, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/a.txt", dir);
+    expect_text(path, "A\n");
+    snprintf(path, sizeof path, "%s/b.txt", dir);
+    expect_text(path, "B\n");
+    cr_assert_eq(count_entries(dir), 2);
+    snprintf(path, sizeof path, "%s/deeper", base);
+    cr_assert_eq(count_entries(path), 1, "a temporary directory was left beside %s", dir);
+}
+
+Test(fileio, outset_existing_directory_files_replaced) {
+    const char* dir = fresh_dir("set_old");
+    char err[512], path[700];
+    snprintf(path, sizeof path, "%s/a.txt", dir);
+    write_text(path, "old\n");
+    outset_t* s = outset_open(dir, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    write_text(outset_path(s, "a.txt"), "new\n");
+    expect_text(path, "old\n");
+    cr_assert_eq(outset_commit(s, err, sizeof err), 0, "%s", err);
+    expect_text(path, "new\n");
+    cr_assert_eq(count_entries(dir), 1, "the temporary directory is gone");
+}
+
+// The case from the issue: a later file of the set cannot be written, the earlier ones stayed.
+Test(fileio, outset_blocked_target_keeps_none_of_the_set) {
+    const char* dir = fresh_dir("set_blocked");
+    char err[512], path[700];
+    snprintf(path, sizeof path, "%s/dV.npy", dir);
+    cr_assert_eq(mkdir_p(path), 0);  // a directory where the last file should go
+    outset_t* s = outset_open(dir, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    write_text(outset_path(s, "dQ.npy"), "q");
+    write_text(outset_path(s, "dK.npy"), "k");
+    write_text(outset_path(s, "dV.npy"), "v");
+    cr_assert_eq(outset_commit(s, err, sizeof err), -1);
+    cr_assert(strstr(err, "dV.npy") && strstr(err, "is a directory"), "%s", err);
+    cr_assert_eq(count_entries(dir), 1, "only the blocking directory may remain");
+}
+
+Test(fileio, outset_abort_removes_what_it_made) {
+    const char* base = fresh_dir("set_abort");
+    char dir[600], err[512];
+    snprintf(dir, sizeof dir, "%s/x/y/z", base);
+    outset_t* s = outset_open(dir, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    write_text(outset_path(s, "a.txt"), "A\n");
+    outset_abort(s);
+    cr_assert_eq(count_entries(base), 0, "the parents made for the set must go too");
+}
+
+static void child_set_then_exit(void* p) {
+    char err[512];
+    outset_t* s = outset_open((const char*)p, err, sizeof err);
+    if (!s) exit(10);
+    FILE* f = afile_open(outset_path(s, "half.npy"));  // a file still being written, too
+    if (!f) exit(11);
+    fputs("never committed\n", f);
+    write_text(outset_path(s, "whole.npy"), "written\n");
+    exit(2);  // as fail() does
+}
+
+Test(fileio, outset_exit_before_commit_leaves_nothing) {
+    const char* base = fresh_dir("set_exit");
+    char dir[600], out[256];
+    snprintf(dir, sizeof dir, "%s/new/run", base);
+    cr_assert_eq(run_child(child_set_then_exit, dir, out, sizeof out), 2, "%s", out);
+    cr_assert_eq(count_entries(base), 0, "a dying run left something behind");
+    cr_assert_eq(run_child(child_set_then_exit, (void*)base, out, sizeof out), 2, "%s", out);
+    cr_assert_eq(count_entries(base), 0, "a dying run left something in an existing directory");
+}
+
+Test(fileio, outset_open_says_why_not) {
+    const char* base = fresh_dir("set_refused");
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/plain", base);
+    write_text(path, "x");
+    cr_assert_null(outset_open(path, err, sizeof err));
+    cr_assert(strstr(err, "is not a directory"), "%s", err);
+    snprintf(path, sizeof path, "%s/plain/run", base);
+    cr_assert_null(outset_open(path, err, sizeof err));
+    cr_assert(strstr(err, "Not a directory"), "%s", err);
+    cr_assert_null(outset_open("/proc/cs336-no-such", err, sizeof err));
+    cr_assert(strstr(err, "cannot create the directory /proc/cs336-no-such: "), "%s", err);
+    cr_assert_eq(count_entries(base), 1);
+}

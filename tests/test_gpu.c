@@ -1,7 +1,10 @@
 // GPU detection, the error paths every program shares, and the shared GPU timing helper.
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/gpu.h"
@@ -21,6 +24,23 @@ Test(gpu, count_and_reason_agree) {
     cr_assert_neq(strlen(v), 0u);
     version_nccl(v, sizeof v);
     cr_assert_neq(strlen(v), 0u);
+}
+
+// Issue 17: on a machine with no driver at all, the CUDA runtime says "CUDA driver version is
+// insufficient for CUDA runtime version", which sends the user hunting for a newer driver. The
+// reason must say that there is none.
+Test(gpu, no_driver_is_named_as_such) {
+    if (gpu_count() > 0) cr_skip_test("a GPU is present");
+    if (access("/proc/driver/nvidia", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0 ||
+        access("/dev/nvidia0", F_OK) == 0)
+        cr_skip_test("an NVIDIA driver is installed here (no GPU usable: %s)", gpu_absent_reason());
+    void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (h) {
+        dlclose(h);
+        cr_skip_test("libcuda.so.1 is installed here (no GPU usable: %s)", gpu_absent_reason());
+    }
+    cr_assert(strstr(gpu_absent_reason(), "no NVIDIA driver / no GPU"), "%s", gpu_absent_reason());
+    cr_assert_null(strstr(gpu_absent_reason(), "insufficient"), "%s", gpu_absent_reason());
 }
 
 Test(gpu, info_is_sane) {
@@ -66,6 +86,35 @@ Test(check, envreport_runs_without_gpu_or_with) {
     cr_assert_eq(st, 0, "output: %s", out);
     cr_assert(strstr(out, "GPU") != NULL);
     cr_assert(strstr(out, "cuBLAS") != NULL);
+}
+
+// Issue 17: --json into a place that cannot be written was a warning and exit 0.
+Test(check, envreport_json_unwritable_is_exit_2) {
+    char out[4096], cmd[2 * PATH_MAX], dir[600], bd[PATH_MAX];
+    cr_assert_not_null(realpath(build_dir(), bd), "%s", build_dir());
+    snprintf(dir, sizeof dir, "%s/envreport_ro", test_tmpdir());
+    // results is a plain file there, so results/environment.json cannot be written.
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cd %s && : > results && %s/common/envreport --json", dir, dir, bd);
+    int st = run_capture(cmd, out, sizeof out);
+    cr_assert_eq(st, 2, "exit status %d, output: %s", st, out);
+    cr_assert(strstr(out, "envreport: error: --json: cannot write results/environment.json: results is not a "
+                          "directory"), "%s", out);
+    cr_assert_null(strstr(out, "| GPU"), "the report must not be printed before the error: %s", out);
+}
+
+// The benchmark scripts ask envreport whether there is a GPU: one line naming who needs it.
+Test(check, envreport_need_gpu) {
+    char out[4096], cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/common/envreport --need-gpu 'make bench-02'", build_dir());
+    int st = run_capture(cmd, out, sizeof out);
+    if (gpu_count() > 0) {
+        cr_assert_eq(st, 0, "%s", out);
+        cr_assert_str_eq(out, "", "nothing printed when there is a GPU");
+        return;
+    }
+    cr_assert_eq(st, 2, "exit status %d, output: %s", st, out);
+    cr_assert(strstr(out, "make bench-02: error: needs a CUDA GPU: ") == out, "%s", out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "one line: %s", out);
 }
 
 // gpu_time_fn: warm-up runs plus the counted runs, the budget cutting the count down to no less
