@@ -1,0 +1,145 @@
+// The §2.4 accounting as formulas, one function each; ACCOUNTING.md derives them. See accounting.h.
+#include "07_zero/accounting.h"
+
+#include <math.h>
+
+#include "common/check.h"
+
+// Upper bounds on the inputs: generous for any real model (405B has D = 16384, F = 53248,
+// L = 126), and small enough that P = 2·L·D·F and 16P stay exact in a double (< 2^53).
+#define ACCT_MAX_DIM (INT64_C(1) << 22)     // d_model, d_ff
+#define ACCT_MAX_BLOCKS (INT64_C(1) << 12)  // num_blocks
+#define ACCT_MAX_MESH_AXES 8                // a TPU pod is a 3D torus; 8 leaves room for more
+#define ACCT_MAX_DEGREE (1 << 20)           // X, Y
+
+int acct_model_check(const acct_model_t* m, char* err, size_t errlen) {
+    if (m->d_model < 1 || m->d_model > ACCT_MAX_DIM)
+        return set_err(err, errlen, "--d-model must be between 1 and %lld (got %lld)",
+                       (long long)ACCT_MAX_DIM, (long long)m->d_model);
+    if (m->d_ff < 1 || m->d_ff > ACCT_MAX_DIM)
+        return set_err(err, errlen, "--d-ff must be between 1 and %lld (got %lld)",
+                       (long long)ACCT_MAX_DIM, (long long)m->d_ff);
+    if (m->num_blocks < 1 || m->num_blocks > ACCT_MAX_BLOCKS)
+        return set_err(err, errlen, "--num-blocks must be between 1 and %lld (got %lld)",
+                       (long long)ACCT_MAX_BLOCKS, (long long)m->num_blocks);
+    return 0;
+}
+
+int acct_mesh_check(const acct_mesh_t* mesh, char* err, size_t errlen) {
+    // !(v > 0) also catches NaN, which cli_parse already refuses but a library caller might pass.
+    if (!(mesh->flops_per_s > 0) || isinf(mesh->flops_per_s))
+        return set_err(err, errlen, "--flops must be a positive FLOP/s count (got %g)", mesh->flops_per_s);
+    if (!(mesh->ici_bytes_per_s > 0) || isinf(mesh->ici_bytes_per_s))
+        return set_err(err, errlen, "--w-ici must be a positive bandwidth in bytes/s (got %g)",
+                       mesh->ici_bytes_per_s);
+    if (mesh->mesh_axes_x < 1 || mesh->mesh_axes_x > ACCT_MAX_MESH_AXES)
+        return set_err(err, errlen, "--mx must be between 1 and %d mesh axes (got %d)", ACCT_MAX_MESH_AXES,
+                       mesh->mesh_axes_x);
+    if (mesh->mesh_axes_y < 1 || mesh->mesh_axes_y > ACCT_MAX_MESH_AXES)
+        return set_err(err, errlen, "--my must be between 1 and %d mesh axes (got %d)", ACCT_MAX_MESH_AXES,
+                       mesh->mesh_axes_y);
+    if (mesh->x < 1 || mesh->x > ACCT_MAX_DEGREE)
+        return set_err(err, errlen, "--x (FSDP degree) must be between 1 and %d (got %d)", ACCT_MAX_DEGREE,
+                       mesh->x);
+    if (mesh->y < 1 || mesh->y > ACCT_MAX_DEGREE)
+        return set_err(err, errlen, "--y (TP degree) must be between 1 and %d (got %d)", ACCT_MAX_DEGREE,
+                       mesh->y);
+    return 0;
+}
+
+acct_memory_t acct_memory(const acct_model_t* m) {
+    const double D = (double)m->d_model, F = (double)m->d_ff, L = (double)m->num_blocks;
+    acct_memory_t r;
+    r.params = 2.0 * L * D * F;  // W1 [D, F] and W2 [F, D] per block, no biases
+    r.master_weight_bytes = ACCT_FP32_BYTES * r.params;
+    r.grad_bytes = ACCT_FP32_BYTES * r.params;
+    r.optimizer_bytes = 2.0 * ACCT_FP32_BYTES * r.params;  // AdamW keeps m and v per parameter
+    r.state_bytes = r.master_weight_bytes + r.grad_bytes + r.optimizer_bytes;
+    // A linear layer y = x·W needs its input x for dW = xᵀ·dy (and W, already counted, for dx).
+    // W1 saves its input [tokens, D]; W2 saves its input, W1's output, [tokens, F]. With no
+    // activation function between them nothing else is kept.
+    r.activation_bytes_per_token = ACCT_BF16_BYTES * L * (D + F);
+    return r;
+}
+
+double acct_activation_bytes(const acct_model_t* m, double tokens) {
+    return acct_memory(m).activation_bytes_per_token * tokens;
+}
+
+double acct_devices_needed(double bytes, double device_bytes) { return bytes / device_bytes; }
+
+int64_t acct_devices_whole(double bytes, double device_bytes) {
+    int64_t n = (int64_t)ceil(bytes / device_bytes);
+    // The division may round across an integer; settle on the exact smallest n.
+    while (n > 0 && (double)(n - 1) * device_bytes >= bytes) n--;
+    while ((double)n * device_bytes < bytes) n++;
+    return n;
+}
+
+double acct_fsdp_bytes_per_device(double state_bytes, double act_bytes, int64_t n_fsdp) {
+    // Every second layer's activations are sharded with the state; the others stay whole.
+    const double half_act = 0.5 * act_bytes;
+    return (state_bytes + half_act) / (double)n_fsdp + half_act;
+}
+
+int64_t acct_fsdp_min_degree(double state_bytes, double act_bytes, double budget_bytes) {
+    const double half_act = 0.5 * act_bytes;
+    if (half_act >= budget_bytes) return -1;  // no amount of sharding removes the unsharded half
+    // (state + A/2)/N + A/2 < budget  <=>  N > (state + A/2) / (budget − A/2)
+    const double n_real = (state_bytes + half_act) / (budget_bytes - half_act);
+    if (!(n_real < 1e15)) return -1;  // not a degree any machine has (and keeps int64 safe)
+    int64_t n = (int64_t)floor(n_real) + 1;
+    // Settle rounding at the boundary on the formula the program prints.
+    while (n > 1 && acct_fsdp_bytes_per_device(state_bytes, act_bytes, n - 1) < budget_bytes) n--;
+    while (acct_fsdp_bytes_per_device(state_bytes, act_bytes, n) >= budget_bytes) n++;
+    return n;
+}
+
+acct_layer_times_t acct_layer_times(const acct_model_t* m, const acct_mesh_t* mesh, double tokens_total) {
+    const double D = (double)m->d_model, F = (double)m->d_ff, B = tokens_total;
+    const double X = mesh->x, Y = mesh->y, N = X * Y;
+    const double C = mesh->flops_per_s, W = mesh->ici_bytes_per_s;
+    acct_layer_times_t t;
+    // Two matmuls (B×D by D×F and B×F by F×D), 2 FLOPs per multiply-add, spread over all N chips.
+    t.math_s = 2.0 * 2.0 * B * D * F / (N * C);
+    // All-gather along X of W1 [D_X, F_Y] and W2 [F_Y, D_X] in bf16: each chip ends up with the
+    // D·F/Y elements of its TP column of each matrix. An all-gather of V bytes over a ring of
+    // bidirectional links takes about V/W; M_X axes carry it in parallel.
+    t.fsdp_s = 2.0 * ACCT_BF16_BYTES * D * F / (Y * W * mesh->mesh_axes_x);
+    // All-gather In [B_X, D_Y] before W1 and reduce-scatter Out [B_X, D] after W2, along Y:
+    // B/X·D bf16 elements each.
+    t.tp_s = 2.0 * ACCT_BF16_BYTES * (B / X) * D / (W * mesh->mesh_axes_y);
+    return t;
+}
+
+acct_bound_t acct_compute_bound(const acct_model_t* m, const acct_mesh_t* mesh) {
+    const double F = (double)m->d_ff;
+    const double X = mesh->x, Y = mesh->y, N = X * Y;
+    const double MX = mesh->mesh_axes_x, MY = mesh->mesh_axes_y;
+    acct_bound_t r;
+    r.alpha = mesh->flops_per_s / mesh->ici_bytes_per_s;
+    // T_tp < T_math  <=>  4BD/(X·W·M_Y) < 4BDF/(N·C)  <=>  F > alpha·Y/M_Y: B cancels.
+    r.tp_ok = F > r.alpha * Y / MY;
+    r.tp_max_degree = MY * F / r.alpha;
+    // T_fsdp < T_math  <=>  4DF/(Y·W·M_X) < 4BDF/(N·C)  <=>  B/N > alpha/(Y·M_X).
+    r.min_tokens_per_device = r.tp_ok ? r.alpha / (Y * MX) : INFINITY;
+    r.min_tokens_total = N * r.min_tokens_per_device;
+    // T_fsdp + T_tp < T_math with b = B/N (so B/X = b·Y):
+    //   F/(Y·M_X) + b·Y/M_Y < b·F/alpha  <=>  b·(F/alpha − Y/M_Y) > F/(Y·M_X).
+    const double denom = F / r.alpha - Y / MY;
+    r.min_tokens_per_device_serial = denom > 0 ? (F / (Y * MX)) / denom : INFINITY;
+    // At X = X_opt both collectives take the same time; T_math > that time gives
+    // B/N > alpha²/(M_X·M_Y·F) (ACCOUNTING.md, "the best split").
+    r.min_tokens_per_device_best_split = r.alpha * r.alpha / (MX * MY * F);
+    return r;
+}
+
+double acct_x_opt(double tokens_total, int64_t d_ff, int mesh_axes_x, int mesh_axes_y, int64_t n_chips) {
+    return sqrt(tokens_total / (double)d_ff * (double)mesh_axes_x / (double)mesh_axes_y * (double)n_chips);
+}
+
+int64_t acct_smallest_above(double threshold) {
+    if (!isfinite(threshold) || threshold >= 9e15) return -1;
+    if (threshold < 0) return 0;
+    return (int64_t)floor(threshold) + 1;
+}

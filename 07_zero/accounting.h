@@ -1,0 +1,106 @@
+// Communication and memory accounting for the handout's §2.4 problem (communication_accounting):
+// an FFN-only Transformer (num_blocks × [W1: d_model→d_ff, W2: d_ff→d_model], no biases, no
+// activation function), trained with fp32 master weights, fp32 accumulated gradients and fp32 AdamW
+// moments, with bf16 activations saved for the backward and bf16 weights/activations on the wire.
+// Pure functions, no I/O: the program accounting_main.c prints them, test_accounting.c checks them,
+// ACCOUNTING.md derives every formula.
+//
+// Letters as in the scaling book (Austin et al., "How to Scale Your Model", part 5):
+//   D d_model, F d_ff, L num_blocks, P parameters = 2·L·D·F,
+//   B tokens in the (global) batch, N chips, X FSDP degree, Y TP degree (N = X·Y),
+//   M_X, M_Y mesh axes the FSDP and TP collectives run over, C FLOP/s per chip,
+//   W_ici bidirectional bandwidth of one mesh axis (bytes/s), alpha = C / W_ici (FLOPs per byte).
+// Byte counts are doubles: every count here is an integer below 2^53, so it is exact, and a
+// user's outsized flags give a large number instead of a wrapped one.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ACCT_FP32_BYTES 4.0  // master weights, accumulated gradients, AdamW moments
+#define ACCT_BF16_BYTES 2.0  // saved activations; weights and activations sent over the network
+#define ACCT_GB 1e9          // "GB" everywhere in this problem is decimal, as in "H100 80GB"
+
+typedef struct {
+    int64_t d_model;     // D
+    int64_t d_ff;        // F
+    int64_t num_blocks;  // L
+} acct_model_t;
+
+// Single-device memory, part (a).
+typedef struct {
+    double params;                   // P = 2·L·D·F (W1 and W2 of every block)
+    double master_weight_bytes;      // 4P
+    double grad_bytes;               // 4P: accumulated fp32 gradients
+    double optimizer_bytes;          // 8P: AdamW's first and second moments
+    double state_bytes;              // 16P: the three above together
+    double activation_bytes_per_token;  // 2·L·(D + F): bf16 inputs of W1 and W2 in every block
+} acct_memory_t;
+
+// Per-layer forward-pass times for FSDP (X) × TP (Y), part (c), in seconds.
+typedef struct {
+    double flops_per_s;      // C
+    double ici_bytes_per_s;  // W_ici, bidirectional, per mesh axis
+    int mesh_axes_x;         // M_X
+    int mesh_axes_y;         // M_Y
+    int x;                   // FSDP degree
+    int y;                   // TP degree
+} acct_mesh_t;
+
+typedef struct {
+    double math_s;  // 2·2·B·D·F / (N·C): the two matmuls of one block, split over N chips
+    double fsdp_s;  // 2·2·D·F / (Y·W·M_X): all-gather of W1 and W2 shards (bf16) along X
+    double tp_s;    // 2·2·B·D / (X·W·M_Y): all-gather In and reduce-scatter Out (bf16) along Y
+} acct_layer_times_t;
+
+// When the FSDP × TP forward pass is compute-bound, part (c).
+typedef struct {
+    double alpha;                  // C / W_ici, FLOPs per byte of one ICI axis
+    int tp_ok;                     // 1 if F > alpha·Y/M_Y: the TP collectives hide at any batch
+    double tp_max_degree;          // M_Y·F/alpha: the largest Y whose TP collectives still hide
+    // Book's model (X and Y collectives overlap each other and the math): max(T_fsdp, T_tp) <
+    // T_math, i.e. B/N > alpha/(Y·M_X) when tp_ok. INFINITY when !tp_ok (no batch is enough).
+    double min_tokens_per_device;  // threshold on B/N (strictly above it is compute-bound)
+    double min_tokens_total;       // N times that
+    // Stricter model: the X and Y collectives do not overlap each other, T_fsdp + T_tp < T_math:
+    // B/N > (F/(Y·M_X)) / (F/alpha − Y/M_Y). INFINITY when the denominator is not positive.
+    double min_tokens_per_device_serial;
+    // The floor with the best split of the same N chips (X = X_opt): B/N > alpha²/(M_X·M_Y·F).
+    double min_tokens_per_device_best_split;
+} acct_bound_t;
+
+// 0 if the sizes are usable, else -1 with one line naming the offending value in err.
+int acct_model_check(const acct_model_t* m, char* err, size_t errlen);
+int acct_mesh_check(const acct_mesh_t* mesh, char* err, size_t errlen);
+
+acct_memory_t acct_memory(const acct_model_t* m);
+// Bytes saved for the backward when one device holds `tokens` tokens (batch · context).
+double acct_activation_bytes(const acct_model_t* m, double tokens);
+// How many devices of `device_bytes` the bytes fill, as a fraction (ceil it for whole devices).
+double acct_devices_needed(double bytes, double device_bytes);
+// Whole devices: the smallest integer n with n·device_bytes >= bytes.
+int64_t acct_devices_whole(double bytes, double device_bytes);
+
+// Part (b): state and half the activations sharded over n_fsdp devices, the other half kept whole:
+//   (state + act/2) / n_fsdp + act/2.
+double acct_fsdp_bytes_per_device(double state_bytes, double act_bytes, int64_t n_fsdp);
+// The smallest n_fsdp whose per-device bytes are strictly below budget_bytes; -1 if none is
+// (the unsharded half of the activations alone reaches the budget) or it exceeds 1e15.
+int64_t acct_fsdp_min_degree(double state_bytes, double act_bytes, double budget_bytes);
+
+// Part (c). tokens_total is B, the global batch in tokens.
+acct_layer_times_t acct_layer_times(const acct_model_t* m, const acct_mesh_t* mesh, double tokens_total);
+acct_bound_t acct_compute_bound(const acct_model_t* m, const acct_mesh_t* mesh);
+// The FSDP degree that balances the two collectives for B tokens on n chips:
+//   X_opt = sqrt(B/F · M_X/M_Y · n).
+double acct_x_opt(double tokens_total, int64_t d_ff, int mesh_axes_x, int mesh_axes_y, int64_t n_chips);
+// The smallest whole number strictly above a threshold (320 for 319.44; 5 for 4; 0 below 0);
+// -1 for an infinite threshold (no batch is enough).
+int64_t acct_smallest_above(double threshold);
+
+#ifdef __cplusplus
+}
+#endif

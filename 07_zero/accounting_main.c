@@ -1,0 +1,204 @@
+// The handout's §2.4 communication_accounting problem as a calculator: memory of an FFN-only
+// model on one device (a), the FSDP degree that fits a per-device budget (b), and the batch that
+// keeps an FSDP × TP forward pass compute-bound (c). Defaults are the handout's XXL model, H100
+// 80GB and TPU v5p constants; every one is a flag. ACCOUNTING.md derives each row.
+//   build/07_zero/accounting [--d-model 16384 --d-ff 53248 --num-blocks 126 --batch 4 --context 512]
+//                            [--device-gb 80 --budget-gb 95 --flops 4.6e14 --w-ici 1.8e11]
+//                            [--mx 2 --my 1 --x 16 --y 4]
+#include <math.h>
+#include <stdio.h>
+
+#include "07_zero/accounting.h"
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/table.h"
+
+#define MAX_TOKENS_SIDE (1 << 24)  // --batch and --context: 16M each is far past any real run
+
+// Formulas are written in ASCII (*, ^2): the Markdown printer pads columns by bytes.
+static const char* const HDR[] = {"quantity", "formula", "value", "unit"};
+
+static void row(table_t* t, const char* what, const char* formula, const char* unit, const char* fmt,
+                double v) {
+    table_row(t);
+    table_cell(t, "%s", what);
+    table_cell(t, "%s", formula);
+    table_cell(t, fmt, v);
+    table_cell(t, "%s", unit);
+}
+
+// A row whose value is a whole count, or "none" where the count does not exist (-1).
+static void row_count(table_t* t, const char* what, const char* formula, const char* unit, int64_t n) {
+    table_row(t);
+    table_cell(t, "%s", what);
+    table_cell(t, "%s", formula);
+    if (n >= 0) table_cell(t, "%lld", (long long)n);
+    else table_cell(t, "none");
+    table_cell(t, "%s", unit);
+}
+
+int main(int argc, char** argv) {
+    int d_model = 0, d_ff = 0, num_blocks = 0, batch = 0, context = 0, mx = 0, my = 0, x = 0, y = 0;
+    double device_gb = 0, budget_gb = 0, flops = 0, w_ici = 0;
+    cli_opt_t opts[] = {
+        {"d-model", CLI_INT, &d_model, "16384", "D, the model width (handout's XXL)", NULL},
+        {"d-ff", CLI_INT, &d_ff, "53248", "F, the feed-forward width", NULL},
+        {"num-blocks", CLI_INT, &num_blocks, "126", "L, blocks of two linear layers", NULL},
+        {"batch", CLI_INT, &batch, "4", "sequences whose activations one device saves (a, b)", NULL},
+        {"context", CLI_INT, &context, "512", "tokens per sequence (a, b)", NULL},
+        {"device-gb", CLI_DOUBLE, &device_gb, "80", "memory of the GPU counted in (a), GB = 1e9 bytes", NULL},
+        {"budget-gb", CLI_DOUBLE, &budget_gb, "95", "per-device memory budget of (b), GB (TPU v5p: 95)", NULL},
+        {"flops", CLI_DOUBLE, &flops, "4.6e14", "C, peak FLOP/s per chip (TPU v5p, bf16)", NULL},
+        {"w-ici", CLI_DOUBLE, &w_ici, "1.8e11", "W_ici, bidirectional bytes/s per mesh axis (2 x 9e10)", NULL},
+        {"mx", CLI_INT, &mx, "2", "M_X, mesh axes the FSDP collectives use", NULL},
+        {"my", CLI_INT, &my, "1", "M_Y, mesh axes the TP collectives use", NULL},
+        {"x", CLI_INT, &x, "16", "X, FSDP degree", NULL},
+        {"y", CLI_INT, &y, "4", "Y, TP degree", NULL},
+    };
+    cli_parse(argc, argv,
+              "Handout §2.4 communication_accounting: memory, FSDP degree and compute-bound batch of an\n"
+              "FFN-only model (fp32 weights, gradients, AdamW; bf16 activations and collectives).",
+              opts, CLI_COUNT(opts));
+
+    char err[256];
+    const acct_model_t model = {d_model, d_ff, num_blocks};
+    const acct_mesh_t mesh = {flops, w_ici, mx, my, x, y};
+    if (acct_model_check(&model, err, sizeof err) != 0) fail("%s", err);
+    if (acct_mesh_check(&mesh, err, sizeof err) != 0) fail("%s", err);
+    if (batch < 1 || batch > MAX_TOKENS_SIDE) fail("--batch must be between 1 and %d (got %d)", MAX_TOKENS_SIDE, batch);
+    if (context < 1 || context > MAX_TOKENS_SIDE)
+        fail("--context must be between 1 and %d (got %d)", MAX_TOKENS_SIDE, context);
+    if (!(device_gb > 0)) fail("--device-gb must be a positive number of GB (got %g)", device_gb);
+    if (!(budget_gb > 0)) fail("--budget-gb must be a positive number of GB (got %g)", budget_gb);
+
+    const double tokens = (double)batch * (double)context;
+    const double device_bytes = device_gb * ACCT_GB, budget_bytes = budget_gb * ACCT_GB;
+    const acct_memory_t mem = acct_memory(&model);
+    const double act = acct_activation_bytes(&model, tokens);
+    char title[256], f[160], u[64];
+
+    // ---- (a) one device
+    snprintf(title, sizeof title,
+             "(a) one device: D %d, F %d, L %d; activations of %d x %d = %.0f tokens; GB = 1e9 bytes", d_model,
+             d_ff, num_blocks, batch, context, tokens);
+    table_t* ta = table_new(title, 4, HDR);
+    row(ta, "parameters P", "2*L*D*F", "parameters", "%.0f", mem.params);
+    row(ta, "master weights (fp32)", "4*P", "GB", "%.3f", mem.master_weight_bytes / ACCT_GB);
+    row(ta, "accumulated gradients (fp32)", "4*P", "GB", "%.3f", mem.grad_bytes / ACCT_GB);
+    row(ta, "AdamW moments m, v (fp32)", "8*P", "GB", "%.3f", mem.optimizer_bytes / ACCT_GB);
+    row(ta, "weights + gradients + optimizer", "16*P", "GB", "%.3f", mem.state_bytes / ACCT_GB);
+    row(ta, "saved for backward, per token (bf16)", "2*L*(D+F)", "MB/token", "%.6f",
+        mem.activation_bytes_per_token / 1e6);
+    snprintf(f, sizeof f, "2*L*(D+F)*%.0f", tokens);
+    row(ta, "saved for backward, this batch", f, "GB", "%.3f", act / ACCT_GB);
+    row(ta, "total", "16*P + activations", "GB", "%.3f", (mem.state_bytes + act) / ACCT_GB);
+    snprintf(f, sizeof f, "16*P / %g GB", device_gb);
+    snprintf(u, sizeof u, "%g GB GPUs", device_gb);
+    row(ta, "GPUs' worth: state only", f, u, "%.3f", acct_devices_needed(mem.state_bytes, device_bytes));
+    row_count(ta, "GPUs' worth: state only, whole", "ceil of the row above", u,
+              acct_devices_whole(mem.state_bytes, device_bytes));
+    snprintf(f, sizeof f, "(16*P + activations) / %g GB", device_gb);
+    row(ta, "GPUs' worth: state + activations", f, u, "%.3f",
+        acct_devices_needed(mem.state_bytes + act, device_bytes));
+    row_count(ta, "GPUs' worth: state + activations, whole", "ceil of the row above", u,
+              acct_devices_whole(mem.state_bytes + act, device_bytes));
+    table_print_md(ta, stdout);
+    printf("\n");
+    table_free(ta);
+
+    // ---- (b) FSDP over N devices: state and half the activations sharded
+    snprintf(title, sizeof title, "(b) FSDP: M(N) = (16*P + A/2)/N + A/2 per device, A for %.0f tokens, budget %g GB",
+             tokens, budget_gb);
+    table_t* tb = table_new(title, 4, HDR);
+    row(tb, "A/2, activations kept whole on every device", "L*(D+F)*tokens", "GB", "%.3f", 0.5 * act / ACCT_GB);
+    const int64_t n_min = acct_fsdp_min_degree(mem.state_bytes, act, budget_bytes);
+    snprintf(f, sizeof f, "smallest N with M(N) < %g GB", budget_gb);
+    row_count(tb, "N_FSDP needed", f, "devices", n_min);
+    if (n_min > 0) {
+        snprintf(f, sizeof f, "M(%lld)", (long long)n_min);
+        row(tb, "per-device memory at N_FSDP", f, "GB", "%.3f",
+            acct_fsdp_bytes_per_device(mem.state_bytes, act, n_min) / ACCT_GB);
+        if (n_min > 1) {
+            snprintf(f, sizeof f, "M(%lld)", (long long)(n_min - 1));
+            row(tb, "per-device memory at N_FSDP - 1", f, "GB", "%.3f",
+                acct_fsdp_bytes_per_device(mem.state_bytes, act, n_min - 1) / ACCT_GB);
+        }
+    }
+    snprintf(f, sizeof f, "smallest N with 16*P/N < %g GB", budget_gb);
+    row_count(tb, "N_FSDP needed, activations negligible", f, "devices",
+              acct_fsdp_min_degree(mem.state_bytes, 0.0, budget_bytes));
+    table_print_md(tb, stdout);
+    printf("\n");
+    table_free(tb);
+
+    // ---- (c) forward pass, FSDP (X) × TP (Y)
+    const acct_bound_t bound = acct_compute_bound(&model, &mesh);
+    const int64_t n_chips = (int64_t)x * y;
+    snprintf(title, sizeof title,
+             "(c) forward pass, FSDP X = %d x TP Y = %d = %lld chips, M_X = %d, M_Y = %d, C = %g FLOP/s, "
+             "W_ici = %g B/s", x, y, (long long)n_chips, mx, my, flops, w_ici);
+    table_t* tc = table_new(title, 4, HDR);
+    row(tc, "alpha, ICI arithmetic intensity", "C / W_ici", "FLOPs/byte", "%.2f", bound.alpha);
+    snprintf(f, sizeof f, "F = %d > alpha*Y/M_Y = %.1f", d_ff, bound.alpha * y / my);
+    table_row(tc);
+    table_cell(tc, "TP collectives hide at any batch");
+    table_cell(tc, "%s", f);
+    table_cell(tc, "%s", bound.tp_ok ? "yes" : "no");
+    table_cell(tc, "%s", "");
+    row(tc, "largest TP degree that hides", "M_Y*F / alpha", "chips", "%.2f", bound.tp_max_degree);
+    if (bound.tp_ok) {
+        const int64_t b_whole = acct_smallest_above(bound.min_tokens_per_device);
+        row(tc, "per-device batch threshold B/N", "alpha / (Y*M_X)", "tokens", "%.2f", bound.min_tokens_per_device);
+        row_count(tc, "per-device batch, smallest whole", "above the threshold", "tokens", b_whole);
+        row(tc, "overall batch threshold B", "N*alpha / (Y*M_X)", "tokens", "%.1f", bound.min_tokens_total);
+        row_count(tc, "overall batch, smallest whole", "above the threshold", "tokens",
+                  acct_smallest_above(bound.min_tokens_total));
+        row_count(tc, "overall batch at the whole per-device batch", "N x the row two above", "tokens",
+                  b_whole * n_chips);
+        const acct_layer_times_t t = acct_layer_times(&model, &mesh, bound.min_tokens_total);
+        row(tc, "T_math per block at the threshold", "4*B*D*F / (N*C)", "ms", "%.4f", 1e3 * t.math_s);
+        row(tc, "T_FSDP per block", "4*D*F / (Y*W_ici*M_X)", "ms", "%.4f", 1e3 * t.fsdp_s);
+        row(tc, "T_TP per block at the threshold", "4*B*D / (X*W_ici*M_Y)", "ms", "%.4f", 1e3 * t.tp_s);
+        row(tc, "X_opt for that batch on N chips", "sqrt(B/F * M_X/M_Y * N)", "chips", "%.2f",
+            acct_x_opt(bound.min_tokens_total, d_ff, mx, my, n_chips));
+    } else {
+        table_row(tc);
+        table_cell(tc, "per-device batch threshold B/N");
+        table_cell(tc, "T_TP >= T_math at every batch");
+        table_cell(tc, "none");
+        table_cell(tc, "tokens");
+    }
+    if (isfinite(bound.min_tokens_per_device_serial)) {
+        row(tc, "B/N if X and Y collectives serialize", "F/(Y*M_X) / (F/alpha - Y/M_Y)", "tokens", "%.2f",
+            bound.min_tokens_per_device_serial);
+        row(tc, "B if X and Y collectives serialize", "N x the row above", "tokens", "%.1f",
+            (double)n_chips * bound.min_tokens_per_device_serial);
+    }
+    row(tc, "B/N floor with the best X*Y split of N", "alpha^2 / (M_X*M_Y*F)", "tokens", "%.2f",
+        bound.min_tokens_per_device_best_split);
+    table_print_md(tc, stdout);
+    printf("\n");
+    table_free(tc);
+
+    // One-sentence answers, from the same numbers as the tables.
+    printf("answers:\n");
+    printf("(a) %.1f GB of fp32 weights, gradients and AdamW state (%lld x %g GB GPUs), plus %.2f MB of bf16 "
+           "activations per token (%.1f GB for %.0f tokens; %lld GPUs in all).\n",
+           mem.state_bytes / ACCT_GB, (long long)acct_devices_whole(mem.state_bytes, device_bytes), device_gb,
+           mem.activation_bytes_per_token / 1e6, act / ACCT_GB, tokens,
+           (long long)acct_devices_whole(mem.state_bytes + act, device_bytes));
+    if (n_min > 0)
+        printf("(b) (16P + A/2)/N + A/2 < %g GB needs N_FSDP >= %lld.\n", budget_gb, (long long)n_min);
+    else
+        printf("(b) no N_FSDP fits: the unsharded half of the activations alone is %.1f GB.\n", 0.5 * act / ACCT_GB);
+    if (bound.tp_ok)
+        printf("(c) compute-bound above %.2f tokens per device (%lld whole), an overall batch above %.1f tokens "
+               "(%lld = %lld x %lld).\n",
+               bound.min_tokens_per_device, (long long)acct_smallest_above(bound.min_tokens_per_device),
+               bound.min_tokens_total, (long long)(acct_smallest_above(bound.min_tokens_per_device) * n_chips),
+               (long long)n_chips, (long long)acct_smallest_above(bound.min_tokens_per_device));
+    else
+        printf("(c) never compute-bound: Y = %d exceeds M_Y*F/alpha = %.2f, so the TP collectives outlast the "
+               "math at every batch.\n", y, bound.tp_max_degree);
+    return 0;
+}
