@@ -1,0 +1,159 @@
+// Stage 05 tests: the communicator's operations and the ring all-reduce on 1-4 ranks (MPI
+// backend on the CPU; NCCL on 2+ GPUs), and the failure paths — a rank that dies, a rank that
+// stops answering, a set-up that cannot work — each ending the job in bounded time.
+// The MPI programs run as children under scripts/mpirun.sh (bounded by `timeout`).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/gpu.h"
+#include "tests/harness.h"
+
+static char g_out[1 << 16];
+
+// Runs `scripts/mpirun.sh np <prog> <args>` and returns its exit status; the output is in g_out.
+static int mpi_run(int np, const char* prog, const char* args, double* seconds) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/05_collectives/%s %s", np,
+             build_dir(), prog, args);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int st = run_capture(cmd, g_out, sizeof g_out);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (seconds) *seconds = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    return st;
+}
+
+// No process of this run is left: every test run carries a unique --tag.
+static int leftovers(const char* tag) {
+    char cmd[256], out[4096];
+    snprintf(cmd, sizeof cmd, "pgrep -f -- '--tag %s' | grep -v $$ || true", tag);
+    run_capture(cmd, out, sizeof out);
+    return out[0] != '\0';
+}
+
+// Counts 0, 1, n-1, not divisible by n, and over 10^6, as the issue asks.
+#define COUNTS "0,1,2,3,5,7,1000,65537,1000003"
+
+static void check_np(int np) {
+    int st = mpi_run(np, "collectives_check", "--backend mpi --counts " COUNTS, NULL);
+    cr_assert_eq(st, 0, "collectives_check on %d ranks exited %d:\n%s", np, st, g_out);
+    cr_assert(strstr(g_out, " 0 wrong"), "no '0 wrong' line on %d ranks:\n%s", np, g_out);
+    cr_assert(!strstr(g_out, "WRONG"), "a wrong result on %d ranks:\n%s", np, g_out);
+}
+
+Test(collectives_mpi, every_operation_1_rank) { check_np(1); }
+Test(collectives_mpi, every_operation_2_ranks) { check_np(2); }
+Test(collectives_mpi, every_operation_3_ranks) { check_np(3); }
+Test(collectives_mpi, every_operation_4_ranks) { check_np(4); }
+
+Test(collectives_mpi, without_mpirun_is_a_world_of_one) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s/05_collectives/collectives_check --counts 0,1,17", build_dir());
+    int st = run_capture(cmd, g_out, sizeof g_out);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "1 rank\n") && strstr(g_out, " 0 wrong"), "%s", g_out);
+}
+
+Test(collectives_mpi, a_dead_rank_ends_the_job) {
+    double s = 0;
+    int st = mpi_run(3, "collectives_check", "--counts 1000 --die-rank 1 --tag t05dead", &s);
+    cr_assert_neq(st, 0, "a rank died but the job exited 0:\n%s", g_out);
+    cr_assert_neq(st, 124, "the job was only ended by the outer timeout:\n%s", g_out);
+    cr_assert_lt(s, 30.0, "the job took %.1f s to end (at most 30)", s);
+    cr_assert(!leftovers("t05dead"), "processes left behind after a rank died");
+}
+
+Test(collectives_mpi, a_silent_rank_ends_the_job_at_the_deadline) {
+    double s = 0;
+    int st = mpi_run(2, "collectives_check", "--counts 1000 --hang-rank 1 --comm-timeout 3 --tag t05hang", &s);
+    cr_assert_neq(st, 0, "a rank hung but the job exited 0:\n%s", g_out);
+    cr_assert(strstr(g_out, "did not finish within 3 s"), "no deadline message:\n%s", g_out);
+    cr_assert_lt(s, 30.0, "the job took %.1f s to end (at most 30)", s);
+    cr_assert(!leftovers("t05hang"), "processes left behind after the deadline");
+}
+
+Test(collectives_mpi, bad_flags_one_line_exit_2) {
+    int st = mpi_run(2, "collectives_check", "--counts abc", NULL);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--counts: 'abc'"), "%s", g_out);
+    // rank 0 alone speaks: the message appears once
+    const char* first = strstr(g_out, "error:");
+    cr_assert(first && !strstr(first + 1, "error:"), "more than one error line:\n%s", g_out);
+    st = mpi_run(2, "allreduce_bench", "--backends tcp", NULL);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "unknown backend 'tcp'"), "%s", g_out);
+}
+
+Test(collectives_mpi, nccl_without_a_gpu_is_a_clear_error) {
+    if (gpu_count() > 0) cr_skip_test("this machine has a GPU: the no-GPU message cannot be seen here");
+    int st = mpi_run(2, "collectives_check", "--backend nccl", NULL);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "needs a CUDA GPU"), "%s", g_out);
+}
+
+Test(collectives_mpi, bench_runs_and_checks) {
+    char args[512];
+    snprintf(args, sizeof args,
+             "--backends mpi,ring-mpi --op all --maxbytes 64K --iters 3 --warmup 1 --out %s --tag t",
+             test_tmpdir());
+    int st = mpi_run(3, "allreduce_bench", args, NULL);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "# OK"), "%s", g_out);
+    cr_assert(strstr(g_out, "| reducescatter | mpi") && strstr(g_out, "| allreduce     | ring-mpi"), "%s", g_out);
+    char path[512];
+    snprintf(path, sizeof path, "%s/t.csv", test_tmpdir());
+    FILE* f = fopen(path, "r");
+    cr_assert_not_null(f, "no %s", path);
+    fclose(f);
+}
+
+// ---- GPU: NCCL and the ring on the GPU (2+ GPUs)
+static void need_gpus(int n) {
+    if (gpu_count() < n) cr_skip_test("needs %d CUDA GPUs (found %d)%s%s", n, gpu_count(),
+                                      gpu_count() ? "" : ": ", gpu_absent_reason());
+}
+
+Test(collectives_nccl, every_operation_2_gpus) {
+    need_gpus(2);
+    int st = mpi_run(2, "collectives_check", "--backend nccl --counts " COUNTS, NULL);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, " 0 wrong"), "%s", g_out);
+}
+
+Test(collectives_nccl, more_ranks_than_gpus_is_a_clear_error) {
+    need_gpus(1);
+    int st = mpi_run(gpu_count() + 1, "collectives_check", "--backend nccl --counts 1", NULL);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "one GPU per rank"), "%s", g_out);
+}
+
+Test(collectives_nccl, a_silent_rank_ends_the_job_at_the_deadline) {
+    need_gpus(2);
+    double s = 0;
+    int st = mpi_run(2, "collectives_check", "--backend nccl --counts 1000 --hang-rank 1 --comm-timeout 5 --tag t05nccl", &s);
+    cr_assert_neq(st, 0, "exit 0:\n%s", g_out);
+    cr_assert(strstr(g_out, "did not finish within 5 s"), "no deadline message:\n%s", g_out);
+    cr_assert_lt(s, 40.0, "the job took %.1f s to end", s);
+    cr_assert(!leftovers("t05nccl"), "processes left behind");
+}
+
+Test(collectives_nccl, a_dead_rank_ends_the_job) {
+    need_gpus(2);
+    double s = 0;
+    int st = mpi_run(2, "collectives_check", "--backend nccl --counts 1000 --die-rank 1 --tag t05ndead", &s);
+    cr_assert_neq(st, 0, "exit 0:\n%s", g_out);
+    cr_assert_lt(s, 40.0, "the job took %.1f s to end", s);
+    cr_assert(!leftovers("t05ndead"), "processes left behind");
+}
+
+Test(collectives_nccl, bench_gpu_rows_check) {
+    need_gpus(2);
+    char args[512];
+    snprintf(args, sizeof args, "--backends nccl,nccl-direct,ring-nccl --op all --maxbytes 4M --iters 3 --warmup 1 --out %s --tag g",
+             test_tmpdir());
+    int st = mpi_run(2, "allreduce_bench", args, NULL);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "# OK"), "%s", g_out);
+}
