@@ -1,0 +1,77 @@
+// Stage 05's demo (make run): an all-reduce by the library and by the hand-written ring, on the
+// GPUs when there is one per rank (NCCL), else on the CPU (MPI). Started without mpirun, it
+// starts itself under scripts/mpirun.sh with 2 ranks.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "05_collectives/ring.h"
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/comm.h"
+#include "common/gpu.h"
+#include "common/timer.h"
+
+int main(int argc, char** argv) {
+    int np = 2;
+    const char* backend_s = "auto";
+    cli_opt_t opts[] = {
+        {"np", CLI_INT, &np, "2", "ranks to start when run without mpirun", NULL},
+        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", "auto|mpi|nccl"},
+    };
+    comm_cli_parse(argc, argv, "All-reduce by the library and by the ring (stage 05's demo).", opts, CLI_COUNT(opts));
+    if (np < 1 || np > 64) fail("--np: %d is out of range (1..64)", np);
+    if (!getenv("OMPI_COMM_WORLD_SIZE") && access("scripts/mpirun.sh", X_OK) == 0) {
+        char nps[16];
+        snprintf(nps, sizeof nps, "%d", np);
+        char* args[] = {"scripts/mpirun.sh", nps, argv[0], "--backend", (char*)backend_s, NULL};
+        setenv("MPIRUN_TIMEOUT", "120", 0);
+        execv(args[0], args);
+        perror("demo: cannot start scripts/mpirun.sh");  // then go on as a world of one
+    }
+    comm_backend_t backend = COMM_MPI;
+    if (strcmp(backend_s, "nccl") == 0) backend = COMM_NCCL;
+    if (strcmp(backend_s, "auto") == 0) {
+        const char* ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        backend = (HAVE_NCCL && gpu_count() >= (ls ? atoi(ls) : 1) && gpu_count() > 0) ? COMM_NCCL : COMM_MPI;
+    }
+    comm_t* c = comm_init(backend, 0);
+    const size_t count = (size_t)1 << 22;  // 16 MiB of fp32
+    float* h = malloc(count * sizeof(float));
+    float* h2 = malloc(count * sizeof(float));
+    if (!h || !h2) DIE("out of host memory");
+    for (size_t i = 0; i < count; i++) h[i] = (float)((int)((i + (size_t)c->rank) % 9) - 4);
+    float* a = comm_alloc(c, count * sizeof(float), MEM_OTHER);
+    float* b = comm_alloc(c, count * sizeof(float), MEM_OTHER);
+    const int gpu = backend == COMM_NCCL;
+    if (gpu) CUDA_CHECK(cudaMemcpy(a, h, count * sizeof(float), cudaMemcpyHostToDevice));
+    else memcpy(a, h, count * sizeof(float));
+    cudaStream_t st = comm_stream(c);
+    double t[2];
+    for (int k = 0; k < 2; k++) {
+        for (int rep = 0; rep < 3; rep++) {  // the last of 3: the first pays for set-up
+            comm_barrier(c);
+            double t0 = time_now_s();
+            if (k == 0) comm_allreduce(c, a, b, count, COMM_F32, COMM_SUM, st);
+            else ring_allreduce(c, a, b, count, COMM_SUM, st);
+            comm_stream_sync(c, st, "the demo's all-reduce");
+            t[k] = time_now_s() - t0;
+        }
+        if (gpu) CUDA_CHECK(cudaMemcpy(k ? h2 : h, b, count * sizeof(float), cudaMemcpyDeviceToHost));
+        else memcpy(k ? h2 : h, b, count * sizeof(float));
+    }
+    long long diff = memcmp(h, h2, count * sizeof(float)) != 0;
+    comm_host_allreduce_i64(c, &diff, 1, COMM_SUM);
+    if (c->rank == 0) {
+        const double S = (double)count * sizeof(float), f = 2.0 * (c->world - 1) / c->world;
+        printf("all-reduce of %.0f MiB over %d ranks (%s backend)\n", S / (1 << 20), c->world, comm_backend_name(backend));
+        printf("  library: %8.3f ms  busbw %7.2f GB/s\n", 1e3 * t[0], S / t[0] / 1e9 * f);
+        printf("  ring:    %8.3f ms  busbw %7.2f GB/s  (each rank sends 2(n-1)/n x S = %.1f MiB)\n", 1e3 * t[1],
+               S / t[1] / 1e9 * f, f * S / (1 << 20));
+        printf("  ring and library agree bit for bit: %s\n", diff ? "NO" : "yes");
+    }
+    mem_free(a); mem_free(b); free(h); free(h2);
+    comm_destroy(c, 1);
+    return diff ? 1 : 0;
+}
