@@ -10,7 +10,7 @@ echo
 "$B/common/envreport" || exit 1
 echo
 status=0
-for d in 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero; do
+for d in 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero 08_pipeline; do
   echo "## $d"
   if [ -x "$B/$d/demo" ]; then
     if ! "$B/$d/demo"; then echo "✗ $d demo failed"; status=1; fi
