@@ -1,0 +1,84 @@
+// Runs a schedule's action lists with a cost per action kind and reports what a pipeline step
+// would take: makespan, busy time per rank, the bubble, peak live activations, and a timeline
+// (CSV, ASCII, PNG). No GPU: this is the arithmetic of a schedule, not a measurement.
+//
+// Execution model (the executor's, see schedule.h): each rank runs its list in order from time
+// 0. A compute action takes its cost. A group of communication actions is posted when the rank
+// reaches it; the rank then waits until every operation of the group is done.
+//   rendezvous (default): a send and its receive both finish at
+//       max(time the send was posted, time the receive was posted) + comm
+//     (the strictest reading of blocking or grouped NCCL/MPI point-to-point: a send may wait for
+//     its receive to be posted);
+//   eager: a send finishes when posted (the library buffers it); its receive finishes at
+//       max(receive posted, send posted + comm).
+// Bubble = (p·makespan − Σ_r busy_r) / (p·makespan), busy_r = the sum of rank r's compute costs:
+// waiting at a group, including the comm latency, counts as bubble.
+//
+// Live activations: a micro-batch-chunk is live on its rank from the start of its F until its
+// B ends, or, split (ZB-H1), until its W ends: W needs the layer inputs saved by F (dW = dYᵀ X),
+// so ZB-H1 frees at W. The unit is one micro-batch through one chunk (1/v of a rank's layers).
+// Counted from the list order alone, so it does not depend on the costs.
+#pragma once
+#include <stdio.h>
+
+#include "08_pipeline/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    double f, b, bi, w;  // cost of one F, B, BI, W (one chunk's worth)
+    double comm;         // latency of one message (default 0)
+    int eager;           // 0 rendezvous (default), 1 eager sends
+} sim_costs_t;
+
+// F = B = BI = W = 1, comm 0, rendezvous: the costs schedule_validate runs with.
+sim_costs_t sim_unit_costs(void);
+
+typedef struct {
+    int p;
+    double makespan;    // when the last rank finishes its last action
+    double bubble;      // (p·makespan − Σ busy) / (p·makespan); 0 when makespan is 0
+    double* busy;       // [p] Σ compute costs of rank r
+    double* finish;     // [p] when rank r's last action ends
+    int* peak_live;     // [p] peak live micro-batch-chunks (see above)
+    double** start;     // [p][n_actions[r]] compute: start; communication: when posted
+    double** end;       // [p][n_actions[r]] compute: end; communication: when it finished
+} sim_result_t;
+
+// Simulates `s` (structure checked first: schedule_check_structure, then the send/receive
+// pairing). 0, or -1 with one line in err: a bad structure, an action whose input has not
+// arrived, a send/receive mismatch, or a deadlock (which ranks wait at which group).
+int sim_run(const schedule_t* s, const sim_costs_t* costs, sim_result_t* out, char* err, size_t errlen);
+void sim_result_free(sim_result_t* res);
+
+// The textbook bubble for the schedule's kind (equal costs on every stage, comm 0):
+//   GPipe, 1F1B:  (p−1)/(m+p−1)          interleaved: (p−1)/(v·m+p−1)
+//   ZB-H1:        (p−1)(F+BI−W) / (m(F+BI+W) + (p−1)(F+BI−W))   for m >= p and W <= F+BI
+// NAN where no formula applies (ZB-H1 with m < p or W > F+BI).
+double sim_formula_bubble(const schedule_t* s, const sim_costs_t* costs);
+
+// Peak live micro-batch-chunks of one rank, from its list (the same number sim_run reports).
+int sim_peak_live(const schedule_t* s, int rank);
+
+// CSV, one row per action: rank,index,action,mb,chunk,peer,start,end (written atomically).
+// 0, or -1 with the reason in err.
+int sim_write_csv(const schedule_t* s, const sim_result_t* res, const char* path, char* err, size_t errlen);
+
+// ASCII timeline: one row per rank, one column per time quantum (the smallest compute cost,
+// coarser if the makespan needs more than max_cols columns). F, B, W (BI is drawn B, as in the
+// paper), upper case for even chunks and lower case for odd ones; '.' idle or waiting.
+void sim_print_timeline(const schedule_t* s, const sim_result_t* res, const sim_costs_t* costs,
+                        int max_cols, FILE* out);
+
+// 1 if gnuplot is on the PATH.
+int sim_have_gnuplot(void);
+// Draws the timeline (ranks × time, a box per compute labelled with its micro-batch) as a PNG
+// through gnuplot, written atomically. 0, or -1 with the reason (gnuplot missing or failed).
+int sim_plot_png(const schedule_t* s, const sim_result_t* res, const char* png, const char* title,
+                 char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
