@@ -9,6 +9,7 @@
 #include "01_benchmarking/accumulation.h"
 #include "common/check.h"
 #include "common/cli.h"
+#include "common/fileio.h"
 #include "common/gpu.h"
 #include "common/table.h"
 
@@ -30,6 +31,13 @@ int main(int argc, char** argv) {
               CLI_COUNT(opts));
     if (n < 1 || n > 100000000) fail("--n must be between 1 and 100000000 (got %d)", n);
     if (!isfinite(value)) fail("--value must be a finite number");
+    char err[512];
+    if (file_name_check(csv, err, sizeof err) != 0)
+        fail("--csv: %s; give a plain name such as accumulation (the directory is --out)", err);
+    // The CSV and the JSON are one set: both appear, or neither (and nothing else is left).
+    outset_t* outs = out_dir[0] ? outset_open(out_dir, err, sizeof err) : NULL;
+    if (!out_dir[0]) fail("--out is empty (give a directory)");
+    if (!outs) fail("--out %s: %s", out_dir, err);
 
     int want_cpu = strcmp(device, "cuda") != 0;
     int want_gpu = strcmp(device, "cpu") != 0;
@@ -75,11 +83,12 @@ int main(int argc, char** argv) {
         int same = memcmp(cpu, gpu, sizeof cpu) == 0;
         printf("CPU and GPU sums are %s\n", same ? "bit-identical" : "DIFFERENT (rounding differs)");
     }
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.csv", out_dir, csv);
-    if (table_write_csv(t, path) != 0) fail("cannot write %s", path);
-    snprintf(path, sizeof path, "%s/%s.json", out_dir, csv);
-    if (table_write_json(t, path) != 0) fail("cannot write %s", path);
+    char name[512];
+    snprintf(name, sizeof name, "%s.csv", csv);
+    if (table_write_csv(t, outset_path(outs, name)) != 0) fail("cannot write %s/%s (reason above)", out_dir, name);
+    snprintf(name, sizeof name, "%s.json", csv);
+    if (table_write_json(t, outset_path(outs, name)) != 0) fail("cannot write %s/%s (reason above)", out_dir, name);
+    if (outset_commit(outs, err, sizeof err) != 0) fail("--out %s: %s", out_dir, err);
     table_free(t);
     return 0;
 }

@@ -14,6 +14,7 @@
 // Prints one Markdown row, appends it to <out>/<csv> (and rewrites the matching .json).
 // Out of memory (at creation or in a step) is a row with status "OOM" and exit status 0, so
 // that a sweep goes on; any other failure dies.
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +127,7 @@ static void fill_row(table_t* t, const args_t* a, const result_t* r) {
 static void append_results(const args_t* a, const table_t* row) {
     char path[1024], tmp[1100], json[1100];
     snprintf(path, sizeof path, "%s/%s", a->out, a->csv);
-    if (mkdir_p(a->out) != 0) DIE("cannot create %s", a->out);
+    if (mkdir_p(a->out) != 0) DIE("cannot create the directory %s: %s", a->out, strerror(errno));
     snprintf(tmp, sizeof tmp, "%s.row.%d", path, (int)getpid());
     if (table_write_csv(row, tmp) != 0) DIE("cannot write %s", tmp);
     // tmp holds "header\nrow\n".
@@ -313,9 +314,10 @@ static void run_cuda(const args_t* a, result_t* r) {
         snprintf(title, sizeof title, "%s, context %d, batch %d, %s, %s", a->model, a->context,
                  a->batch, a->precision, a->mode_s);
         if (mkdir_p(a->out) == 0 && memtrace_write_csv(csv) == 0) {
-            printf("memory timeline: %s", csv);
-            if (memtrace_plot_png(csv, png, title) == 0) printf(", %s", png);
-            printf("\n");
+            char err[1024];
+            const int plotted = memtrace_plot_png(csv, png, title, err, sizeof err) == 0;
+            printf("memory timeline: %s%s%s\n", csv, plotted ? ", " : "", plotted ? png : "");
+            if (!plotted) fprintf(stderr, "%s: warning: no PNG of the timeline: %s\n", progname(), err);
         }
     }
 }
@@ -336,11 +338,26 @@ static void run_cpu(const args_t* a, result_t* r) {
         t[0] = time_now_s();
         r->loss = model_cpu_forward(&m, in, tg, a->batch, a->context);
         t[1] = time_now_s();
+        if (it == 0 && t[1] - t[0] >= 2.0) {  // the first sign of life on a slow size
+            fprintf(stderr, "%s: step 1: forward took %.1f s%s\n", progname(), t[1] - t[0],
+                    a->mode >= MODE_FB ? " (the backward takes about twice that)" : "");
+            fflush(stderr);
+        }
         if (a->mode >= MODE_FB) model_cpu_backward(&m, NULL, NULL);
         t[2] = time_now_s();
         if (a->mode == MODE_TRAIN) model_cpu_adamw_step(&m, &opt);
         t[3] = time_now_s();
         if (it == 0) snap(a, "after step 1");
+        // Progress for long CPU work (a step of a course size takes minutes on the CPU): one
+        // line per slow step on stderr, so the table on stdout stays clean.
+        const double took = t[3] - t[0], total_steps = a->warmup + a->steps;
+        if (took >= 1.0) {
+            const double left = took * (total_steps - it - 1);
+            fprintf(stderr, "%s: step %d/%d (%s): forward %.1f s, backward %.1f s, optimizer %.1f s; about %.0f %s to go\n",
+                    progname(), it + 1, (int)total_steps, it < a->warmup ? "warm-up" : "timed", t[1] - t[0],
+                    t[2] - t[1], t[3] - t[2], left >= 120 ? left / 60 : left, left >= 120 ? "min" : "s");
+            fflush(stderr);
+        }
         if (it >= a->warmup) {
             const int k = it - a->warmup;
             ms[PH_FWD][k] = (t[1] - t[0]) * 1e3;
@@ -357,6 +374,40 @@ static void run_cpu(const args_t* a, result_t* r) {
     free(in);
     free(tg);
     model_cpu_destroy(&m);
+}
+
+// The CPU reference is for --model tiny. Sizes it can never hold are refused up front (with the
+// largest context that would fit); course sizes that fit get a warning, since a step takes minutes.
+static void check_cpu_size(const args_t* a) {
+    char why[256];
+    if (!mem_fits(DEV_CPU, model_cpu_bytes(&a->cfg, a->batch, a->context), why, sizeof why)) {
+        // The largest context that fits at this batch (the attention scores grow as context^2).
+        int lo = 0, hi = a->context;
+        while (lo < hi) {
+            const int mid = lo + (hi - lo + 1) / 2;
+            model_config_t c = a->cfg;
+            c.context = mid;
+            if (mem_fits(DEV_CPU, model_cpu_bytes(&c, a->batch, mid), NULL, 0)) lo = mid;
+            else hi = mid - 1;
+        }
+        if (lo > 0)
+            fail("--context %d: the CPU reference of the %s model at --batch %d %s; at most --context %d fits",
+                 a->context, a->model, a->batch, why, lo);
+        fail("--model %s --batch %d: the CPU reference does not fit in host memory even at --context 1 (at "
+             "--context %d it %s)", a->model, a->batch, a->context, why);
+    }
+    if (strcmp(a->model, "tiny") != 0) {
+        const double per = a->mode == MODE_FWD ? 1.0 : 3.0;
+        model_config_t tiny;
+        model_config_by_name("tiny", a->context, &tiny);
+        fprintf(stderr,
+                "%s: warning: --device cpu --model %s: the CPU reference is meant for --model tiny. One step here "
+                "is %.3g TFLOP of plain fp32 C (%.0fx tiny's): seconds to minutes per step, %d steps. Progress "
+                "follows.\n",
+                progname(), a->model, model_forward_flops(&a->cfg, a->batch, a->context) * per / 1e12,
+                model_forward_flops(&a->cfg, a->batch, a->context) / model_forward_flops(&tiny, a->batch, a->context),
+                a->warmup + a->steps);
+    }
 }
 
 int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, int nextra) {
@@ -390,7 +441,10 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     if (a.warmup < 0) fail("--warmup must be >= 0, got %d", a.warmup);
     if (a.steps < 1) fail("--steps must be >= 1, got %d", a.steps);
     if (a.seed < 0) fail("--seed must be >= 0, got %d", a.seed);
-    if (strchr(a.csv, '/')) fail("--csv is a file name inside --out, got '%s'", a.csv);
+    char why[512];
+    if (file_name_check(a.csv, why, sizeof why) != 0) fail("--csv: %s; give a file name inside --out, such as benchmark.csv", why);
+    // Before the run, not after it: a run of minutes must not end in "cannot write".
+    if (dir_check_writable(a.out, why, sizeof why) != 0) fail("--out %s: %s", a.out, why);
     a.mode = strcmp(a.mode_s, "forward") == 0 ? MODE_FWD : strcmp(a.mode_s, "train") == 0 ? MODE_TRAIN : MODE_FB;
     if (model_config_by_name(a.model, a.context, &a.cfg) != 0) fail("--model: unknown size '%s'", a.model);
     char err[512];
@@ -398,6 +452,7 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     const int cpu = strcmp(a.device, "cpu") == 0;
     if (cpu && strcmp(a.precision, "fp32") != 0) fail("--device cpu runs the fp32 reference only (got --precision %s)", a.precision);
     if (cpu && (a.profile || a.nvtx)) fail("--profile and --nvtx need --device cuda");
+    if (cpu) check_cpu_size(&a);
     if (!cpu && gpu_count() == 0) fail("--device cuda needs a CUDA GPU: %s (use --device cpu --model tiny)", gpu_absent_reason());
     if (a.profile && !profiler_available()) fail("--profile: the CUPTI profiler is not available in this build or on this machine");
     for (int i = 0; i < nextra; i++)

@@ -3,10 +3,11 @@
 // Memorising one batch is the quickest visible proof that forward, backward and AdamW fit
 // together: the loss must drop far below log(vocab) within a few steps.
 //
-//   build/01_benchmarking/demo                     tiny model, batch 4 x 64, 10 steps (~1 s)
+//   build/01_benchmarking/demo                     tiny model, batch 4 x context 64, 10 steps (~1 s)
 //   build/01_benchmarking/demo --data README.md    a text file as raw bytes instead of random ids
-// With a GPU it then does the same with the CUDA model at a larger size (--gpu-size, default
+// With a GPU it then does the same with the CUDA model at a larger size (--gpu-model, default
 // small, bf16 mixed precision), so the tour shows both implementations learning.
+// The flags are the benchmark's words for the same things: --model, --context, --batch.
 // Exit status 1 if the loss did not go down (the demo doubles as a smoke test).
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +29,7 @@
 static int run_gpu(const char* size, int batch, int seq, int steps, const adamw_config_t* opt,
                    const data_source_t* src, uint64_t seed) {
     model_config_t cfg;
-    if (model_config_by_name(size, seq, &cfg) != 0) fail("--gpu-size %s is unknown", size);
+    if (model_config_by_name(size, seq, &cfg) != 0) fail("--gpu-model %s is unknown", size);
     char err[256];
     model_gpu_t* m = model_gpu_create(&cfg, batch, seq, MP_BF16, NULL, seed, err, sizeof err);
     if (!m) fail("CUDA model %s: %s", size, err);
@@ -67,25 +68,38 @@ static int run_gpu(const char* size, int batch, int seq, int steps, const adamw_
     return down;
 }
 
+// The names this demo used before it took the benchmark's (issue 17): said once, not kept.
+static void refuse_old_names(int argc, char** argv) {
+    static const char* const old[][2] = {{"size", "model"}, {"seq", "context"}, {"gpu-size", "gpu-model"}};
+    for (int a = 1; a < argc; a++)
+        for (int i = 0; i < 3; i++) {
+            const size_t n = strlen(old[i][0]);
+            if (strncmp(argv[a], "--", 2) == 0 && strncmp(argv[a] + 2, old[i][0], n) == 0 &&
+                (argv[a][2 + n] == '\0' || argv[a][2 + n] == '='))
+                fail("--%s is now --%s (the benchmark's name for it; see --help)", old[i][0], old[i][1]);
+        }
+}
+
 int main(int argc, char** argv) {
     const char* size = NULL;
     const char* data = NULL;
     const char* gpu_size = NULL;
     const char* device = NULL;
-    int batch = 0, seq = 0, context = 0, steps = 0, seed = 0;
+    int batch = 0, seq = 0, steps = 0, seed = 0;
     double lr = 0.0;
     cli_opt_t opts[] = {
-        {"size", CLI_CHOICE, &size, "tiny", "model size (the CPU is only quick for tiny)", MODEL_SIZE_CHOICES},
+        {"model", CLI_CHOICE, &size, "tiny", "model size (the CPU is only quick for tiny)", MODEL_SIZE_CHOICES},
+        {"context", CLI_INT, &seq, "64", "sequence length T (and the model's context)", NULL},
         {"batch", CLI_INT, &batch, "4", "batch size B", NULL},
-        {"seq", CLI_INT, &seq, "64", "sequence length T", NULL},
-        {"context", CLI_INT, &context, "64", "the model's context (longest T)", NULL},
         {"steps", CLI_INT, &steps, "10", "training steps, all on the same batch", NULL},
         {"lr", CLI_DOUBLE, &lr, "0.01", "AdamW learning rate", NULL},
         {"data", CLI_STR, &data, "random", "random | a .npy of token ids | any file (bytes)", NULL},
         {"seed", CLI_INT, &seed, "1", "seed of the init and of the batch", NULL},
         {"device", CLI_CHOICE, &device, "auto", "auto: CPU, then the GPU if there is one", "auto|cpu|cuda"},
-        {"gpu-size", CLI_CHOICE, &gpu_size, "small", "model size for the CUDA run", MODEL_SIZE_CHOICES},
+        {"gpu-model", CLI_CHOICE, &gpu_size, "small", "model size for the CUDA run (context 256)", MODEL_SIZE_CHOICES},
     };
+    if (argc > 0) set_progname(argv[0]);
+    refuse_old_names(argc, argv);
     cli_parse(argc, argv,
               "Trains the Transformer LM on one fixed batch with the CPU reference and prints the loss.",
               opts, CLI_COUNT(opts));
@@ -94,10 +108,11 @@ int main(int argc, char** argv) {
     if (!(lr > 0.0)) fail("--lr is %g, must be > 0", lr);
 
     model_config_t cfg;
-    if (model_config_by_name(size, context, &cfg) != 0)
-        fail("--size %s is unknown; one of %s", size, MODEL_SIZE_CHOICES);
+    if (seq < 1) fail("--context is %d, must be >= 1", seq);
+    if (model_config_by_name(size, seq, &cfg) != 0)
+        fail("--model %s is unknown; one of %s", size, MODEL_SIZE_CHOICES);
     model_cpu_t m;
-    model_cpu_create(&m, &cfg, batch, seq, (uint64_t)seed);  // checks batch, seq, context
+    model_cpu_create(&m, &cfg, batch, seq, (uint64_t)seed);  // checks batch, and sizes that cannot fit
 
     data_source_t src;
     data_open(&src, data, cfg.vocab, (uint64_t)seed);

@@ -23,16 +23,13 @@ int main(int argc, char** argv) {
         snprintf(buf, sizeof buf, "%.*s.png", (int)(n - 4), csv);
         png = buf;
     }
-    FILE* f = fopen(csv, "r");
-    if (!f) fail("cannot open --csv %s", csv);
-    char head[256] = "";
-    if (!fgets(head, sizeof head, f) || strncmp(head, "event,time_s,kind,label,live_bytes", 34) != 0) {
-        fclose(f);
-        fail("--csv %s is not a memory timeline (header should start event,time_s,kind,label,live_bytes)", csv);
-    }
-    fclose(f);
-    if (memtrace_plot_png(csv, png, title) != 0)
-        fail("no plot: gnuplot is missing or failed (paths and title must not contain a quote)");
+    // Every way this can go wrong is said in one line, gnuplot's own words included:
+    // a bad CSV, an unwritable --png or a missing gnuplot is bad input (exit 2); gnuplot failing
+    // on good input is a failed tool (exit 1).
+    char err[1024];
+    const int rc = memtrace_plot_png(csv, png, title, err, sizeof err);
+    if (rc == -1) fail("no plot: %s", err);
+    if (rc != 0) DIE("no plot: %s", err);
     printf("%s\n", png);
     return 0;
 }

@@ -115,3 +115,34 @@ Test(accumulation, program_prints_the_table_and_rejects_bad_flags) {
     cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "--device gpu must be a user error:\n%s", out);
     cr_assert(strstr(out, "auto|cpu|cuda"), "the message must list the choices:\n%s", out);
 }
+
+// Issue 17: --csv "" wrote hidden .csv/.json files and --csv a/b/c wrote into subfolders, where
+// the benchmark refuses the same thing; an --out that cannot be created gave no reason.
+Test(accumulation, csv_is_a_plain_name_and_out_says_why) {
+    struct {
+        const char* args;
+        const char* text;
+    } cases[] = {
+        {"--csv ''", "--csv: the file name is empty"},
+        {"--csv a/b/c", "--csv: 'a/b/c' is a path"},
+        {"--csv .hidden", "--csv: '.hidden' starts with '.'"},
+        {"--out ''", "--out is empty"},
+    };
+    char dir[600], cmd[1400], out[4096];
+    snprintf(dir, sizeof dir, "%s/acc_names", test_tmpdir());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "mkdir -p %s && %s/01_benchmarking/accumulation --device cpu --out %s %s", dir,
+                 build_dir(), dir, cases[i].args);
+        cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "%s:\n%s", cases[i].args, out);
+        cr_assert(strstr(out, cases[i].text), "%s: the message lacks \"%s\":\n%s", cases[i].args, cases[i].text, out);
+        cr_assert(strstr(out, "accumulation: error: ") == out && !strchr(out, '\n')[1], "one line:\n%s", out);
+        snprintf(cmd, sizeof cmd, "ls -A %s | wc -l", dir);
+        run_capture(cmd, out, sizeof out);
+        cr_assert_eq(atoi(out), 0, "%s left files in %s", cases[i].args, dir);
+    }
+    // A place that cannot hold the directory: the reason is in the line, nothing is written.
+    snprintf(cmd, sizeof cmd, "%s/01_benchmarking/accumulation --device cpu --out /proc/cs336-acc", build_dir());
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "--out /proc/cs336-acc: cannot create the directory /proc/cs336-acc: "), "%s", out);
+    cr_assert_null(strstr(out, "| loop"), "it must fail before printing the table:\n%s", out);
+}

@@ -73,3 +73,107 @@ Test(benchmark, out_of_memory_is_a_row_not_a_crash) {
     cr_assert_eq(bench(args), 0, "%s", out);
     cr_assert(strstr(out, "| OOM") && strstr(out, "out of memory"), "%s", out);
 }
+
+// ---- issue 17: output places checked before the run, sizes bounded up front, the CPU path's
+// warning and progress, and memplot's reasons.
+
+static int count_files(const char* dir) {
+    char cmd[700], txt[64];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | wc -l", dir);
+    run_capture(cmd, txt, sizeof txt);
+    return atoi(txt);
+}
+
+Test(benchmark, out_and_csv_are_checked_before_the_run) {
+    char args[1024], dir[600];
+    snprintf(dir, sizeof dir, "%s/bench_names", test_tmpdir());
+    const char* base = "--device cpu --model tiny --context 16 --batch 1 --warmup 0 --steps 1";
+    snprintf(args, sizeof args, "%s --out /proc/cs336-bench", base);
+    cr_assert_eq(bench(args), 2, "%s", out);
+    cr_assert(strstr(out, "benchmark: error: --out /proc/cs336-bench: cannot create files in /proc: "), "%s", out);
+    cr_assert_null(strstr(out, "| tiny"), "the run must not happen first:\n%s", out);
+    snprintf(args, sizeof args, "%s --out %s --csv ''", base, dir);
+    cr_assert_eq(bench(args), 2, "%s", out);
+    cr_assert(strstr(out, "--csv: the file name is empty"), "%s", out);
+    snprintf(args, sizeof args, "%s --out %s --csv a/b/c.csv", base, dir);
+    cr_assert_eq(bench(args), 2, "%s", out);
+    cr_assert(strstr(out, "--csv: 'a/b/c.csv' is a path"), "%s", out);
+    cr_assert_eq(count_files(dir), 0, "a refused run left %s behind", dir);
+}
+
+// 100000000 tokens of context allocated 8.9 GiB for 20 s before failing: now one line at once,
+// with the largest context that fits.
+Test(benchmark, impossible_context_is_refused_up_front, .timeout = 20) {
+    cr_assert_eq(bench("--device cpu --model tiny --context 100000000"), 2, "%s", out);
+    cr_assert(strstr(out, "benchmark: error: --context 100000000: the CPU reference of the tiny model at --batch 4 "
+                          "needs ") && strstr(out, "of host memory here; at most --context "), "%s", out);
+}
+
+// A course size on the CPU ran for minutes in silence: a warning up front, a line per slow step.
+Test(benchmark, cpu_course_size_warns_and_shows_progress, .timeout = 240) {
+    char args[1024];
+    snprintf(args, sizeof args, "--device cpu --model small --context 64 --batch 4 --warmup 0 --steps 1 --out %s/bench_small",
+             test_tmpdir());
+    cr_assert_eq(bench(args), 0, "%s", out);
+    cr_assert(strstr(out, "benchmark: warning: --device cpu --model small: the CPU reference is meant for --model tiny"),
+              "%s", out);
+    cr_assert(strstr(out, "benchmark: step 1/1 (timed): forward "), "no progress line:\n%s", out);
+    cr_assert(strstr(out, "| small"), "no result row:\n%s", out);
+}
+
+static int memplot(const char* args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s/01_benchmarking/memplot %s", build_dir(), args);
+    return run_capture(cmd, out, sizeof out);
+}
+
+static void write_file(const char* path, const char* text) {
+    FILE* f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+// memplot said "gnuplot is missing or failed" for every problem, gnuplot installed or not.
+Test(benchmark, memplot_names_what_was_wrong) {
+    char dir[600], path[700], args[2048];
+    snprintf(dir, sizeof dir, "%s/memplot", test_tmpdir());
+    snprintf(path, sizeof path, "mkdir -p %s", dir);
+    cr_assert_eq(run_capture(path, out, sizeof out), 0);
+    const char* header = "event,time_s,kind,label,live_bytes,params,grads,optim,acts,workspace,other\n";
+    snprintf(path, sizeof path, "%s/empty.csv", dir);
+    write_file(path, header);
+    snprintf(args, sizeof args, "--csv %s", path);
+    cr_assert_eq(memplot(args), 2, "%s", out);
+    cr_assert(strstr(out, "memplot: error: no plot: ") && strstr(out, "empty.csv has no data rows"), "%s", out);
+
+    snprintf(path, sizeof path, "%s/words.csv", dir);
+    char text[512];
+    snprintf(text, sizeof text, "%s0,abc,alloc,forward,12,0,0,0,12,0,0\n", header);
+    write_file(path, text);
+    snprintf(args, sizeof args, "--csv %s", path);
+    cr_assert_eq(memplot(args), 2, "%s", out);
+    cr_assert(strstr(out, "words.csv line 2: time_s 'abc' is not a number"), "%s", out);
+
+    snprintf(path, sizeof path, "%s/ok.csv", dir);
+    snprintf(text, sizeof text,
+             "%s0,0.0,start,,0,0,0,0,0,0,0\n1,0.1,mark,forward,0,0,0,0,0,0,0\n2,0.2,alloc,forward,1024,0,0,0,1024,0,0\n"
+             "3,0.3,free,forward,0,0,0,0,0,0,0\n", header);
+    write_file(path, text);
+    snprintf(args, sizeof args, "--csv %s --png /proc/cs336-plot/x.png", path);
+    cr_assert_eq(memplot(args), 2, "%s", out);
+    cr_assert(strstr(out, "cannot write /proc/cs336-plot/x.png: cannot create files in /proc"), "%s", out);
+
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        cr_assert_eq(memplot(args), 2, "%s", out);
+        cr_skip_test("gnuplot not installed: the quoted title was not plotted");
+    }
+    snprintf(args, sizeof args, "--csv %s --title \"it's a 'quoted' title_with_underscores\"", path);
+    cr_assert_eq(memplot(args), 0, "a quote in the title is fine: %s", out);
+    snprintf(path, sizeof path, "%s/ok.png", dir);
+    FILE* f = fopen(path, "rb");
+    cr_assert_not_null(f, "no %s", path);
+    fclose(f);
+    // empty.csv, words.csv, ok.csv, ok.png: no temporary or stray PNG from the failed runs.
+    cr_assert_eq(count_files(dir), 4, "something was left behind in %s", dir);
+}

@@ -320,10 +320,16 @@ Test(model_cpu, demo_program_rejects_bad_flags) {
     const char* bd = build_dir();
     struct { const char* args; const char* text; } cases[] = {
         {"--batch 0", "batch size is 0, must be >= 1"},
-        {"--seq 80 --context 64", "sequence length 80 is longer than the context 64"},
-        {"--size huge", "huge"},
+        {"--context 0", "--context is 0, must be >= 1"},
+        {"--model huge", "huge"},
         {"--steps 0", "--steps is 0"},
         {"--data /nonexistent/file.txt", "/nonexistent/file.txt: cannot open"},
+        // Issue 17: one vocabulary with the benchmark (--model, --context); the old names say so.
+        {"--size tiny", "--size is now --model"},
+        {"--seq=32", "--seq is now --context"},
+        {"--gpu-size small", "--gpu-size is now --gpu-model"},
+        // Sizes that can never fit are bad input, said before anything is allocated.
+        {"--context 100000000", "needs"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s/01_benchmarking/demo %s", bd, cases[i].args);
@@ -336,7 +342,7 @@ Test(model_cpu, demo_program_rejects_bad_flags) {
 
 Test(model_cpu, demo_program_trains) {
     char cmd[512], out[8192];
-    snprintf(cmd, sizeof cmd, "%s/01_benchmarking/demo --steps 4 --seq 32", build_dir());
+    snprintf(cmd, sizeof cmd, "%s/01_benchmarking/demo --steps 4 --context 32 --model tiny", build_dir());
     const int st = run_capture(cmd, out, sizeof out);
     cr_assert_eq(st, 0, "%s: exit %d; output: %s", cmd, st, out);
     cr_assert(strstr(out, "going down") != NULL, "%s", out);

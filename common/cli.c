@@ -65,6 +65,36 @@ int parse_size_list(const char* s, int64_t* out, int max) {
     }
 }
 
+int choice_list_check(const char* flag, const char* s, const char* choices, char* err, size_t errlen) {
+    char example[64] = "";
+    // The example is the first two choices, "a,b" (or the only one).
+    size_t n = strcspn(choices, "|");
+    if (n < sizeof example) {
+        memcpy(example, choices, n);
+        const char* rest = choices[n] ? choices + n + 1 : "";
+        size_t m = strcspn(rest, "|");
+        if (m && n + 1 + m < sizeof example) {
+            example[n] = ',';
+            memcpy(example + n + 1, rest, m);
+            example[n + 1 + m] = '\0';
+        }
+    }
+    if (!s || !*s) return set_err(err, errlen, "--%s: empty (a comma list of %s, e.g. %s)", flag, choices, example);
+    for (const char* p = s;;) {
+        const char* comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[64];
+        if (len >= sizeof item) len = sizeof item - 1;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (!choice_ok(choices, item))
+            return set_err(err, errlen, "--%s: '%s' is not one of %s (a comma list, e.g. %s)", flag, item, choices,
+                           example);
+        if (!comma) return 0;
+        p = comma + 1;
+    }
+}
+
 // Parse `val` into the option's destination. On error writes "--name: ..." into err.
 static int set_value(const cli_opt_t* o, const char* val, char* err, size_t errlen) {
     char* end;

@@ -5,6 +5,7 @@
 // pass and falling through the backward, gradients appearing during the backward.
 #include "common/memtrace.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -151,23 +152,31 @@ int memtrace_write_csv(const char* path) {
 
 // ---- the plot ----
 
-// A string safe to put between gnuplot's single quotes (which have no escapes).
-static int gp_safe(const char* s) { return s && !strchr(s, '\'') && !strchr(s, '\n'); }
+// A string between gnuplot's single quotes, which have one escape: '' for '.
+static void gp_quoted(FILE* gp, const char* s) {
+    fputc('\'', gp);
+    for (; *s; s++) {
+        if (*s == '\'') fputc('\'', gp);
+        fputc(*s, gp);
+    }
+    fputc('\'', gp);
+}
 
 // Writes the gnuplot commands for `term` into `gp` (tag columns are 6.. of the CSV).
 static void gp_script(FILE* gp, const char* term, const char* csv, const char* out, const char* title,
                       double* mark_t, char (*mark_l)[32], int nmarks) {
     fprintf(gp, "set terminal %s size 1100,600\n", term);
-    fprintf(gp, "set output '%s'\n", out);
+    fprintf(gp, "set output "), gp_quoted(gp, out), fputc('\n', gp);
     fprintf(gp, "set datafile separator ','\n");
-    fprintf(gp, "set title '%s'\n", title);
+    // noenhanced: an underscore in a title is an underscore, not a subscript.
+    fprintf(gp, "set title "), gp_quoted(gp, title), fprintf(gp, " noenhanced\n");
     fprintf(gp, "set xlabel 'host time since start (s)'\nset ylabel 'live memory (GiB)'\n");
     fprintf(gp, "set key outside right top\nset grid ytics front\nset yrange [0:*]\nset datafile columnheaders\n");
     for (int i = 0; i < nmarks; i++) {
         fprintf(gp, "set arrow from %.6f, graph 0 to %.6f, graph 1 nohead dt 2 lc rgb '#888888'\n",
                 mark_t[i], mark_t[i]);
-        fprintf(gp, "set label '%s' at %.6f, graph 0.01 rotate by 90 left font ',8' tc rgb '#333333' front\n",
-                mark_l[i], mark_t[i]);
+        fprintf(gp, "set label "), gp_quoted(gp, mark_l[i]);
+        fprintf(gp, " at %.6f, graph 0.01 rotate by 90 left font ',8' tc rgb '#333333' front noenhanced\n", mark_t[i]);
     }
     static const char* colors[MEM_NTAGS] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#bab0ac"};
     // Stacked steps: the memory between two events is constant, so each band is drawn as a
@@ -175,48 +184,138 @@ static void gp_script(FILE* gp, const char* term, const char* csv, const char* o
     // lower ones paint over it.
     fprintf(gp, "G = 1024.0**3\nplot ");
     for (int t = MEM_NTAGS - 1; t >= 0; t--) {
-        fprintf(gp, "%s'%s' using 2:((0", t != MEM_NTAGS - 1 ? ", \\\n     " : "", csv);
+        if (t != MEM_NTAGS - 1) fprintf(gp, ", \\\n     ");
+        gp_quoted(gp, csv);
+        fprintf(gp, " using 2:((0");
         for (int u = 0; u <= t; u++) fprintf(gp, "+$%d", 6 + u);
         fprintf(gp, ")/G) with fillsteps fs solid 1.0 noborder lc rgb '%s' title '%s'", colors[t],
                 mem_tag_name((mem_tag_t)t));
     }
-    fprintf(gp, ", \\\n     '%s' using 2:($5/G) with steps lw 1 lc rgb 'black' title 'total'\n", csv);
+    fprintf(gp, ", \\\n     "), gp_quoted(gp, csv);
+    fprintf(gp, " using 2:($5/G) with steps lw 1 lc rgb 'black' title 'total'\n");
     fprintf(gp, "set output\n");
 }
 
-int memtrace_plot_png(const char* csv, const char* png, const char* title) {
-    if (!gp_safe(csv) || !gp_safe(png) || !gp_safe(title)) return -1;
-    if (system("command -v gnuplot >/dev/null 2>&1") != 0) return -1;
+// Is `s` a whole number (what strtod reads, nothing after it)?
+static int is_number(const char* s) {
+    char* end;
+    if (!*s) return 0;
+    strtod(s, &end);
+    return *end == '\0';
+}
+
+// Reads the CSV: every data row must have the 11 columns with numbers where numbers belong.
+// Collects the phase markers. 0, or -1 with "csv line N: ..." in err.
+static int read_timeline(const char* csv, double* mark_t, char (*mark_l)[32], int maxm, int* nm, char* err,
+                         size_t errlen) {
+    FILE* in = fopen(csv, "r");
+    if (!in) return set_err(err, errlen, "cannot open %s: %s", csv, strerror(errno));
+    char line[1024];
+    int lineno = 0, rows = 0, rc = 0;
+    *nm = 0;
+    while (rc == 0 && fgets(line, sizeof line, in)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (lineno == 1) {
+            if (strncmp(line, "event,time_s,kind,label,live_bytes", 34) != 0)
+                rc = set_err(err, errlen, "%s is not a memory timeline (the header should start "
+                             "event,time_s,kind,label,live_bytes)", csv);
+            continue;
+        }
+        if (!line[0]) continue;
+        char* f[16];
+        int nf = 0;
+        for (char* p = line; nf < 16;) {
+            f[nf++] = p;
+            char* c = strchr(p, ',');
+            if (!c) break;
+            *c = '\0';
+            p = c + 1;
+        }
+        if (nf != 5 + MEM_NTAGS) {
+            rc = set_err(err, errlen, "%s line %d: %d columns, expected %d", csv, lineno, nf, 5 + MEM_NTAGS);
+            break;
+        }
+        static const char* const names[] = {"time_s", "live_bytes"};
+        const int numeric[] = {1, 4};
+        for (int k = 0; k < 2 && rc == 0; k++)
+            if (!is_number(f[numeric[k]]))
+                rc = set_err(err, errlen, "%s line %d: %s '%s' is not a number", csv, lineno, names[k], f[numeric[k]]);
+        for (int k = 5; k < nf && rc == 0; k++)
+            if (!is_number(f[k]))
+                rc = set_err(err, errlen, "%s line %d: %s '%s' is not a number", csv, lineno,
+                             mem_tag_name((mem_tag_t)(k - 5)), f[k]);
+        if (rc) break;
+        rows++;
+        if (strcmp(f[2], "mark") == 0 && f[3][0] && *nm < maxm && !strchr(f[3], '\n')) {
+            mark_t[*nm] = strtod(f[1], NULL);
+            snprintf(mark_l[*nm], sizeof mark_l[*nm], "%s", f[3]);
+            (*nm)++;
+        }
+    }
+    fclose(in);
+    if (rc == 0 && lineno == 0) rc = set_err(err, errlen, "%s is empty", csv);
+    if (rc == 0 && rows == 0) rc = set_err(err, errlen, "%s has no data rows (only a header)", csv);
+    return rc;
+}
+
+// gnuplot's own complaint, from its captured stderr: the lines that say what went wrong
+// ("line 0: cannot open file; output not changed", "system error: ..."), joined.
+static void gnuplot_words(FILE* log, char* out, size_t len) {
+    out[0] = '\0';
+    if (!log) return;
+    rewind(log);
+    char line[512];
+    size_t used = 0;
+    while (fgets(line, sizeof line, log) && used + 4 < len) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char* p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p || *p == '^' || strncmp(p, "gnuplot>", 8) == 0) continue;  // the echoed command and its caret
+        used += (size_t)snprintf(out + used, len - used, "%s%s", used ? "; " : "", p);
+    }
+    if (!out[0]) snprintf(out, len, "no message");
+}
+
+int memtrace_plot_png(const char* csv, const char* png, const char* title, char* err, size_t errlen) {
+    if (!csv || !png || !title) return set_err(err, errlen, "no CSV, PNG or title given");
+    if (strchr(csv, '\n') || strchr(png, '\n') || strchr(title, '\n'))
+        return set_err(err, errlen, "a path or the title contains a newline (gnuplot takes one line each)");
     // Phase markers from the CSV itself, so a CSV from an earlier run plots the same.
     enum { MAXM = 64 };
     double mark_t[MAXM];
     char mark_l[MAXM][32];
     int nm = 0;
-    FILE* in = fopen(csv, "r");
-    if (!in) return -1;
-    char line[512];
-    while (fgets(line, sizeof line, in)) {
-        char kind[16], lab[32];
-        double t;
-        // event,time_s,kind,label,...  (an empty label fails the %[ match: not a mark we draw)
-        if (sscanf(line, "%*[^,],%lf,%15[^,],%31[^,],", &t, kind, lab) == 3 && strcmp(kind, "mark") == 0 &&
-            nm < MAXM && gp_safe(lab)) {
-            mark_t[nm] = t;
-            snprintf(mark_l[nm], sizeof mark_l[nm], "%s", lab);
-            nm++;
-        }
-    }
-    fclose(in);
-    if (mkdir_parent(png) != 0) return -1;
+    if (read_timeline(csv, mark_t, mark_l, MAXM, &nm, err, errlen) != 0) return -1;
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
+        return set_err(err, errlen, "gnuplot is not installed (scripts/setup.sh installs it)");
+    // The PNG's directory (it may not exist yet) must take new files.
+    char why[512], dir[4096];
+    const char* slash = strrchr(png, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == png) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - png), png);
+    if (dir_check_writable(dir, why, sizeof why) != 0) return set_err(err, errlen, "cannot write %s: %s", png, why);
+    if (mkdir_parent(png) != 0) return set_err(err, errlen, "cannot create the directory for %s: %s", png, strerror(errno));
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d.png", png, (int)getpid());
+    // gnuplot's stderr goes to a file of ours, so that its own words reach the user.
+    FILE* log = tmpfile();
+    if (!log) return set_err(err, errlen, "cannot create a temporary file: %s", strerror(errno));
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "gnuplot 2>/dev/fd/%d", fileno(log));
     // pngcairo draws nicer areas; plain png (libgd) is the fallback of minimal gnuplot builds.
     const char* terms[] = {"pngcairo", "png"};
-    for (int i = 0; i < 2; i++) {
-        FILE* gp = popen("gnuplot 2>/dev/null", "w");
-        if (!gp) return -1;
+    int rc = -2;
+    for (int i = 0; i < 2 && rc != 0; i++) {
+        fflush(log);
+        FILE* gp = popen(cmd, "w");
+        if (!gp) {
+            rc = set_err(err, errlen, "cannot run gnuplot: %s", strerror(errno));
+            break;
+        }
         gp_script(gp, terms[i], csv, tmp, title, mark_t, mark_l, nm);
-        int rc = pclose(gp);
+        const int st = pclose(gp);
         FILE* chk = fopen(tmp, "rb");
         long size = 0;
         if (chk) {
@@ -224,12 +323,16 @@ int memtrace_plot_png(const char* csv, const char* png, const char* title) {
             size = ftell(chk);
             fclose(chk);
         }
-        if (rc == 0 && size > 0) {
-            if (rename(tmp, png) == 0) return 0;
-            unlink(tmp);
-            return -1;
+        if (st == 0 && size > 0) {
+            if (rename(tmp, png) == 0) rc = 0;
+            else rc = set_err(err, errlen, "cannot move the plot to %s: %s", png, strerror(errno));
         }
-        unlink(tmp);
+        if (rc != 0) unlink(tmp);
     }
-    return -1;
+    if (rc == -2) {
+        gnuplot_words(log, why, sizeof why);
+        set_err(err, errlen, "gnuplot failed: %s", why);
+    }
+    fclose(log);
+    return rc;
 }

@@ -7,11 +7,12 @@
 //   memtrace_mark("forward");  ...  memtrace_mark("backward");  ...
 //   memtrace_stop();
 //   memtrace_write_csv("results/01_benchmarking/mem_2.7B.csv");
-//   memtrace_plot_png("results/01_benchmarking/mem_2.7B.csv", "....png", "2.7B, ctx 512");
+//   memtrace_plot_png("results/01_benchmarking/mem_2.7B.csv", "....png", "2.7B, ctx 512", err, n);
 //
 // Host time: allocations are host calls, so the time axis is when the host asked, which runs
 // ahead of the GPU between synchronisations. One trace at a time per process.
 #pragma once
+#include <stddef.h>
 #include "common/dtype.h"
 
 #ifdef __cplusplus
@@ -26,8 +27,12 @@ void memtrace_stop(void);               // removes the observer; the trace stays
 // kind is alloc, free, mark (or start/stop). 0 on success, -1 on failure.
 int  memtrace_write_csv(const char* path);
 // Runs gnuplot on such a CSV: live GiB stacked by tag against time, phase markers as
-// vertical lines. 0 on success, -1 if gnuplot is missing or failed (no PNG is left behind).
-int  memtrace_plot_png(const char* csv, const char* png, const char* title);
+// vertical lines. Any title and path (quotes too) but no newline. No PNG is left behind on
+// failure, and err says why:
+//   -1  the input: the CSV is missing, empty or not numbers ("x.csv line 3: time_s 'abc' is not a
+//       number"), the PNG's place cannot be written, gnuplot is not installed;
+//   -2  gnuplot ran and failed: err holds gnuplot's own message.
+int  memtrace_plot_png(const char* csv, const char* png, const char* title, char* err, size_t errlen);
 
 // For tests and programs that want numbers rather than files.
 size_t memtrace_n_events(void);

@@ -16,12 +16,35 @@ static float* alloc_f32(size_t n, mem_tag_t tag) {
     return (float*)mem_alloc(DEV_CPU, (n ? n : 1) * sizeof(float), tag);
 }
 
+// Mirrors the allocations of model_cpu_create below (keep the two together), in doubles so that
+// no product of sizes can overflow.
+double model_cpu_bytes(const model_config_t* c, int B, int T) {
+    const double L = c->n_layers, C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
+    const double HS = C / NH, BT = (double)B * T;
+    param_layout_t lay = param_layout_make(c);
+    const double P = (double)lay.total;
+    param_layout_free(&lay);
+    double floats = 4.0 * P;                                   // params, grads, AdamW m and v
+    floats += 2.0 * BT + 2.0 * c->context * HS / 2;            // inputs, targets (int32); RoPE tables
+    floats += (L + 1) * BT * C + 4.0 * L * BT * C + 2.0 * L * BT  // res; ln1, atty, res_mid, ln2; rstds
+              + L * BT * 3 * C + L * BT * 3 * F                 // qkv; h13 and gate
+              + L * B * NH * (double)T * T                      // attention probabilities (B, NH, T, T)
+              + BT * C + 2.0 * BT + BT * V;                     // lnf, lnf_rstd, lse; logits
+    floats += BT * (6.0 * C + 3.0 * F + V);                    // backward scratch
+    return floats * 4.0;
+}
+
 void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed) {
     char err[160];
     if (model_config_check(c, err, sizeof err) != 0) fail("model config: %s", err);
     if (B < 1) fail("batch size is %d, must be >= 1", B);
     if (T < 1) fail("sequence length is %d, must be >= 1", T);
     if (T > c->context) fail("sequence length %d is longer than the context %d", T, c->context);
+    // Impossible sizes are the caller's input, said before anything is allocated (not an
+    // out-of-memory death after minutes of allocating and touching pages).
+    if (!mem_fits(DEV_CPU, model_cpu_bytes(c, B, T), err, sizeof err))
+        fail("the %s model at batch %d x sequence %d (context %d) on the CPU %s; the attention scores "
+             "grow as batch x heads x sequence^2", c->name, B, T, c->context, err);
     memset(m, 0, sizeof *m);
     m->c = *c;
     m->layout = param_layout_make(c);

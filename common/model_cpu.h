@@ -73,7 +73,10 @@ typedef struct {
 // Checks the config (fail(): one line, exit 2 on a bad one, on B < 1, T < 1 or T > context),
 // allocates everything for up to B x T tokens and initialises the parameters with
 // model_init_params(seed). Gradients and AdamW moments start at 0.
+// Also refuses (fail()) sizes whose buffers could never fit in this machine's memory.
 void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed);
+// The bytes model_cpu_create allocates for B x T tokens (a double: never overflows).
+double model_cpu_bytes(const model_config_t* c, int B, int T);
 void model_cpu_destroy(model_cpu_t* m);
 
 // Forward over inputs (B, T). With targets (B, T) returns the mean cross-entropy over B·T;

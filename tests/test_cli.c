@@ -229,3 +229,16 @@ Test(cli, cli_parse_exits_0_on_help_and_2_on_error) {
     cr_assert_eq(run_child(child_parse, good, out, sizeof out), 0, "%s", out);
     cr_assert_str_eq(out, "parsed steps=5\n");
 }
+
+// Comma lists of choices (the --dtype bf16,f32 of the stage 03/04 benchmarks): every item checked.
+Test(cli, choice_list_check_names_the_bad_item) {
+    char err[256];
+    cr_assert_eq(choice_list_check("dtype", "bf16,f32", "bf16|f32", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(choice_list_check("dtype", "f32", "bf16|f32", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(choice_list_check("dtype", "bf16,f16", "bf16|f32", err, sizeof err), -1);
+    cr_assert_str_eq(err, "--dtype: 'f16' is not one of bf16|f32 (a comma list, e.g. bf16,f32)");
+    cr_assert_eq(choice_list_check("dtype", "bf16,", "bf16|f32", err, sizeof err), -1, "an empty item");
+    cr_assert_str_eq(err, "--dtype: '' is not one of bf16|f32 (a comma list, e.g. bf16,f32)");
+    cr_assert_eq(choice_list_check("dtype", "", "bf16|f32", err, sizeof err), -1);
+    cr_assert_str_eq(err, "--dtype: empty (a comma list of bf16|f32, e.g. bf16,f32)");
+}
