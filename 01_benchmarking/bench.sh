@@ -54,12 +54,15 @@ WARMUP_CONTEXT=${BENCH_WARMUP_CONTEXT:-512}
 
 has_part() { [[ ",$PARTS," == *",$1,"* ]]; }
 [ -x "$BIN" ] || { echo "bench.sh: error: $BIN not built (make build-01)" >&2; exit 2; }
+# Without a GPU: one line saying so and exit status 2, before anything is run or written (the
+# same in every stage's bench.sh; README, "Conventions"). BENCH_DEVICE=cpu is the exception.
+[ "$DEVICE" = cpu ] || "$BUILD/common/envreport" --need-gpu "make bench-01" || exit $?
 mkdir -p "$OUT"
 fails=0
 T0=$SECONDS
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 [ "$DEVICE" = cpu ] && GPU="CPU (smoke test)"
-[ -n "$GPU" ] || { echo "bench.sh: error: no GPU (nvidia-smi found none); the sweeps need one" >&2; exit 2; }
+[ -n "$GPU" ] || GPU="unknown GPU (nvidia-smi not found)"
 
 # One benchmark run: prints its Markdown row (and OOM line), appends to $OUT/$csv.
 # A non-OOM failure (non-zero exit, timeout) is reported and counted; the sweep goes on.

@@ -3,9 +3,12 @@
 # run, merged into results/02_weighted_sum/table.md with ratios, and a plot (bandwidth.png)
 # of GB/s against size when gnuplot is installed. Extra arguments go to both timers
 # (e.g. --rows 1K,1M --reps 20).
+# Without a GPU: one line saying so and exit status 2, before anything is run or written (the
+# same in every stage's bench.sh; README, "Conventions").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
+"$B/common/envreport" --need-gpu "make bench-02" || exit $?
 OUT=results/02_weighted_sum
 mkdir -p "$OUT"
 status=0

@@ -9,6 +9,7 @@
 //   backward (2*ROWS*D + ROWS + 2*D) * elt   read x, grad_y, w; write grad_x, grad_w
 //   copy     2 * |x|                         cudaMemcpy of x's bytes: read + write
 // Before timing, each size is checked against the CPU reference (up to --check-max elements).
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,18 +177,28 @@ int main(int argc, char** argv) {
     };
     cli_parse(argc, argv, "weighted sum: forward/backward GB/s vs device copy bandwidth", opts,
               CLI_COUNT(opts));
+    // Every flag is checked before the GPU is asked for (issue 17): a typo is named as such on
+    // any machine, not hidden behind "needs a CUDA GPU".
     int64_t rows_list[64];
     const int nrows = parse_size_list(rows_s, rows_list, 64);
-    if (nrows <= 0) fail("--rows: cannot parse \"%s\" (a comma list like 256,1K,1M)", rows_s);
+    if (nrows <= 0) fail("--rows: cannot parse \"%s\" (a comma list like 256,1K,1M, at most 64 sizes)", rows_s);
     if (D < 1) fail("--d must be at least 1");
     if (g_reps < 1 || g_warmup < 0) fail("--reps must be >= 1 and --warmup >= 0");
+    char err[512];
+    for (int i = 0; i < nrows; i++) {
+        ws_plan_t p;
+        if (rows_list[i] < 1) fail("--rows: %lld is not a row count (each must be >= 1)", (long long)rows_list[i]);
+        if (ws_plan_forward(rows_list[i], D, DT_F32, NULL, &p, err, sizeof err))
+            fail("--rows %lld --d %lld: %s", (long long)rows_list[i], (long long)D, err);
+    }
+    if (dir_check_writable(outdir, err, sizeof err) != 0) fail("--out %s: %s", outdir, err);
     gpu_require("bench (the weighted-sum benchmark)");
     gpu_info_t gi;
     gpu_info(0, &gi);
     printf("# weighted sum benchmark on %s (%d SMs, L2 %d MiB); D = %lld; median of %d reps after "
            "%d warm-up, L2 flushed before each\n", gi.name, gi.sm_count, gi.l2_bytes >> 20,
            (long long)D, g_reps, g_warmup);
-    if (mkdir_p(outdir)) fail("--out %s: cannot create the directory", outdir);
+    if (mkdir_p(outdir)) fail("--out %s: cannot create the directory: %s", outdir, strerror(errno));
 
     const dtype_t all[2] = {DT_F32, DT_BF16};
     const int dt0 = !strcmp(dtype_s, "bf16") ? 1 : 0, dt1 = !strcmp(dtype_s, "f32") ? 1 : 2;

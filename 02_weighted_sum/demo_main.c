@@ -85,10 +85,19 @@ int main(int argc, char** argv) {
     cli_parse(argc, argv, "weighted sum: the grid-to-data map, then a small checked run", opts,
               CLI_COUNT(opts));
     if (rows < 1 || d < 1) fail("--rows and --d must be at least 1");
+    const device_t dev = gpu_count() > 0 ? DEV_CUDA : DEV_CPU;
+    {
+        // Sizes that cannot fit are bad input, said before anything is allocated. Per element of
+        // x the host holds x, its f32 copy, the reference's grad_x, the widened result (and on
+        // the CPU x and grad_x once more): at most 6 floats; the GPU holds x and grad_x.
+        const double n = (double)rows * (double)d;
+        char err[256];
+        if (!mem_fits(DEV_CPU, 24.0 * n, err, sizeof err) || (dev == DEV_CUDA && !mem_fits(DEV_CUDA, 8.0 * n, err, sizeof err)))
+            fail("--rows %lld --d %lld: %s", (long long)rows, (long long)d, err);
+    }
 
     print_maps(20, 300, 8, 128);
 
-    const device_t dev = gpu_count() > 0 ? DEV_CUDA : DEV_CPU;
     if (dev == DEV_CPU) printf("(no GPU: %s; running the CPU reference)\n\n", gpu_absent_reason());
     table_t* t = table_new("weighted sum: one forward + backward, max |error| vs the reference", 7,
                            (const char*[]){"dtype", "device", "ROWS x D", "y", "grad_x", "grad_w",

@@ -1,5 +1,6 @@
 // The weighted_sum program: .npy in, .npy out, and one clear line (exit 2) for every bad input.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "common/npy.h"
 #include "tests/harness.h"
@@ -113,4 +114,84 @@ Test(ws_cli, cuda_without_gpu_says_so) {
     const int rc = run_capture(cmd, out, sizeof out);
     cr_assert_neq(rc, 0, "--device cuda without a GPU must fail: %s", out);
     cr_assert(strstr(out, "needs a CUDA GPU"), "%s", out);
+}
+
+// ---- issue 17
+
+static int run_out(const char* cmd, char* out, size_t len) { return run_capture(cmd, out, len); }
+
+static int entries(const char* dir) {
+    char cmd[2200], txt[64];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | wc -l", dir);
+    run_out(cmd, txt, sizeof txt);
+    return atoi(txt);
+}
+
+// The set y, grad_x, grad_w appears whole or not at all: a grad_x.npy that cannot be replaced
+// (a directory in its place) used to leave y.npy behind.
+Test(ws_cli, outputs_are_one_set) {
+    char dir[600], cmd[2048], out[4096];
+    snprintf(dir, sizeof dir, "%s/ws_set", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/grad_x.npy && %s --device cpu --rows 7 --d 5 --out %s", dir, prog(), dir);
+    cr_assert_eq(run_out(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "weighted_sum: error: --out ") && strstr(out, "grad_x.npy: it is a directory"), "%s", out);
+    cr_assert_eq(entries(dir), 1, "only the blocking grad_x.npy/ may remain in %s", dir);
+    // And the good case: all three.
+    snprintf(cmd, sizeof cmd, "%s --device cpu --rows 7 --d 5 --out %s/fresh/run", prog(), dir);
+    cr_assert_eq(run_out(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/fresh/run", dir);
+    cr_assert_eq(entries(cmd), 3, "y, grad_x, grad_w in %s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/fresh", dir);
+    cr_assert_eq(entries(cmd), 1, "no temporary beside %s/fresh/run", dir);
+}
+
+// --out that cannot be created: the reason, before any work (there was none: "cannot create
+// the directory").
+Test(ws_cli, out_says_why_and_fails_first) {
+    expect("--device cpu --out /proc/cs336-ws", 2, "--out /proc/cs336-ws: cannot create the directory /proc/cs336-ws: ");
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "%s --device cpu --out /proc/cs336-ws", prog());
+    run_out(cmd, out, sizeof out);
+    cr_assert_null(strstr(out, "y[0]"), "the run happened before the check:\n%s", out);
+}
+
+// Sizes that cannot fit were an out-of-memory death (exit 1): bad input, exit 2, naming the flags.
+Test(ws_cli, impossible_sizes_are_bad_input) {
+    expect("--device cpu --rows 1G --d 1G", 2, "--rows 1073741824 --d 1073741824: x is ");
+    expect("--device cpu --rows 1G --d 1G", 2, "of host memory here");
+    expect("--device cpu --rows 8G --d 8G", 2, "more than 8 EiB");  // rows * d overflows int64
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "%s/02_weighted_sum/demo --rows 100000000 --d 100", build_dir());
+    cr_assert_eq(run_out(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "demo: error: --rows 100000000 --d 100: needs "), "%s", out);
+}
+
+// The benchmark checked for a GPU before its flags: a bad flag said only "needs a CUDA GPU".
+Test(ws_cli, bench_checks_flags_before_the_gpu) {
+    char cmd[1024], out[4096];
+    struct {
+        const char* args;
+        const char* text;
+    } cases[] = {
+        {"--rows 0", "--rows: 0 is not a row count"},
+        {"--rows 1K,x", "--rows: cannot parse"},
+        {"--dtype f16", "--dtype: 'f16' is not one of f32|bf16|both"},
+        {"--reps 0", "--reps must be >= 1"},
+        {"--out /proc/cs336-bench", "--out /proc/cs336-bench: cannot create files in /proc"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/02_weighted_sum/bench %s", build_dir(), cases[i].args);
+        cr_assert_eq(run_out(cmd, out, sizeof out), 2, "%s: %s", cases[i].args, out);
+        cr_assert(strstr(out, cases[i].text), "%s: lacks \"%s\": %s", cases[i].args, cases[i].text, out);
+    }
+}
+
+// make bench-02 on a machine without a GPU: one line, exit 2 (it was 127 and an empty table).
+Test(ws_cli, bench_script_without_gpu_says_so_once) {
+    if (gpu_count() > 0) cr_skip_test("there is a GPU: the script would run the benchmark");
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "BUILD=%s 02_weighted_sum/bench.sh", build_dir());
+    cr_assert_eq(run_out(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "make bench-02: error: needs a CUDA GPU: ") == out, "%s", out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "one line: %s", out);
 }

@@ -73,14 +73,42 @@ int main(int argc, char** argv) {
               "y = (x * w).sum(-1) and its backward, on random data or .npy files; writes .npy",
               opts, CLI_COUNT(opts));
 
+    // ---- every flag first (issue 17), then the GPU, the output place, the inputs
+    char err[512];
+    if (rows_tile < 0) fail("--rows-tile must be >= 0 (0: default), got %d", rows_tile);
+    ws_config_t cfg = ws_config_default();
+    cfg.rows_tile = rows_tile;
+    cfg.d_tile = d_tile;
+    cfg.gradw_mode = strcmp(mode_s, "atomic") ? WS_GRADW_PARTIALS : WS_GRADW_ATOMIC;
+    {
+        ws_plan_t p;  // the tile flags alone (sizes come later): ROWS_TILE and D_TILE in range
+        if (ws_plan_forward(1, 1, DT_F32, &cfg, &p, err, sizeof err)) fail("%s", err);
+    }
+    if (xp[0] && !wp[0]) fail("--w is required with --x (w must be a .npy of shape [D])");
+    if (!xp[0] && (wp[0] || gyp[0])) fail("--w and --grad-y need --x (or give none of them for random data)");
+    if (!xp[0] && (rows < 1 || d < 1))
+        fail("--rows and --d must be at least 1 (got %lld and %lld)", (long long)rows, (long long)d);
+    const dtype_t rdt = strcmp(dtype_s, "bf16") ? DT_F32 : DT_BF16;
     device_t dev = DEV_CPU;
     if (!strcmp(device_s, "cuda") || (!strcmp(device_s, "auto") && gpu_count() > 0)) dev = DEV_CUDA;
     if (dev == DEV_CUDA) gpu_require("weighted_sum --device cuda");
+    if (!xp[0]) {
+        // Random x: sizes that can never fit are bad input, said before anything is allocated.
+        // Host: x drawn in f32 (and rounded), grad_x, and with --check the reference's copies.
+        const double n = (double)rows * (double)d, es = (double)dtype_size(rdt);
+        const double host = n * (4.0 + es + (dev == DEV_CPU ? es : 0.0) + (check ? es + 8.0 : 0.0));
+        if (!mem_fits(DEV_CPU, host, err, sizeof err))
+            fail("--rows %lld --d %lld: x is %.3g elements; the run %s", (long long)rows, (long long)d, n, err);
+        if (dev == DEV_CUDA && !mem_fits(DEV_CUDA, 2.0 * n * es, err, sizeof err))
+            fail("--rows %lld --d %lld: x and grad_x on the GPU %s", (long long)rows, (long long)d, err);
+    }
+    // The output place before the work: y, grad_x and grad_w appear together, or none of them.
+    outset_t* outs = NULL;
+    if (outdir[0] && !(outs = outset_open(outdir, err, sizeof err))) fail("--out %s: %s", outdir, err);
 
     // ---- inputs, on the host
     tensor_t x, w, gy;
     if (xp[0]) {
-        if (!wp[0]) fail("--w is required with --x (w must be a .npy of shape [D])");
         x = npy_load(xp, -1, -1, NULL);
         if (x.dtype != DT_F32 && x.dtype != DT_BF16)
             fail("%s: dtype %s is not supported (float32 '<f4', or bf16 bits as uint16 '<u2')", xp,
@@ -97,22 +125,12 @@ int main(int argc, char** argv) {
             }
         }
     } else {
-        if (wp[0] || gyp[0]) fail("--w and --grad-y need --x (or give none of them for random data)");
-        if (rows < 1 || d < 1) fail("--rows and --d must be at least 1 (got %lld and %lld)",
-                                    (long long)rows, (long long)d);
-        const dtype_t dt = strcmp(dtype_s, "bf16") ? DT_F32 : DT_BF16;
         rng_t rng = rng_make((uint64_t)seed);
         const int64_t xs[2] = {rows, d};
-        x = random_tensor(dt, 2, xs, &rng);
-        w = random_tensor(dt, 1, &d, &rng);
-        gy = random_tensor(dt, 1, &rows, &rng);
+        x = random_tensor(rdt, 2, xs, &rng);
+        w = random_tensor(rdt, 1, &d, &rng);
+        gy = random_tensor(rdt, 1, &rows, &rng);
     }
-
-    ws_config_t cfg = ws_config_default();
-    if (rows_tile < 0) fail("--rows-tile must be >= 0 (0: default), got %d", rows_tile);
-    cfg.rows_tile = rows_tile;
-    cfg.d_tile = d_tile;
-    cfg.gradw_mode = strcmp(mode_s, "atomic") ? WS_GRADW_PARTIALS : WS_GRADW_ATOMIC;
 
     // ---- outputs on the run device
     const int64_t D = x.shape[x.rank - 1];
@@ -120,7 +138,6 @@ int main(int argc, char** argv) {
     tensor_t y = tensor_alloc(dev, x.dtype, x.rank - 1, x.shape, MEM_OTHER);
     tensor_t gx = tensor_alloc(dev, x.dtype, x.rank, x.shape, MEM_OTHER);
     tensor_t gw = tensor_alloc(dev, x.dtype, 1, &D, MEM_OTHER);
-    char err[512];
     if (weighted_sum_forward(&xd, &wd, &y, &cfg, err, sizeof err)) fail("%s", err);
     if (weighted_sum_backward(&xd, &wd, &gyd, &gx, &gw, &cfg, err, sizeof err)) fail("%s", err);
     if (dev == DEV_CUDA) CUDA_CHECK(cudaDeviceSynchronize());
@@ -155,15 +172,11 @@ int main(int argc, char** argv) {
         tensor_free(&ry), tensor_free(&rgx), tensor_free(&rgw);
     }
 
-    if (outdir[0]) {
-        if (mkdir_p(outdir)) fail("--out %s: cannot create the directory", outdir);
-        char path[1024];
-        snprintf(path, sizeof path, "%s/y.npy", outdir);
-        npy_save(path, &y);
-        snprintf(path, sizeof path, "%s/grad_x.npy", outdir);
-        npy_save(path, &gx);
-        snprintf(path, sizeof path, "%s/grad_w.npy", outdir);
-        npy_save(path, &gw);
+    if (outs) {
+        npy_save(outset_path(outs, "y.npy"), &y);  // a failed write dies: the set is removed
+        npy_save(outset_path(outs, "grad_x.npy"), &gx);
+        npy_save(outset_path(outs, "grad_w.npy"), &gw);
+        if (outset_commit(outs, err, sizeof err) != 0) fail("--out %s: %s", outdir, err);
         printf("wrote y.npy, grad_x.npy, grad_w.npy to %s\n", outdir);
     }
     tensor_free(&x), tensor_free(&w), tensor_free(&gy), tensor_free(&xd), tensor_free(&wd);

@@ -7,10 +7,13 @@
 # Env: BUILD (default build), QUICK=1 (fewer N), VARIANTS="64:2,..." (bf16 kernel variants),
 #      COMPILE_N (N for torch.compile, default 1024,4096,16384), TORCH=0 (skip PyTorch),
 #      RESULTS (output directory, default results).
+# Without a GPU: one line saying so and exit status 2, before anything is run or written (the
+# same in every stage's bench.sh; README, "Conventions").
 set -uo pipefail
 FAILED=0
 step() { "$@" || { echo "bench-03: step failed (exit $?): $*" >&2; FAILED=1; }; }
 BUILD=${BUILD:-build}
+"$BUILD/common/envreport" --need-gpu "make bench-03" || exit $?
 B=$BUILD/03_flashattn_fwd
 R=${RESULTS:-results}
 mkdir -p "$R"

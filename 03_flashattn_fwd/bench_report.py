@@ -11,6 +11,7 @@ import csv
 import os
 import shutil
 import subprocess
+import sys
 
 TORCH_IMPLS = ["sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "naive", "naive_compile"]
 
@@ -38,6 +39,10 @@ def main():
     ap.add_argument("--plots", default="results", help="directory for the .dat and .png files")
     a = ap.parse_args()
     ours, torch, naive = read(a.ours), read(a.torch), read(a.naive)
+    if not ours and not naive:
+        # Nothing measured (the sweeps failed or never ran): no report rather than an empty one.
+        print(f"bench_report.py: error: no rows in {a.ours} or {a.naive}: nothing to report", file=sys.stderr)
+        sys.exit(2)
     tor = {}
     for r in torch:
         tor[(r["dtype"], int(r["d"]), int(r["N"]), r["impl"])] = r["ms"]
@@ -70,8 +75,11 @@ def main():
     print("\n".join(lines))
 
     # Plots: TFLOP/s against N, one panel per (dtype, d) in one PNG per dtype.
-    if not ours or not shutil.which("gnuplot"):
-        print("(no gnuplot or no data: no plots)")
+    if not ours:
+        print(f"(no rows in {a.ours}: no plots)")
+        return
+    if not shutil.which("gnuplot"):
+        print("(gnuplot not found: no plots; scripts/setup.sh installs it)")
         return
     os.makedirs(a.plots, exist_ok=True)
     for dt in sorted({r["dtype"] for r in ours}):

@@ -7,8 +7,11 @@
 # Env: BUILD (build dir); N_LIST, D_LIST (shorter sweeps); VERSION (kernel version, 0 = default);
 # LB_REPS (leaderboard reps, 100); BENCH_ARGS / TORCH_ARGS (extra flags for the two sweeps);
 # SKIP_LB=1 skips step 1; VERSIONS=1 also times every kernel version at the leaderboard point.
+# Without a GPU: one line saying so and exit status 2, before anything is run or written (the
+# same in every stage's bench.sh; README, "Conventions").
 set -euo pipefail
 BUILD=${BUILD:-build}
+"$BUILD/common/envreport" --need-gpu "make bench-04" || exit $?
 N_LIST=${N_LIST:-128,256,512,1024,2048,4096,8192,16384,32768,65536}
 D_LIST=${D_LIST:-16,32,64,128}
 VERSION=${VERSION:-0}
