@@ -180,6 +180,10 @@ ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_param
     char err[256];
     if (ddp_check_params(params, n, total, err, sizeof err)) DIE("ddp_create: %s", err);
     if (!c || !flat_params || !flat_grads) DIE("ddp_create: NULL communicator or buffer");
+    // comm.h maps a NULL stream to the communicator's own, which is not ordered after the
+    // backward: the all-reduces would read gradients not yet written.
+    if (c->backend == COMM_NCCL && !compute_stream)
+        DIE("ddp_create: the NCCL backend needs the stream the backward writes gradients on (not NULL)");
     ddp_t* d = xcalloc(1, sizeof *d);
     d->c = c;
     d->v = v;

@@ -98,7 +98,8 @@ typedef struct ddp ddp_t;
 
 // Builds the reduction plan for `v` over the table (copied; names must outlive d). The
 // buffers are host memory on MPI and device memory on NCCL. compute_stream: the stream the
-// backward writes gradients on (NCCL; ignored on MPI). bucket_mb is used by DDP_BUCKETED only.
+// backward writes gradients on (NCCL, required: NULL would mean the communicator's own
+// stream; ignored on MPI). bucket_mb is used by DDP_BUCKETED only.
 // A bad table dies (a bug in the caller, not user input).
 ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
                   float* flat_grads, size_t total, ddp_variant_t v, double bucket_mb,
@@ -116,7 +117,9 @@ void ddp_grad_ready(void* ddp, int param_idx);
 
 // After the backward: zeroes and reduces what did not start yet, then waits. On return every
 // trainable gradient is the average over ranks (MPI: in host memory now; NCCL: for all work
-// enqueued on the compute stream from now on — no host wait). Resets the per-step state.
+// enqueued on the compute stream from now on — the host does not wait for this step's
+// all-reduces; it frees the PREVIOUS step's requests, which blocks only if the host runs a
+// whole step ahead of the GPU). Resets the per-step state.
 void ddp_finish_grads(ddp_t* d);
 
 ddp_stats_t ddp_stats(const ddp_t* d);

@@ -24,6 +24,13 @@
 // The gradient buffer is poisoned with NaN before every backward: a slot the DDP layer or the
 // model forgot (an unused parameter's gradient, see --unused-trainable) shows up as NaN in
 // the parameters; frozen slots hold NaN too, and must not leak anywhere.
+//
+// --backend nccl (one GPU per rank) runs the same test through the DDP layer's GPU path: the
+// ToyModel still computes on the host, but the DDP layer works on DEVICE mirrors of the
+// parameter and gradient buffers. The hook copies each final gradient to the device on the
+// "compute" stream (standing in for the kernels that would write it) and then reports it, so
+// the events, the communication stream and the zero-fill are exercised for real; after
+// ddp_finish_grads the averaged gradients come back to the host for the SGD step.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +38,12 @@
 
 #include "06_ddp/ddp.h"
 #include "06_ddp/toymodel.h"
+#include <stdarg.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common/alloc.h"
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
@@ -51,6 +64,18 @@
 #define RTOL_TORCH 1e-5
 #define ATOL_TORCH 1e-6
 
+// Bad input under mpirun: rank 0 prints the one line, every rank exits 2 (comm_cli_parse's rule).
+__attribute__((noreturn, format(printf, 1, 2))) static void bad_input(const char* fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (comm_env_rank() == 0) fail("%s", msg);
+    sleep(1);  // let rank 0's line out before mpirun ends the job
+    exit(EXIT_BAD_INPUT);
+}
+
 typedef struct {
     const char* dir;
     float data[ROWS * TOY_D_IN];     // (20, 10)
@@ -66,9 +91,9 @@ static int64_t load_npy(const char* dir, const char* name, int dtype, int rank,
     char path[1024], err[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     npy_array_t a;
-    if (npy_read(path, &a, err, sizeof err)) fail("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
-    if (npy_check(&a, dtype, rank, shape, err, sizeof err)) fail("%s: %s", path, err);
-    if (a.nbytes > max_bytes) fail("%s: %zu bytes, at most %zu expected", path, a.nbytes, max_bytes);
+    if (npy_read(path, &a, err, sizeof err)) bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
+    if (npy_check(&a, dtype, rank, shape, err, sizeof err)) bad_input("%s: %s", path, err);
+    if (a.nbytes > max_bytes) bad_input("%s: %zu bytes, at most %zu expected", path, a.nbytes, max_bytes);
     memcpy(dst, a.data, a.nbytes);
     const int64_t n0 = a.shape[0];
     npy_array_free(&a);
@@ -84,7 +109,7 @@ static void load_fixture(const char* dir, fixture_t* fx) {
     for (int s = 0; s < fx->steps; s++)
         for (int r = 0; r < ROWS; r++)
             if (fx->order[s][r] < 0 || fx->order[s][r] >= ROWS)
-                fail("%s/order.npy: step %d row %d is %lld, outside [0, %d)", dir, s, r,
+                bad_input("%s/order.npy: step %d row %d is %lld, outside [0, %d)", dir, s, r,
                      (long long)fx->order[s][r], ROWS);
 }
 
@@ -94,7 +119,7 @@ static void load_params(const toy_model_t* m, const fixture_t* fx, const char* s
     char path[1024], err[1024];
     snprintf(path, sizeof path, "%s/%s/%s", fx->dir, toy_kind_name(m->kind), sub);
     if (toy_load_params(m, path, step, dst, err, sizeof err))
-        fail("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
+        bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
 }
 
 // ------------------------------------------------------------------ checks
@@ -159,6 +184,87 @@ static void make_model(toy_model_t* m, const run_cfg_t* cfg) {
             m->p[i].trainable = 1;
 }
 
+// ------------------------------------------------------------------ what the DDP layer sees
+// MPI: the model's own host buffers. NCCL: device copies of them, and a "compute" stream.
+typedef struct {
+    toy_model_t* m;
+    ddp_t* d;
+    comm_t* c;
+    int gpu;
+    cudaStream_t stream;  // NCCL: the stream the (stand-in) backward writes gradients on
+    float* params;        // (total) m->params, or its device copy
+    float* grads;         // (total) m->grads, or its device copy
+    float* nan_host;      // (total) NCCL: NaN, copied over the device gradients each step
+} mirror_t;
+
+static void mirror_init(mirror_t* x, comm_t* c, toy_model_t* m) {
+    memset(x, 0, sizeof *x);
+    x->m = m;
+    x->c = c;
+    x->gpu = c->backend == COMM_NCCL;
+    if (!x->gpu) {
+        x->params = m->params;
+        x->grads = m->grads;
+        return;
+    }
+    const size_t bytes = m->total * sizeof(float);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking));
+    x->params = comm_alloc(c, bytes, MEM_PARAMS);
+    x->grads = comm_alloc(c, bytes, MEM_GRADS);
+    x->nan_host = malloc(bytes);
+    if (!x->nan_host) DIE("out of memory");
+    for (size_t j = 0; j < m->total; j++) x->nan_host[j] = NAN;
+}
+
+static void mirror_free(mirror_t* x) {
+    if (!x->gpu) return;
+    mem_free(x->params);
+    mem_free(x->grads);
+    free(x->nan_host);
+    CUDA_CHECK(cudaStreamDestroy(x->stream));
+}
+
+static void mirror_broadcast(mirror_t* x) {
+    const size_t bytes = x->m->total * sizeof(float);
+    if (x->gpu) CUDA_CHECK(cudaMemcpyAsync(x->params, x->m->params, bytes, cudaMemcpyHostToDevice, x->stream));
+    ddp_broadcast_params(x->d);
+    if (x->gpu) {
+        CUDA_CHECK(cudaMemcpyAsync(x->m->params, x->params, bytes, cudaMemcpyDeviceToHost, x->stream));
+        comm_stream_sync(x->c, x->stream, "parameters to the host");
+    }
+}
+
+// NaN into every gradient slot the DDP layer will see (host and, on NCCL, device).
+static void mirror_poison(mirror_t* x) {
+    for (size_t j = 0; j < x->m->total; j++) x->m->grads[j] = NAN;
+    if (x->gpu)
+        CUDA_CHECK(cudaMemcpyAsync(x->grads, x->nan_host, x->m->total * sizeof(float),
+                                   cudaMemcpyHostToDevice, x->stream));
+}
+
+// The backward's hook. NCCL: the final gradient goes to the device on the compute stream
+// first, as the kernel that computed it would have written it there, then DDP is told.
+static void mirror_hook(void* ctx, int i) {
+    mirror_t* x = ctx;
+    if (x->gpu) {
+        const toy_param_t* p = &x->m->p[i];
+        CUDA_CHECK(cudaMemcpyAsync(x->grads + p->offset, x->m->grads + p->offset,
+                                   p->numel * sizeof(float), cudaMemcpyHostToDevice, x->stream));
+    }
+    ddp_grad_ready(x->d, i);
+}
+
+// ddp_finish_grads; NCCL: the averages back to the host through the compute stream, which is
+// ordered after every all-reduce by ddp_finish_grads itself.
+static void mirror_finish(mirror_t* x) {
+    ddp_finish_grads(x->d);
+    if (x->gpu) {
+        CUDA_CHECK(cudaMemcpyAsync(x->m->grads, x->grads, x->m->total * sizeof(float),
+                                   cudaMemcpyDeviceToHost, x->stream));
+        comm_stream_sync(x->c, x->stream, "gradients to the host");
+    }
+}
+
 // Rank 0 prints the plan: which parameters each all-reduce covers.
 static void print_plan(const ddp_t* d, const toy_model_t* m) {
     printf("#   %d all-reduce%s per step:", ddp_n_buckets(d), ddp_n_buckets(d) == 1 ? "" : "s");
@@ -197,7 +303,7 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
         snprintf(path, sizeof path, "%s/sgd_loss.npy", toy_kind_name(cfg->kind));
         const int64_t sh[1] = {-1};
         if (load_npy(fx->dir, path, DT_F32, 1, sh, loss_torch, sizeof loss_torch) < cfg->steps)
-            fail("%s/%s: fewer than %d steps", fx->dir, path, cfg->steps);
+            bad_input("%s/%s: fewer than %d steps", fx->dir, path, cfg->steps);
     }
 
     // 1. Different starting points, then rank 0's everywhere.
@@ -208,13 +314,16 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
     ddp_param_t table[TOY_MAX_PARAMS];
     for (int i = 0; i < dm.n_params; i++)
         table[i] = (ddp_param_t){dm.p[i].name, dm.p[i].offset, dm.p[i].numel, dm.p[i].trainable};
-    ddp_t* d = ddp_create(c, table, dm.n_params, dm.params, dm.grads, dm.total, cfg->variant,
-                          cfg->bucket_mb, NULL);
+    mirror_t x;
+    mirror_init(&x, c, &dm);
+    ddp_t* d = ddp_create(c, table, dm.n_params, x.params, x.grads, dm.total, cfg->variant,
+                          cfg->bucket_mb, x.stream);
+    x.d = d;
     if (R == 0) {
         printf("# %s\n", name);
         print_plan(d, &dm);
     }
-    ddp_broadcast_params(d);
+    mirror_broadcast(&x);
     check_equal(&k, &dm, dm.params, init, -1, "after the broadcast, equal to rank 0's", 0);
     if (R > 0)
         for (int i = 0; i < dm.n_params; i++) {
@@ -233,23 +342,23 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
     // 2. Training: rank R takes rows [lo, hi) of each step's batch.
     const int lo = R * ROWS / N, hi = (R + 1) * ROWS / N, n_local = hi - lo;
     const float share = (float)N * (float)n_local / (float)ROWS;  // 1 when shards are equal
-    float x[ROWS * TOY_D_IN], y[ROWS * TOY_D_OUT];  // (20, 10), (20, 5) this step's batch
+    float xb[ROWS * TOY_D_IN], yb[ROWS * TOY_D_OUT];  // (20, 10), (20, 5) this step's batch
     for (int s = 0; s < cfg->steps; s++) {
         for (int r = 0; r < ROWS; r++) {
             const int64_t src = fx->order[s][r];
-            memcpy(x + r * TOY_D_IN, fx->data + src * TOY_D_IN, sizeof(float) * TOY_D_IN);
-            memcpy(y + r * TOY_D_OUT, fx->labels + src * TOY_D_OUT, sizeof(float) * TOY_D_OUT);
+            memcpy(xb + r * TOY_D_IN, fx->data + src * TOY_D_IN, sizeof(float) * TOY_D_IN);
+            memcpy(yb + r * TOY_D_OUT, fx->labels + src * TOY_D_OUT, sizeof(float) * TOY_D_OUT);
         }
         // single process: all 20 rows
         toy_zero_grads(&ref);
-        const float loss_ref = toy_forward(&ref, x, y, ROWS);
+        const float loss_ref = toy_forward(&ref, xb, yb, ROWS);
         toy_backward(&ref, 1.0f, NULL, NULL);
         toy_sgd_step(&ref, LR);
         // data parallel: this rank's rows
-        for (size_t j = 0; j < dm.total; j++) dm.grads[j] = NAN;
-        const float loss_local = toy_forward(&dm, x + lo * TOY_D_IN, y + lo * TOY_D_OUT, n_local);
-        toy_backward(&dm, share, ddp_grad_ready, d);
-        ddp_finish_grads(d);
+        mirror_poison(&x);
+        const float loss_local = toy_forward(&dm, xb + lo * TOY_D_IN, yb + lo * TOY_D_OUT, n_local);
+        toy_backward(&dm, share, mirror_hook, &x);
+        mirror_finish(&x);
         toy_sgd_step(&dm, LR);
 
         double g[3];  // the global loss (rows-weighted mean), and the worst differences
@@ -291,6 +400,7 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
         fflush(stdout);
     }
     ddp_destroy(d);
+    mirror_free(&x);
     toy_destroy(&dm);
     toy_destroy(&ref);
     free(init);
@@ -309,17 +419,17 @@ static int parse_mb_list(const char* s, double* out) {
         const double v = strtod(p, &end);
         if (end == p || !(v >= 0) || !isfinite(v) || v > 1e6 || n == MAX_MB ||
             (*end && *end != ','))
-            fail("--bucket-mb: '%s': expected up to %d comma-separated sizes in MiB, each in "
+            bad_input("--bucket-mb: '%s': expected up to %d comma-separated sizes in MiB, each in "
                  "[0, 1e6] (e.g. 0.0001,0.0016,0.01)", s, MAX_MB);
         out[n++] = v;
         p = *end ? end + 1 : end;
     }
-    if (n == 0) fail("--bucket-mb: empty list");
+    if (n == 0) bad_input("--bucket-mb: empty list");
     return n;
 }
 
 int main(int argc, char** argv) {
-    const char *model = NULL, *variant = NULL, *mb = NULL, *fixture = NULL;
+    const char *model = NULL, *variant = NULL, *mb = NULL, *fixture = NULL, *backend = NULL;
     int steps = 0, unused = 0;
     double timeout = 0;
     cli_opt_t opts[] = {
@@ -329,26 +439,29 @@ int main(int argc, char** argv) {
         {"steps", CLI_INT, &steps, "5", "training steps (at most the fixture's)", NULL},
         {"fixture", CLI_STR, &fixture, "tests/fixtures/toymodel", "PyTorch fixture directory (gen_toymodel.py)", NULL},
         {"unused-trainable", CLI_FLAG, &unused, "0", "make no_grad_fixed_param trainable (still unused by the forward: its gradient comes from the DDP layer's zero-fill)", NULL},
-        {"comm-timeout", CLI_DOUBLE, &timeout, "0", "seconds before a stuck collective ends the job (0: COMM_TIMEOUT or 60)", NULL},
+        {"backend", CLI_CHOICE, &backend, "mpi", "mpi: host buffers; nccl: the DDP layer on device buffers, one GPU per rank", COMM_BACKEND_CHOICES},
+        {"comm-timeout", CLI_DOUBLE, &timeout, "0", COMM_TIMEOUT_HELP, NULL},
     };
-    cli_parse(argc, argv, "the course's DDP test on the ToyModels: every variant vs single-process training and PyTorch (MPI backend)",
+    comm_cli_parse(argc, argv, "the course's DDP test on the ToyModels: every variant vs single-process training and PyTorch",
               opts, CLI_COUNT(opts));
     double mbs[MAX_MB];
     const int n_mb = parse_mb_list(mb, mbs);
     fixture_t fx;
     load_fixture(fixture, &fx);
     if (steps < 1 || steps > fx.steps)
-        fail("--steps %d: the fixture holds 1..%d steps", steps, fx.steps);
+        bad_input("--steps %d: the fixture holds 1..%d steps", steps, fx.steps);
 
-    comm_t* c = comm_init(COMM_MPI, timeout);
+    comm_backend_t be = COMM_MPI;
+    comm_backend_parse(backend, &be);  // cannot fail: CLI_CHOICE checked it
+    comm_t* c = comm_init(be, comm_timeout_flag(timeout));
     if (c->world > ROWS) {
         if (c->rank == 0) fprintf(stderr, "%s: error: %d ranks: at most %d (one row each)\n", progname(), c->world, ROWS);
         comm_destroy(c, 1);
         return EXIT_BAD_INPUT;
     }
     if (c->rank == 0)
-        printf("# ddp_toy: %d rank%s (MPI), fixture %s, %d steps, SGD lr %g, %d rows split %s\n",
-               c->world, c->world == 1 ? "" : "s", fixture, steps, (double)LR, ROWS,
+        printf("# ddp_toy: %d rank%s (%s), fixture %s, %d steps, SGD lr %g, %d rows split %s\n",
+               c->world, c->world == 1 ? "" : "s", comm_backend_name(be), fixture, steps, (double)LR, ROWS,
                ROWS % c->world ? "unevenly (weighted)" : "evenly");
 
     run_cfg_t runs[64];

@@ -4,7 +4,7 @@
 // - the course's DDP test (build/06_ddp/ddp_toy under mpirun, MPI backend): every variant ×
 //   both models × the course's bucket sizes on 2 ranks, all of them on 1, 3 (uneven split)
 //   and 4 ranks, an unused trainable parameter, a corrupted fixture (the checks must fail),
-//   and bad flags.
+//   and bad flags; the NCCL backend on 2 GPUs (skipped without them).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,6 +279,15 @@ Test(ddp_ranks, four_ranks_every_variant) { all_runs(4, ""); }
 Test(ddp_ranks, unused_trainable_parameter_gets_a_zero_gradient) {
     all_runs(2, "--unused-trainable");
     cr_assert(strstr(g_out, "[no_grad_fixed_param]"), "not reduced on its own:\n%s", g_out);
+}
+
+// The DDP layer's GPU path (NCCL, device buffers, events and the communication stream) under
+// the same checks: ddp_toy mirrors the host ToyModel's buffers on the device (see its header).
+Test(ddp_gpu, two_gpus_every_variant_nccl) {
+    if (gpu_count() < 2)
+        cr_skip_test("needs 2 CUDA GPUs (one per rank): %s", gpu_count() ? "found 1" : gpu_absent_reason());
+    all_runs(2, "--backend nccl");
+    all_runs(2, "--backend nccl --unused-trainable");
 }
 
 // The checks can fail: one element of PyTorch's step-3 fc3.weight is changed in a copy of the
