@@ -392,8 +392,8 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
     if (R == 0) {
         if (bad == 0)
             printf("OK   %s: %d steps on %d rank%s (rows %d..%d per rank), %lld all-reduces "
-                   "(%lld bytes) per rank: DDP == single process == PyTorch, frozen unchanged, "
-                   "ranks bitwise equal\n", name, cfg->steps, N, N == 1 ? "" : "s", ROWS / N,
+                   "of %lld bytes in all per rank: DDP == single process == PyTorch, frozen "
+                   "unchanged, ranks bitwise equal\n", name, cfg->steps, N, N == 1 ? "" : "s", ROWS / N,
                    (ROWS + N - 1) / N, st.allreduce_calls, st.bytes_reduced);
         else
             printf("FAILED %s: %lld failed checks over all ranks (each one on stderr)\n", name, bad);
