@@ -50,7 +50,8 @@ extern "C" {
 typedef struct {
     const char* name;
     size_t offset, numel;  // elements
-    int trainable;         // 0: frozen (requires_grad=False): never reduced, never updated
+    int trainable;         // 0: frozen (requires_grad=False): in no bucket (only the flat
+                           // variant's one slice may span it), never updated
 } ddp_param_t;
 
 typedef enum { DDP_NAIVE = 0, DDP_FLAT, DDP_OVERLAP, DDP_BUCKETED, DDP_NVARIANTS } ddp_variant_t;
