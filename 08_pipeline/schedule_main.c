@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
     if (!all && sched_parse(sched, &kind) != 0) fail("--schedule %s: not one of %s|all", sched, SCHED_CHOICES);
     check_opts(&o, all || kind == SCHED_ZBH1);
     if (all && (o.csv[0] || o.png[0])) fail("--csv and --png need one --schedule, not all");
+    // gnuplot's quoted strings have no escapes: refuse such a path before doing any work.
+    if (strchr(o.png, '\'') || strchr(o.png, '\n')) fail("--png %s: the path must not contain a quote or a newline", o.png);
     if (all && o.v == 1) fail("--v 1: interleaved needs v >= 2 (with --schedule all, --v applies to interleaved only)");
 
     printf("# costs: F %g, B %g (zbh1: BI %g + W %g), comm %g per message; groups planned with these costs\n",

@@ -492,6 +492,7 @@ Test(program, help_and_bad_flags) {
     expect_prog("--schedule 1f1b --v 2", 2, "only interleaved");
     expect_prog("--schedule all --csv x.csv", 2, "--csv and --png need one --schedule");
     expect_prog("--bogus 1", 2, "--bogus");
+    expect_prog("--png \"it's.png\"", 2, "--png it's.png: the path must not contain a quote");
 }
 
 Test(program, prints_lists_timeline_and_summary) {
