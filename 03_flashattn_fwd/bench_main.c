@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "common/tensor.h"
 #include "common/cli.h"
+#include "common/fileio.h"
 #include "common/gpu.h"
 #include "common/model_kernels.h"
 #include "common/rng.h"
@@ -198,6 +199,17 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
     table_free(t);
 }
 
+// --csv names a file ending in .csv (the JSON goes beside it) in a place that can take it.
+static void check_csv_path(const char* csv) {
+    const size_t n = strlen(csv);
+    if (n < 5 || strcmp(csv + n - 4, ".csv") != 0) fail("--csv %s: the name must end in .csv (the JSON goes beside it)", csv);
+    char dir[512], err[512];
+    const char* slash = strrchr(csv, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == csv ? 1 : (int)(slash - csv), csv);
+    if (dir_check_writable(dir, err, sizeof err) != 0) fail("--csv %s: %s", csv, err);
+}
+
 int main(int argc, char** argv) {
     const char *sweep = NULL, *Ns_s = NULL, *ds_s = NULL, *dtypes = NULL, *csv = NULL, *variants = NULL;
     int B = 0, H = 0, causal = 0, naive_max_N = 0, scan = 0;
@@ -218,8 +230,16 @@ int main(int argc, char** argv) {
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/03_<sweep>.csv", NULL},
     };
     cli_parse(argc, argv, "Stage 03 benchmarks: naive attention sweep and flash forward sweep.", opts, CLI_COUNT(opts));
-    gpu_require("bench");
+    // Every flag is checked before the GPU is asked for (issue 17): a typo is named as such on
+    // any machine, not hidden behind "needs a CUDA GPU".
     if (g_reps < 1 || g_warmup < 1) fail("--reps and --warmup must be >= 1");
+    if (B < 1 || H < 1) fail("--B and --H must be >= 1 (got %d, %d)", B, H);
+    if ((double)B * H > 2147483647.0) fail("--B x --H = %.0f is more than 2^31 - 1 heads", (double)B * H);
+    if (causal != 0 && causal != 1) fail("--causal must be 1 (causal) or 0 (not), got %d", causal);
+    if (!(g_budget_ms >= 0)) fail("--budget-ms must be >= 0 (0: no cap), got %g", g_budget_ms);
+    if (naive_max_N < 0) fail("--naive-max-N must be >= 0 (0: never the naive forward), got %d", naive_max_N);
+    char err[512];
+    if (choice_list_check("dtype", dtypes, "bf16|f32", err, sizeof err) != 0) fail("%s", err);
     int64_t Ns[32], ds[8];
     const int is_naive = strcmp(sweep, "naive") == 0;
     if (!Ns_s[0]) Ns_s = is_naive ? "256,1024,4096,8192,16384" : "128,256,512,1024,2048,4096,8192,16384,32768,65536";
@@ -249,6 +269,8 @@ int main(int argc, char** argv) {
         snprintf(path, sizeof path, "results/03_%s.csv", sweep);
         csv = path;
     }
+    check_csv_path(csv);
+    gpu_require("bench");
     gpu_info_t gi;
     if (gpu_info(0, &gi) == 0) printf("# GPU: %s\n", gi.name);
     cublasHandle_t h;

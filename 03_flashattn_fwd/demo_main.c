@@ -74,8 +74,18 @@ int main(int argc, char** argv) {
     if (H < 1 || N < 1) fail("--H and --N must be >= 1");
     if (d != 16 && d != 32 && d != 64 && d != 128) fail("--d: head dim %d not supported (allowed: 16, 32, 64, 128)", d);
     const size_t n = (size_t)H * N * d, nl = (size_t)H * N;
+    {
+        // Sizes that cannot fit are bad input (they were a crash on an unchecked malloc): q, k, v,
+        // two O and two L on the host; on a GPU q, k, v, O, L once more.
+        char err[256];
+        const double elems = (double)H * N * d, rows = (double)H * N;
+        if (!mem_fits(DEV_CPU, 4.0 * (5.0 * elems + 2.0 * rows), err, sizeof err) ||
+            (gpu_count() > 0 && !mem_fits(DEV_CUDA, 4.0 * (4.0 * elems + rows), err, sizeof err)))
+            fail("--H %d --N %d --d %d: %s", H, N, d, err);
+    }
     float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o_ref = malloc(n * 4), *l_ref = malloc(nl * 4);
     float *o = malloc(n * 4), *l = malloc(nl * 4);
+    if (!q || !k || !v || !o_ref || !l_ref || !o || !l) DIE("out of host memory for --H %d --N %d --d %d", H, N, d);
     rng_t r = rng_make(3);
     rng_fill_normal(&r, q, n, 0.0f, 1.0f);
     rng_fill_normal(&r, k, n, 0.0f, 1.0f);

@@ -5,6 +5,7 @@
 // .npy inputs are float32, [B, N, d] (one head) or [B, H, N, d]; k and v must have the same
 // shape; O has q's shape, L is [B, Nq] or [B, H, Nq]. With --dtype bf16 the inputs are rounded
 // to bf16 on the way in and O (bf16) is widened to float32 in the file.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,15 @@ static void load_inputs(const char* pq, const char* pk, const char* pv, tensor_t
         fail("%s: shape %s, but k is %s (k and v must match)", pv, tensor_shape_str(v, a, sizeof a),
              tensor_shape_str(k, b, sizeof b));
     const int r = q->rank;
+    // Every size must be a positive int: an empty axis ([4, 0, 64]) is bad input, not a crash
+    // of the reference later.
+    const tensor_t* ts[3] = {q, k, v};
+    const char* ps[3] = {pq, pk, pv};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < r; i++)
+            if (ts[t]->shape[i] < 1 || ts[t]->shape[i] > INT_MAX)
+                fail("%s: shape %s: every size must be between 1 and %d", ps[t], tensor_shape_str(ts[t], a, sizeof a),
+                     INT_MAX);
     s->B = (int)q->shape[0];
     s->H = r == 4 ? (int)q->shape[1] : 1;
     s->Nq = (int)q->shape[r - 2];
@@ -48,6 +58,23 @@ static void load_inputs(const char* pq, const char* pk, const char* pv, tensor_t
     if (!ok)
         fail("%s: shape %s does not fit q %s (batch, heads and head dim must match)", pk,
              tensor_shape_str(k, a, sizeof a), tensor_shape_str(q, b, sizeof b));
+}
+
+// Sizes that can never fit are bad input (exit 2, naming where they came from), said before
+// anything is allocated rather than as an out-of-memory death. Host: q, k, v, O, L in fp32 (and
+// the reference's O, L with --check, a staging copy on the GPU path); GPU: q, k, v, O, L in the
+// dtype, plus S and P for the naive path.
+static void check_sizes(int B, int H, int Nq, int Nk, int d, dtype_t dt, int on_gpu, int naive, int check,
+                        const char* what) {
+    const double BH = (double)B * H, nq = BH * Nq * d, nk = BH * Nk * d, nl = BH * Nq;
+    if (BH > INT_MAX) fail("%s: batch x heads = %.0f is more than %d", what, BH, INT_MAX);
+    char err[256];
+    const double host = 4.0 * (2 * nq + 2 * nk + nl) + (check ? 4.0 * (nq + nl) : 0.0) + (on_gpu ? 4.0 * (nq > nk ? nq : nk) : 0.0);
+    if (!mem_fits(DEV_CPU, host, err, sizeof err)) fail("%s (B %d, H %d, Nq %d, Nk %d, d %d): %s", what, B, H, Nq, Nk, d, err);
+    const double es = (double)dtype_size(dt);
+    const double dev = es * (2 * nq + 2 * nk) + 4.0 * nl + (naive ? (4.0 + es) * BH * Nq * (double)Nk : 0.0);
+    if (on_gpu && !mem_fits(DEV_CUDA, dev, err, sizeof err))
+        fail("%s (B %d, H %d, Nq %d, Nk %d, d %d) on the GPU: %s", what, B, H, Nq, Nk, d, err);
 }
 
 static double max_abs_err(const float* a, const float* b, size_t n) {
@@ -89,13 +116,25 @@ int main(int argc, char** argv) {
     cli_parse(argc, argv, "Attention forward (FlashAttention-2 or naive) on random or .npy inputs; writes O and L.",
               opts, CLI_COUNT(opts));
 
+    // Every flag first (issue 17), then the GPU, the output place, the inputs.
     const int from_files = pq[0] || pk[0] || pv[0];
     if (from_files && !(pq[0] && pk[0] && pv[0])) fail("--q, --k and --v go together (got only some of them)");
     const dtype_t dt = strcmp(dtype_s, "bf16") == 0 ? DT_BF16 : DT_F32;
     int on_gpu = strcmp(device_s, "cuda") == 0 || (strcmp(device_s, "auto") == 0 && gpu_count() > 0);
-    if (on_gpu) gpu_require("--device cuda");
     const int naive = strcmp(impl_s, "naive") == 0;
     if (reps < 1) fail("--reps must be >= 1 (got %d)", reps);
+    if (!on_gpu && !naive && (Bq < 16 || Bk < 16 || Bq > 4096 || Bk > 4096))
+        fail("--Bq and --Bk must be between 16 and 4096 (got %d, %d)", Bq, Bk);
+    if (!from_files) {
+        if (B < 1 || H < 1 || Nq < 1 || Nk < 1) fail("--B, --H, --Nq, --Nk must be >= 1");
+        if (d != 16 && d != 32 && d != 64 && d != 128) fail("--d: head dim %d not supported (allowed: 16, 32, 64, 128)", d);
+        check_sizes(B, H, Nq, Nk, d, dt, on_gpu, naive, check, "--B --H --Nq --Nk --d");
+    }
+    if (on_gpu) gpu_require("--device cuda");
+    // O and L appear together or not at all; an unusable --out is said before the work.
+    char oerr[512];
+    outset_t* outs = NULL;
+    if (out[0] && !(outs = outset_open(out, oerr, sizeof oerr))) fail("--out %s: %s", out, oerr);
 
     // ---------------------------------------------------------------- inputs, host fp32
     tensor_t tq, tk, tv;
@@ -105,7 +144,6 @@ int main(int argc, char** argv) {
         load_inputs(pq, pk, pv, &tq, &tk, &tv, &s);
         in_rank = tq.rank;
     } else {
-        if (B < 1 || H < 1 || Nq < 1 || Nk < 1) fail("--B, --H, --Nq, --Nk must be >= 1");
         s = (shape_t){B, H, Nq, Nk, d};
         const int64_t shq[4] = {B, H, Nq, d}, shk[4] = {B, H, Nk, d};
         tq = tensor_alloc(DEV_CPU, DT_F32, 4, shq, MEM_OTHER);
@@ -118,7 +156,7 @@ int main(int argc, char** argv) {
     }
     if (s.d != 16 && s.d != 32 && s.d != 64 && s.d != 128)
         fail("head dim %d not supported (allowed: 16, 32, 64, 128)", s.d);
-    if (!on_gpu && !naive && (Bq < 16 || Bk < 16)) fail("--Bq and --Bk must be >= 16 (got %d, %d)", Bq, Bk);
+    if (from_files) check_sizes(s.B, s.H, s.Nq, s.Nk, s.d, dt, on_gpu, naive, check, "the .npy inputs");
     {
         const flash_variant_t* vl;
         const int nv = flash_fwd_bf16_variants(s.d, &vl);
@@ -238,9 +276,8 @@ int main(int argc, char** argv) {
         free(ro), free(rl);
     }
 
-    if (out[0]) {
-        if (mkdir_p(out) != 0) fail("--out %s: cannot create the directory", out);
-        char path[4096], err[512];
+    if (outs) {
+        char err[512];
         int64_t sho[4], shl[3];
         if (in_rank == 3) {
             sho[0] = s.B, sho[1] = s.Nq, sho[2] = s.d;
@@ -249,10 +286,9 @@ int main(int argc, char** argv) {
             sho[0] = s.B, sho[1] = s.H, sho[2] = s.Nq, sho[3] = s.d;
             shl[0] = s.B, shl[1] = s.H, shl[2] = s.Nq;
         }
-        snprintf(path, sizeof path, "%s/O.npy", out);
-        if (npy_write(path, DT_F32, in_rank, sho, ho, err, sizeof err) != 0) DIE("%s", err);
-        snprintf(path, sizeof path, "%s/L.npy", out);
-        if (npy_write(path, DT_F32, in_rank - 1, shl, hl, err, sizeof err) != 0) DIE("%s", err);
+        if (npy_write(outset_path(outs, "O.npy"), DT_F32, in_rank, sho, ho, err, sizeof err) != 0) DIE("%s", err);
+        if (npy_write(outset_path(outs, "L.npy"), DT_F32, in_rank - 1, shl, hl, err, sizeof err) != 0) DIE("%s", err);
+        if (outset_commit(outs, err, sizeof err) != 0) fail("--out %s: %s", out, err);
         printf("wrote %s/O.npy and %s/L.npy\n", out, out);
     }
     free(ho), free(hl);

@@ -1,6 +1,8 @@
 // Stage 03: the flash_fwd program. Bad flags and bad .npy inputs give one clear line and exit
 // status 2; the .npy round trip reproduces the torch fixture (CPU here, GPU when present).
 #include <stdio.h>
+#include <sys/stat.h>
+#include "common/fileio.h"
 #include "common/npy.h"
 #include "03_flashattn_fwd/test_util.h"
 
@@ -95,3 +97,91 @@ static void roundtrip(const char* device, const char* dtype, double tol) {
 Test(cli, npy_roundtrip_cpu) { roundtrip("cpu", "f32", 1e-2); }
 Test(cli, npy_roundtrip_cuda_f32) { SKIP_WITHOUT_GPU(); roundtrip("cuda", "f32", 1e-2); }
 Test(cli, npy_roundtrip_cuda_bf16) { SKIP_WITHOUT_GPU(); roundtrip("cuda", "bf16", 3e-2); }
+
+// ---- issue 17
+
+static int count_entries(const char* dir) {
+    char cmd[2200], txt[64];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | wc -l", dir);
+    run_capture(cmd, txt, sizeof txt);
+    return atoi(txt);
+}
+
+// q of shape [4, 0, 64] ended in an internal error (flash_fwd_ref.c: bad sizes, exit 1).
+Test(cli, empty_axis_is_bad_input) {
+    const int64_t s0[3] = {4, 0, 64}, s64[3] = {4, 16, 64};
+    const char* q0 = write_npy("q_empty.npy", DT_F32, 3, s0);
+    const char* k = write_npy("k_ok.npy", DT_F32, 3, s64);
+    char a[2048];
+    snprintf(a, sizeof a, "--device cpu --out '' --q %s --k %s --v %s", q0, k, k);
+    expect_fail(a, "shape [4, 0, 64]: every size must be between 1 and");
+    snprintf(a, sizeof a, "--device cpu --out '' --q %s --k %s --v %s", k, q0, q0);
+    expect_fail(a, "q_empty.npy: shape [4, 0, 64]");
+}
+
+// O and L are one set: an L.npy that cannot be replaced used to leave O.npy behind.
+Test(cli, outputs_are_one_set) {
+    char dir[600], a[2048], out[4096];
+    snprintf(dir, sizeof dir, "%s/fwd_set", test_tmpdir());
+    snprintf(a, sizeof a, "%s/L.npy", dir);
+    cr_assert_eq(mkdir_p(a), 0);
+    snprintf(a, sizeof a, "--device cpu --B 1 --H 1 --Nq 20 --Nk 20 --d 16 --out %s", dir);
+    cr_assert_eq(run_prog(a, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "L.npy: it is a directory"), "%s", out);
+    cr_assert_eq(count_entries(dir), 1, "O.npy (or a temporary) was left in %s", dir);
+    expect_fail("--device cpu --out /proc/cs336-fwd", "--out /proc/cs336-fwd: cannot create the directory /proc/cs336-fwd: ");
+    run_prog("--device cpu --out /proc/cs336-fwd", out, sizeof out);
+    cr_assert_null(strstr(out, " ms"), "the run happened before the --out check:\n%s", out);
+}
+
+// Sizes that cannot fit: exit 2 naming them (was an out-of-memory death, exit 1).
+Test(cli, impossible_sizes_are_bad_input) {
+    expect_fail("--device cpu --out '' --B 1000 --Nq 2000000000", "--B --H --Nq --Nk --d (B 1000, H 4, Nq 2000000000");
+    expect_fail("--device cpu --out '' --B 1000 --Nq 2000000000", "of host memory here");
+    expect_fail("--device cpu --out '' --Bq 100000", "--Bq and --Bk must be between 16 and 4096");
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "%s/03_flashattn_fwd/demo --N 2000000000", build_dir());
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "the demo crashed on an unchecked malloc before: %s", out);
+    cr_assert(strstr(out, "demo: error: --H 4 --N 2000000000 --d 64: needs "), "%s", out);
+}
+
+// The benchmark checked for a GPU first, and never checked --B, --H, --causal, --dtype,
+// --budget-ms: every bad flag now names itself, on any machine.
+Test(cli, bench_checks_every_flag_before_the_gpu) {
+    struct {
+        const char* args;
+        const char* text;
+    } cases[] = {
+        {"--N abc", "--N: not a comma list of sizes: 'abc'"},
+        {"--d 48", "--d: head dim 48 not supported"},
+        {"--variants garbage", "--variants: expected a list like 64:2,128:1"},
+        {"--B 0", "--B and --H must be >= 1"},
+        {"--H -2", "--B and --H must be >= 1"},
+        {"--causal 2", "--causal must be 1 (causal) or 0 (not)"},
+        {"--dtype f16", "--dtype: 'f16' is not one of bf16|f32"},
+        {"--dtype bf16,", "--dtype: '' is not one of bf16|f32"},
+        {"--budget-ms -1", "--budget-ms must be >= 0"},
+        {"--naive-max-N -1", "--naive-max-N must be >= 0"},
+        {"--csv out.txt", "--csv out.txt: the name must end in .csv"},
+        {"--csv /proc/cs336/x.csv", "--csv /proc/cs336/x.csv: cannot create files in /proc"},
+    };
+    char cmd[1024], out[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/03_flashattn_fwd/bench %s", build_dir(), cases[i].args);
+        cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "%s: %s", cases[i].args, out);
+        cr_assert(strstr(out, cases[i].text), "%s: lacks \"%s\": %s", cases[i].args, cases[i].text, out);
+    }
+}
+
+// make bench-03 without a GPU ran both sweeps, blamed gnuplot and left a 1-byte report.
+Test(cli, bench_script_without_gpu_says_so_once) {
+    if (gpu_count() > 0) cr_skip_test("there is a GPU: the script would run the benchmark");
+    char cmd[2048], out[4096], res[600];
+    snprintf(res, sizeof res, "%s/bench03_results", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "BUILD=%s RESULTS=%s 03_flashattn_fwd/bench.sh", build_dir(), res);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "make bench-03: error: needs a CUDA GPU: ") == out, "%s", out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "one line: %s", out);
+    struct stat st;
+    cr_assert_neq(stat(res, &st), 0, "%s was created", res);
+}

@@ -18,6 +18,7 @@
 #include "common/check.h"
 #include "common/tensor.h"
 #include "common/cli.h"
+#include "common/fileio.h"
 #include "common/gpu.h"
 #include "common/model_kernels.h"
 #include "common/rng.h"
@@ -27,6 +28,10 @@
 #include "03_flashattn_fwd/attn_naive.h"
 #include "03_flashattn_fwd/flash_fwd.h"
 #include "04_flashattn_bwd/flash_bwd.h"
+
+// The kernel version limits as text, for --help (the help said 1..15 when there were 19).
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static int g_reps, g_warmup;
 static double g_budget_ms;
@@ -254,20 +259,25 @@ int main(int argc, char** argv) {
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "1000", "cap on the timed ms per measurement (>= 3 runs)", NULL},
         {"lb-reps", CLI_INT, &lb_reps, "100", "leaderboard: timed runs (median)", NULL},
-        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..15 (NOTES.md); 0: the default", NULL},
+        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1.." STR(FLASH_BWD_MAX_VERSION) " (NOTES.md); 0: the default (" STR(FLASH_BWD_DEFAULT_VERSION) ")", NULL},
         {"versions", CLI_FLAG, &versions, "0", "leaderboard: also time every kernel version, per kernel", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/04_<mode>.csv", NULL},
     };
     cli_parse(argc, argv, "Stage 04 benchmarks: flash backward sweep and the leaderboard point.", opts,
               CLI_COUNT(opts));
-    gpu_require("bench");
+    // Every flag is checked before the GPU is asked for (issue 17): a typo is named as such on
+    // any machine, not hidden behind "needs a CUDA GPU".
     if (g_reps < 1 || g_warmup < 1 || lb_reps < 3) fail("--reps and --warmup must be >= 1, --lb-reps >= 3");
-    if (B < 1 || H < 1) fail("--B and --H must be >= 1");
+    if (B < 1 || H < 1) fail("--B and --H must be >= 1 (got %d, %d)", B, H);
+    if ((double)B * H > 2147483647.0) fail("--B x --H = %.0f is more than 2^31 - 1 heads", (double)B * H);
+    if (causal != 0 && causal != 1) fail("--causal must be 1 (causal) or 0 (not), got %d", causal);
+    if (!(g_budget_ms >= 0)) fail("--budget-ms must be >= 0 (0: no cap), got %g", g_budget_ms);
+    if (f32_max_N < 0 || naive_max_N < 0)
+        fail("--f32-max-N and --naive-max-N must be >= 0 (got %d, %d)", f32_max_N, naive_max_N);
     if (version < 0 || version > FLASH_BWD_MAX_VERSION)
         fail("--version must be 0 (default) or 1..%d (got %d)", FLASH_BWD_MAX_VERSION, version);
-    if (version == 0) version = FLASH_BWD_DEFAULT_VERSION;
-    flash_bwd_set_version(version);
-    printf("# backward kernel version %d\n", version);
+    char err[512];
+    if (choice_list_check("dtype", dtypes, "bf16|f32", err, sizeof err) != 0) fail("%s", err);
     int64_t Ns[32], ds[8];
     const int nN = parse_size_list(Ns_s, Ns, 32), nd = parse_size_list(ds_s, ds, 8);
     if (nN < 1) fail("--N: not a comma list of sizes: '%s'", Ns_s);
@@ -282,6 +292,20 @@ int main(int argc, char** argv) {
         snprintf(path, sizeof path, "results/04_%s.csv", mode);
         csv = path;
     }
+    {
+        // --csv ends in .csv (the JSON goes beside it), in a place that can take it.
+        const size_t n = strlen(csv);
+        if (n < 5 || strcmp(csv + n - 4, ".csv") != 0) fail("--csv %s: the name must end in .csv (the JSON goes beside it)", csv);
+        char dir[512];
+        const char* slash = strrchr(csv, '/');
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else snprintf(dir, sizeof dir, "%.*s", slash == csv ? 1 : (int)(slash - csv), csv);
+        if (dir_check_writable(dir, err, sizeof err) != 0) fail("--csv %s: %s", csv, err);
+    }
+    gpu_require("bench");
+    if (version == 0) version = FLASH_BWD_DEFAULT_VERSION;
+    flash_bwd_set_version(version);
+    printf("# backward kernel version %d\n", version);
     gpu_info_t gi;
     if (gpu_info(0, &gi) == 0) printf("# GPU: %s\n", gi.name);
     cublasHandle_t h;

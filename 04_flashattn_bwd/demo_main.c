@@ -4,7 +4,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "common/alloc.h"
 #include "common/check.h"
+#include "common/cli.h"
 #include "common/gpu.h"
 #include "common/rng.h"
 #include "common/table.h"
@@ -30,9 +32,26 @@ static float* alloc_f(size_t n) {
     return p;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    int H = 0, N = 0;
+    cli_opt_t opts[] = {
+        {"H", CLI_INT, &H, "2", "heads (batch is 1, head dim 64, causal)", NULL},
+        {"N", CLI_INT, &N, "0", "sequence length; 0: 512 on a GPU, 128 on the CPU", NULL},
+    };
+    cli_parse(argc, argv,
+              "Stage 04 demo: attention forward + backward, checked against the CPU naive reference.", opts,
+              CLI_COUNT(opts));
     const int on_gpu = gpu_count() > 0;
-    const int B = 1, H = 2, N = on_gpu ? 512 : 128, d = 64, causal = 1;
+    if (H < 1 || N < 0) fail("--H must be >= 1 and --N >= 0 (0: the default), got %d and %d", H, N);
+    if (N == 0) N = on_gpu ? 512 : 128;
+    const int B = 1, d = 64, causal = 1;
+    {
+        // Sizes that cannot fit are bad input: 18 (BH, N, d) fp32 arrays on the host at most.
+        char err[256];
+        if (!mem_fits(DEV_CPU, 18.0 * 4.0 * B * H * (double)N * d, err, sizeof err) ||
+            (on_gpu && !mem_fits(DEV_CUDA, 12.0 * 4.0 * B * H * (double)N * d, err, sizeof err)))
+            fail("--H %d --N %d: %s", H, N, err);
+    }
     const int BH = B * H;
     const size_t n = (size_t)BH * N * d, nl = (size_t)BH * N;
     const float scale = 1.0f / sqrtf((float)d);

@@ -5,6 +5,7 @@
 // .npy inputs are float32, [B, N, d] (one head) or [B, H, N, d]; k and v have the same shape, dO
 // has q's. With --dtype bf16 the inputs are rounded to bf16 on the way in and the bf16 results
 // widened to float32 in the files. On the CPU, --impl flash is the tiled Algorithm 2 reference.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,10 @@
 #include "04_flashattn_bwd/flash_bwd.h"
 #include "04_flashattn_bwd/flash_bwd_host.h"
 
+// The kernel version limits as text, for --help (the help said 1..15 when there were 19).
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 static double max_abs_err(const float* a, const float* b, size_t n) {
     double m = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -35,10 +40,24 @@ static double max_abs(const float* a, size_t n) {
     return m;
 }
 
-static void save(const char* dir, const char* name, int rank, const int64_t* shape, const float* x) {
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    if (npy_write(path, DT_F32, rank, shape, x, err, sizeof err) != 0) DIE("%s", err);
+// One file of the output set (a failed write dies; the set is then removed at exit).
+static void save(outset_t* outs, const char* name, int rank, const int64_t* shape, const float* x) {
+    char file[64], err[512];
+    snprintf(file, sizeof file, "%s.npy", name);
+    if (npy_write(outset_path(outs, file), DT_F32, rank, shape, x, err, sizeof err) != 0) DIE("%s", err);
+}
+
+// Sizes that can never fit are bad input (exit 2, naming where they came from), said before
+// anything is allocated. Host: q, k, v, dO and O, L, dQ, dK, dV in fp32 (twice more with --check);
+// GPU: about the same again in the dtype, with fp32 accumulators.
+static void check_sizes(int B, int H, int Nq, int Nk, int d, int on_gpu, int check, const char* what) {
+    const double BH = (double)B * H, nq = BH * Nq * d, nk = BH * Nk * d, nl = BH * Nq;
+    if (BH > INT_MAX) fail("%s: batch x heads = %.0f is more than %d", what, BH, INT_MAX);
+    char err[256];
+    const double host = 4.0 * (3 * nq + 3 * nk + nl) * (check ? 2.0 : 1.0);
+    if (!mem_fits(DEV_CPU, host, err, sizeof err)) fail("%s (B %d, H %d, Nq %d, Nk %d, d %d): %s", what, B, H, Nq, Nk, d, err);
+    if (on_gpu && !mem_fits(DEV_CUDA, 4.0 * (4 * nq + 4 * nk + 2 * nl), err, sizeof err))
+        fail("%s (B %d, H %d, Nq %d, Nk %d, d %d) on the GPU: %s", what, B, H, Nq, Nk, d, err);
 }
 
 int main(int argc, char** argv) {
@@ -69,26 +88,38 @@ int main(int argc, char** argv) {
         {"Bk", CLI_INT, &Bk, "64", "key tile of the CPU tiled reference (>= 16)", NULL},
         {"check", CLI_FLAG, &check, "0", "also run the CPU naive reference and print the max errors", NULL},
         {"reps", CLI_INT, &reps, "1", "GPU runs to time (median printed)", NULL},
-        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1..15 (NOTES.md); 0: the default", NULL},
+        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1.." STR(FLASH_BWD_MAX_VERSION) " (NOTES.md); 0: the default (" STR(FLASH_BWD_DEFAULT_VERSION) ")", NULL},
         {"out", CLI_STR, &out, "results/flash_bwd", "output directory for dQ, dK, dV, O, L (.npy); empty: none", NULL},
     };
     cli_parse(argc, argv,
               "Attention forward + backward (FlashAttention-2) on random or .npy inputs; writes dQ, dK, dV.", opts,
               CLI_COUNT(opts));
 
+    // Every flag first (issue 17), then the GPU, the output place, the inputs.
     const int from_files = pq[0] || pk[0] || pv[0] || pdo[0];
     if (from_files && !(pq[0] && pk[0] && pv[0] && pdo[0]))
         fail("--q, --k, --v and --dO go together (got only some of them)");
     const dtype_t dt = strcmp(dtype_s, "bf16") == 0 ? DT_BF16 : DT_F32;
     const int on_gpu = strcmp(device_s, "cuda") == 0 || (strcmp(device_s, "auto") == 0 && gpu_count() > 0);
-    if (on_gpu) gpu_require("--device cuda");
     const int naive = strcmp(impl_s, "naive") == 0, atomic = strcmp(impl_s, "atomic") == 0;
     if (on_gpu && naive) fail("--impl naive runs on the CPU only (add --device cpu)");
     if (!on_gpu && atomic) fail("--impl atomic is a GPU kernel (on the CPU, --impl flash is Algorithm 2 itself)");
     if (reps < 1) fail("--reps must be >= 1 (got %d)", reps);
     if (version < 0 || version > FLASH_BWD_MAX_VERSION)
         fail("--version must be 0 (default) or 1..%d (got %d)", FLASH_BWD_MAX_VERSION, version);
+    if (!on_gpu && !naive && (Bq < 16 || Bk < 16 || Bq > 4096 || Bk > 4096))
+        fail("--Bq and --Bk must be between 16 and 4096 (got %d, %d)", Bq, Bk);
+    if (!from_files) {
+        if (B < 1 || H < 1 || Nq < 1 || Nk < 1) fail("--B, --H, --Nq, --Nk must be >= 1");
+        if (d != 16 && d != 32 && d != 64 && d != 128) fail("--d: head dim %d not supported (allowed: 16, 32, 64, 128)", d);
+        check_sizes(B, H, Nq, Nk, d, on_gpu, check, "--B --H --Nq --Nk --d");
+    }
+    if (on_gpu) gpu_require("--device cuda");
     if (version) flash_bwd_set_version(version);
+    // dQ, dK, dV, O and L appear together or not at all; an unusable --out is said before the work.
+    char oerr[512];
+    outset_t* outs = NULL;
+    if (out[0] && !(outs = outset_open(out, oerr, sizeof oerr))) fail("--out %s: %s", out, oerr);
 
     // ---------------------------------------------------------------- inputs, host fp32
     tensor_t tq, tk, tv, tdo;
@@ -104,13 +135,22 @@ int main(int argc, char** argv) {
         tk = npy_load(pk, DT_F32, rank, want_k);
         tv = npy_load(pv, DT_F32, rank, tk.shape);
         tdo = npy_load(pdo, DT_F32, rank, tq.shape);
+        // Every size a positive int: an empty axis ([4, 0, 64]) is bad input, not a crash later.
+        const tensor_t* ts[2] = {&tq, &tk};
+        const char* ps[2] = {pq, pk};
+        for (int t = 0; t < 2; t++)
+            for (int i = 0; i < rank; i++)
+                if (ts[t]->shape[i] < 1 || ts[t]->shape[i] > INT_MAX) {
+                    char sh[96];
+                    fail("%s: shape %s: every size must be between 1 and %d", ps[t],
+                         tensor_shape_str(ts[t], sh, sizeof sh), INT_MAX);
+                }
         B = (int)tq.shape[0];
         H = rank == 4 ? (int)tq.shape[1] : 1;
         Nq = (int)tq.shape[rank - 2];
         Nk = (int)tk.shape[rank - 2];
         d = (int)tq.shape[rank - 1];
     } else {
-        if (B < 1 || H < 1 || Nq < 1 || Nk < 1) fail("--B, --H, --Nq, --Nk must be >= 1");
         const int64_t shq[4] = {B, H, Nq, d}, shk[4] = {B, H, Nk, d};
         tq = tensor_alloc(DEV_CPU, DT_F32, 4, shq, MEM_OTHER);
         tk = tensor_alloc(DEV_CPU, DT_F32, 4, shk, MEM_OTHER);
@@ -123,7 +163,7 @@ int main(int argc, char** argv) {
         rng_fill_normal(&r, tdo.data, (size_t)tensor_numel(&tdo), 0.0f, 1.0f);
     }
     if (d != 16 && d != 32 && d != 64 && d != 128) fail("head dim %d not supported (allowed: 16, 32, 64, 128)", d);
-    if (!on_gpu && !naive && (Bq < 16 || Bk < 16)) fail("--Bq and --Bk must be >= 16 (got %d, %d)", Bq, Bk);
+    if (from_files) check_sizes(B, H, Nq, Nk, d, on_gpu, check, "the .npy inputs");
     const float scale = scale_arg > 0.0 ? (float)scale_arg : 1.0f / sqrtf((float)d);
     const int BH = B * H;
     const size_t nq = (size_t)BH * Nq * d, nk = (size_t)BH * Nk * d, nl = (size_t)BH * Nq;
@@ -183,8 +223,7 @@ int main(int argc, char** argv) {
         free(ro); free(rl); free(rq); free(rk); free(rv);
     }
 
-    if (out[0]) {
-        if (mkdir_p(out) != 0) fail("--out %s: cannot create the directory", out);
+    if (outs) {
         int64_t shq[4], shk[4], shl[3];
         if (rank == 3) {
             shq[0] = B, shq[1] = Nq, shq[2] = d;
@@ -195,11 +234,13 @@ int main(int argc, char** argv) {
             shk[0] = B, shk[1] = H, shk[2] = Nk, shk[3] = d;
             shl[0] = B, shl[1] = H, shl[2] = Nq;
         }
-        save(out, "dQ", rank, shq, gq);
-        save(out, "dK", rank, shk, gk);
-        save(out, "dV", rank, shk, gv);
-        save(out, "O", rank, shq, ho);
-        save(out, "L", rank - 1, shl, hl);
+        save(outs, "dQ", rank, shq, gq);
+        save(outs, "dK", rank, shk, gk);
+        save(outs, "dV", rank, shk, gv);
+        save(outs, "O", rank, shq, ho);
+        save(outs, "L", rank - 1, shl, hl);
+        char err[512];
+        if (outset_commit(outs, err, sizeof err) != 0) fail("--out %s: %s", out, err);
         printf("wrote %s/{dQ,dK,dV,O,L}.npy\n", out);
     }
     free(ho); free(hl); free(gq); free(gk); free(gv);
