@@ -107,21 +107,32 @@ COMMON_OBJ  := $(call objs,$(COMMON_SRC))
 COMMON_LIB  := $(BUILD)/common/libcommon.a
 COMMON_PROGS := $(patsubst common/%_main.c,$(BUILD)/common/%,$(wildcard common/*_main.c))
 
-$(BUILD)/%.c.o: %.c
-	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring test_,$(notdir $<))$(findstring tests/,$<),$(CRIT_CPPFLAGS),) -c $< -o $@
+# Quiet builds: one short line per step ("CC file", "NVCC file", "AR lib", "LD prog"); V=1 prints
+# the full commands. Objects wait for the dependency report (order-only `| deps`), so that under
+# -j no compile line lands inside it.
+# ptxas prints an advisory C7512 ("wgmma.mma_async instructions are serialized due to insufficient
+# register resources") for one kernel: stage 04's backward version 18, which runs 3 blocks per SM
+# and so gets at most 168 registers. It is an experiment kept on purpose and measured slower
+# (04_flashattn_bwd/NOTES.md); the default version is not affected. Quiet builds print a note in
+# its place; V=1 shows ptxas's own line.
+quiet = $(if $(V),,@printf '  %-5s %s\n' '$(1)' '$(2)';)
+NVCC_NOTE_C7512 = 2>&1 | sed -e 's|^ptxas info *: (C7512).*bwd_wgmma_kernelILi1ELi3E.*|  note: ptxas C7512 (wgmma serialized) on backward version 18 only: expected, see 04_flashattn_bwd/NOTES.md (V=1 for the full line)|'
 
-$(CUDA_OBJDIR)/%.cu.o: %.cu
+$(BUILD)/%.c.o: %.c | deps
 	@mkdir -p $(@D)
-	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring test_,$(notdir $<))$(findstring tests/,$<),$(CRIT_CPPFLAGS),) -c $< -o $@
+
+$(CUDA_OBJDIR)/%.cu.o: %.cu | deps
+	@mkdir -p $(@D)
+	$(call quiet,NVCC,$<)$(if $(V),,set -o pipefail; )$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@ $(if $(V),,$(NVCC_NOTE_C7512))
 
 $(COMMON_LIB): $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call quiet,AR,$@)ar rcs $@ $^
 
 $(BUILD)/common/%: $(BUILD)/common/%_main.c.o $(COMMON_LIB)
-	$(CC) $(LDFLAGS) $< $(COMMON_LIB) $(LDLIBS) -o $@
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS) $< $(COMMON_LIB) $(LDLIBS) -o $@
 
 # ---------------------------------------------------------------- test harness and common tests
 HARNESS_SRC := tests/harness.c
@@ -133,7 +144,7 @@ ifneq ($(HAVE_CRITERION),)
 ifneq ($(COMMON_TEST_SRC),)
 TEST_BINS += $(COMMON_TEST_BIN)
 $(COMMON_TEST_BIN): $(patsubst %,$(BUILD)/%.o,$(COMMON_TEST_SRC)) $(HARNESS_OBJ) $(COMMON_LIB)
-	$(CC) $(LDFLAGS) $(CRIT_LDFLAGS) $^ $(LDLIBS) $(CRIT_LDLIBS) -o $@
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS) $(CRIT_LDFLAGS) $^ $(LDLIBS) $(CRIT_LDLIBS) -o $@
 endif
 endif
 
@@ -156,15 +167,15 @@ ifneq ($$($(1)_LIB),)
 $$($(1)_LIB): $$($(1)_OBJ)
 	@mkdir -p $$(@D)
 	@rm -f $$@
-	ar rcs $$@ $$^
+	$$(call quiet,AR,$$@)ar rcs $$@ $$^
 endif
 
 $(BUILD)/$(1)/%: $(BUILD)/$(1)/%_main.c.o $$($(1)_LINK) $(COMMON_LIB)
-	$$(CC) $$(LDFLAGS) $$< $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) -o $$@
+	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS) $$< $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) -o $$@
 
 ifneq ($$($(1)_TBIN),)
 $$($(1)_TBIN): $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB)
-	$$(CC) $$(LDFLAGS) $$(CRIT_LDFLAGS) $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) $$(CRIT_LDLIBS) -o $$@
+	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS) $$(CRIT_LDFLAGS) $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) $$(CRIT_LDLIBS) -o $$@
 endif
 
 .PHONY: test-$(2) bench-$(2) build-$(2)
