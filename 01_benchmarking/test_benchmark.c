@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "tests/harness.h"
 
 static char out[1 << 16];
@@ -176,4 +177,17 @@ Test(benchmark, memplot_names_what_was_wrong) {
     fclose(f);
     // empty.csv, words.csv, ok.csv, ok.png: no temporary or stray PNG from the failed runs.
     cr_assert_eq(count_files(dir), 4, "something was left behind in %s", dir);
+}
+
+// make bench-01 without a GPU: one line, exit 2, nothing written (BENCH_DEVICE=cpu is the exception).
+Test(benchmark, bench_script_without_gpu_says_so_once) {
+    if (gpu_count() > 0) cr_skip_test("there is a GPU: the script would run the benchmark");
+    char cmd[2048], dir[600];
+    snprintf(dir, sizeof dir, "%s/bench01_out", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "BUILD=%s BENCH_OUT=%s 01_benchmarking/bench.sh", build_dir(), dir);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "make bench-01: error: needs a CUDA GPU: ") == out, "%s", out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "one line: %s", out);
+    struct stat st;
+    cr_assert_neq(stat(dir, &st), 0, "%s was created", dir);
 }
