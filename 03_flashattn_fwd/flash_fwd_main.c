@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
         if (B < 1 || H < 1 || Nq < 1 || Nk < 1) fail("--B, --H, --Nq, --Nk must be >= 1");
         if (d != 16 && d != 32 && d != 64 && d != 128) fail("--d: head dim %d not supported (allowed: 16, 32, 64, 128)", d);
         check_sizes(B, H, Nq, Nk, d, dt, on_gpu, naive, check, "--B --H --Nq --Nk --d");
+        const flash_variant_t* vl;
+        const int nv = flash_fwd_bf16_variants(d, &vl);
+        if (variant < 0 || variant >= nv) fail("--variant: head dim %d has variants 0 .. %d (got %d)", d, nv - 1, variant);
     }
     if (on_gpu) gpu_require("--device cuda");
     // O and L appear together or not at all; an unusable --out is said before the work.

@@ -185,3 +185,10 @@ Test(cli, bench_script_without_gpu_says_so_once) {
     struct stat st;
     cr_assert_neq(stat(res, &st), 0, "%s was created", res);
 }
+
+// flash_fwd --device cuda: the flags are judged before the GPU is asked for.
+Test(cli, flags_before_the_gpu) {
+    expect_fail("--device cuda --variant 99", "--variant: head dim 64 has variants 0 .. ");
+    expect_fail("--device cuda --d 48", "--d: head dim 48 not supported");
+    expect_fail("--device cuda --reps 0", "--reps must be >= 1");
+}
