@@ -121,7 +121,7 @@ static void alloc_petabyte(void* arg) {
 Test(alloc, gpu_oom_message_names_bytes) {
     char out[2048];
     const int st = run_child(alloc_petabyte, NULL, out, sizeof out);
-    if (st == 77) cr_skip_test("needs a CUDA GPU");
+    if (st == 77) cr_skip_test("needs a CUDA GPU: %s", gpu_absent_reason());
     cr_assert_eq(st, 1, "exit status %d: %s", st, out);
     cr_assert(strstr(out, "out of GPU memory") != NULL, "%s", out);
     cr_assert(strstr(out, "1125899906842624 bytes") != NULL, "names the bytes asked for: %s", out);
