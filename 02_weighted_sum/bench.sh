@@ -18,7 +18,7 @@ if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 else
   echo "(PyTorch with CUDA not found: the table has no PyTorch columns)"; rm -f "$OUT/torch.csv"
 fi
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)  # no nvidia-smi: not fatal
 python3 02_weighted_sum/bench_merge.py "$OUT" "${GPU:-unknown GPU}" "make bench-02${*:+ (args: $*)}"
 if command -v gnuplot >/dev/null; then
   02_weighted_sum/plot.sh "$OUT" "${GPU:-}" && echo "plot: $OUT/bandwidth.png"
