@@ -64,16 +64,21 @@ typedef struct {
 struct bench {
     comm_t* c;  // the communicator of the backend being measured
     cudaStream_t stream;
+    size_t ring_chunk;  // bytes per pipelined chunk of the GPU ring
 };
 
+// The communicator's non-blocking calls, enqueued back to back as a training loop issues
+// them (the request is let go: the stream orders the work, comm_stream_sync waits for it).
 static void run_library(bench_t* b, op_t op, const float* s, float* r, size_t count) {
+    comm_req_t* q = NULL;
     switch (op) {
-    case OP_ALLREDUCE: comm_wait(b->c, comm_iallreduce(b->c, s, r, count, COMM_F32, COMM_SUM, b->stream)); break;
-    case OP_REDUCESCATTER: comm_wait(b->c, comm_ireduce_scatter(b->c, s, r, count, COMM_F32, COMM_SUM, b->stream)); break;
-    case OP_ALLGATHER: comm_wait(b->c, comm_iallgather(b->c, s, r, count, COMM_F32, b->stream)); break;
-    case OP_BROADCAST: comm_wait(b->c, comm_ibroadcast(b->c, s, r, count, COMM_F32, 0, b->stream)); break;
+    case OP_ALLREDUCE: q = comm_iallreduce(b->c, s, r, count, COMM_F32, COMM_SUM, b->stream); break;
+    case OP_REDUCESCATTER: q = comm_ireduce_scatter(b->c, s, r, count, COMM_F32, COMM_SUM, b->stream); break;
+    case OP_ALLGATHER: q = comm_iallgather(b->c, s, r, count, COMM_F32, b->stream); break;
+    case OP_BROADCAST: q = comm_ibroadcast(b->c, s, r, count, COMM_F32, 0, b->stream); break;
     default: break;
     }
+    comm_detach(b->c, q);
 }
 
 // The blocking calls: on MPI they are MPI's tuned blocking collectives (faster than the
@@ -106,7 +111,8 @@ static void run_nccl_direct(bench_t* b, op_t op, const float* s, float* r, size_
 
 static void run_ring(bench_t* b, op_t op, const float* s, float* r, size_t count) {
     (void)op;
-    ring_allreduce(b->c, s, r, count, COMM_SUM, b->stream);
+    if (b->c->backend == COMM_NCCL) ring_allreduce_gpu(b->c, s, r, count, COMM_SUM, b->stream, b->ring_chunk);
+    else ring_allreduce_host(b->c, s, r, count, COMM_SUM);
 }
 
 #define ALL_OPS ((1u << OP_COUNT) - 1)
@@ -131,10 +137,22 @@ typedef struct {
     size_t cap;             // elements
 } bufs_t;
 
+// Host data into the backend's buffer. On the GPU the copy is ordered on the communicator's
+// stream and waited for: a plain cudaMemcpy runs on the legacy default stream, which a
+// non-blocking stream does not wait for, and from pageable memory it may return before the
+// data has landed — the collective could then read stale data.
+static void to_backend(comm_t* c, float* dst, const float* src, size_t n) {
+    if (c->backend == COMM_NCCL) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, comm_stream(c)));
+        CUDA_CHECK(cudaStreamSynchronize(comm_stream(c)));
+    } else {
+        memcpy(dst, src, n * sizeof(float));
+    }
+}
+
 static void fill(comm_t* c, bufs_t* bf, float* dst, size_t n, int seed, size_t offset) {
     for (size_t i = 0; i < n; i++) bf->h_in[i] = value(seed, c->rank, offset + i);
-    if (c->backend == COMM_NCCL) CUDA_CHECK(cudaMemcpy(dst, bf->h_in, n * sizeof(float), cudaMemcpyHostToDevice));
-    else memcpy(dst, bf->h_in, n * sizeof(float));
+    to_backend(c, dst, bf->h_in, n);
 }
 
 // The untimed check: fresh data, one call, every element compared with the exact answer.
@@ -148,8 +166,7 @@ static long long check_once(bench_t* b, const backend_entry_t* be, op_t op, size
     float* out = bf->recv;
     // NaN-poisoned output: an element nobody wrote counts as wrong.
     for (size_t i = 0; i < out_n; i++) bf->h_in[i] = NAN;
-    if (c->backend == COMM_NCCL) CUDA_CHECK(cudaMemcpy(out, bf->h_in, out_n * sizeof(float), cudaMemcpyHostToDevice));
-    else memcpy(out, bf->h_in, out_n * sizeof(float));
+    to_backend(c, out, bf->h_in, out_n);
     if (inplace) {
         if (op == OP_REDUCESCATTER) { in = out; out = in + (size_t)r * count; }
         else if (op == OP_ALLGATHER) { in = out + (size_t)r * count; }
@@ -160,7 +177,8 @@ static long long check_once(bench_t* b, const backend_entry_t* be, op_t op, size
     comm_stream_sync(c, b->stream, "the check");
     const float* got = out;
     if (c->backend == COMM_NCCL) {
-        CUDA_CHECK(cudaMemcpy(bf->h_out, out, out_n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpyAsync(bf->h_out, out, out_n * sizeof(float), cudaMemcpyDeviceToHost, b->stream));
+        CUDA_CHECK(cudaStreamSynchronize(b->stream));
         got = bf->h_out;
     }
     long long wrong = 0;
@@ -287,7 +305,9 @@ int main(int argc, char** argv) {
     const char* out_dir = "results/05_collectives";
     const char* tag = "";
     double timeout_s = 0;
+    int64_t ring_chunk = (int64_t)RING_CHUNK_BYTES_DEFAULT;
     cli_opt_t opts[] = {
+        {"ring-chunk", CLI_SIZE, &ring_chunk, "64M", "ring-nccl: bytes per pipelined chunk (a transfer and an add kernel each)", NULL},
         {"backends", CLI_STR, &backends_s, "auto", "comma list of mpi, ring-mpi, nccl, nccl-direct, ring-nccl; auto: the GPU ones with a GPU per rank, else the MPI ones", NULL},
         {"op", CLI_CHOICE, &op_s, "allreduce", "operation", OP_CHOICES},
         {"minbytes", CLI_SIZE, &minb, "1K", "smallest size S (bytes; K/M/G)", NULL},
@@ -310,6 +330,7 @@ int main(int argc, char** argv) {
     if (iters < 1 || iters > 100000) BAD("--iters: %d is out of range (1..100000)", iters);
     if (warmup < 0 || warmup > 10000) BAD("--warmup: %d is out of range (0..10000)", warmup);
     if (factor < 2) BAD("--stepfactor: %d must be at least 2", factor);
+    if (ring_chunk < 4) BAD("--ring-chunk: %lld is below one element (4 bytes)", (long long)ring_chunk);
     if (check != 0 && check != 1) BAD("--check: %d must be 0 or 1", check);
     if (minb < 4 || maxb < minb) BAD("--minbytes/--maxbytes: need 4 <= min (%lld) <= max (%lld)", (long long)minb, (long long)maxb);
     if (maxb > (INT64_C(8) << 30)) BAD("--maxbytes: %lld is above 8G", (long long)maxb);
@@ -385,7 +406,7 @@ int main(int argc, char** argv) {
         bf.recv = comm_alloc(c, bf.cap * sizeof(float), MEM_OTHER);
         bf.h_in = mem_alloc(DEV_CPU, bf.cap * sizeof(float), MEM_OTHER);
         bf.h_out = c->backend == COMM_NCCL ? mem_alloc(DEV_CPU, bf.cap * sizeof(float), MEM_OTHER) : NULL;
-        bench_t b = {.c = c, .stream = comm_stream(c)};
+        bench_t b = {.c = c, .stream = comm_stream(c), .ring_chunk = (size_t)ring_chunk};
         for (int i = 0; i < nchosen; i++) {
             const backend_entry_t* be = chosen[i];
             if (be->backend != (comm_backend_t)k) continue;

@@ -28,13 +28,24 @@ typedef struct {
 // Rank r's element i: a small integer, so every sum is exact in fp32 in any order.
 static float value(int r, size_t i) { return (float)((int)((i * 7 + (size_t)r * 13) % 17) - 8); }
 
+// Copies ordered on the communicator's stream and waited for: a plain cudaMemcpy from pageable
+// memory may return before the data has landed, and the non-blocking stream would not wait.
 static void to_backend(ctx_t* x, float* dst, const float* src, size_t n) {
-    if (x->c->backend == COMM_NCCL) CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
-    else memcpy(dst, src, n * sizeof(float));
+    if (x->c->backend == COMM_NCCL) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, comm_stream(x->c)));
+        CUDA_CHECK(cudaStreamSynchronize(comm_stream(x->c)));
+    } else {
+        memcpy(dst, src, n * sizeof(float));
+    }
 }
 static void from_backend(ctx_t* x, float* dst, const float* src, size_t n) {
-    if (x->c->backend == COMM_NCCL) CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
-    else memcpy(dst, src, n * sizeof(float));
+    if (x->c->backend == COMM_NCCL) {
+        comm_stream_sync(x->c, comm_stream(x->c), "the check's copy");
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, comm_stream(x->c)));
+        CUDA_CHECK(cudaStreamSynchronize(comm_stream(x->c)));
+    } else {
+        memcpy(dst, src, n * sizeof(float));
+    }
 }
 
 // Called before every operation: the failure-injection points.

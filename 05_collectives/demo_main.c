@@ -45,7 +45,10 @@ int main(int argc, char** argv) {
     float* a = comm_alloc(c, count * sizeof(float), MEM_OTHER);
     float* b = comm_alloc(c, count * sizeof(float), MEM_OTHER);
     const int gpu = backend == COMM_NCCL;
-    if (gpu) CUDA_CHECK(cudaMemcpy(a, h, count * sizeof(float), cudaMemcpyHostToDevice));
+    if (gpu) {  // then wait: the copy may return before the data lands (pageable memory)
+        CUDA_CHECK(cudaMemcpy(a, h, count * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
     else memcpy(a, h, count * sizeof(float));
     cudaStream_t st = comm_stream(c);
     double t[2];
