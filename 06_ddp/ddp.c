@@ -46,6 +46,7 @@ struct ddp {
     comm_req_t** prev_reqs;  // (nb) NCCL: the previous step's, freed at the next finish
     cudaEvent_t* ready;      // (nb) NCCL: recorded on the compute stream once a bucket is final
     cudaEvent_t done;        // NCCL: recorded on the comm stream after the step's last all-reduce
+    cudaEvent_t *t_start, *t_end;  // (nb) NCCL: timing events around each all-reduce
 
     ddp_stats_t st;
 };
@@ -211,6 +212,12 @@ ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_param
         for (int k = 0; k < d->nb; k++)
             CUDA_CHECK(cudaEventCreateWithFlags(&d->ready[k], cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
+        d->t_start = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
+        d->t_end = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
+        for (int k = 0; k < d->nb; k++) {
+            CUDA_CHECK(cudaEventCreate(&d->t_start[k]));
+            CUDA_CHECK(cudaEventCreate(&d->t_end[k]));
+        }
     }
     reset_step(d);
     return d;
@@ -222,8 +229,14 @@ void ddp_destroy(ddp_t* d) {
     comm_waitall(d->c, d->reqs, d->nb);
     comm_waitall(d->c, d->prev_reqs, d->nb);
     if (d->gpu) {
-        for (int k = 0; k < d->nb; k++) CUDA_CHECK(cudaEventDestroy(d->ready[k]));
+        for (int k = 0; k < d->nb; k++) {
+            CUDA_CHECK(cudaEventDestroy(d->ready[k]));
+            CUDA_CHECK(cudaEventDestroy(d->t_start[k]));
+            CUDA_CHECK(cudaEventDestroy(d->t_end[k]));
+        }
         CUDA_CHECK(cudaEventDestroy(d->done));
+        free(d->t_start);
+        free(d->t_end);
         CUDA_CHECK(cudaStreamDestroy(d->comm_stream));
         free(d->ready);
     }
@@ -254,15 +267,22 @@ static void start_bucket(ddp_t* d, int k) {
     if (!starts_in_hook(d->v)) {
         // naive, flat: after the backward, in order. MPI: blocking. NCCL: on the compute
         // stream itself, so the optimizer step that follows is ordered after it for free.
-        if (d->gpu) d->reqs[k] = comm_iallreduce(d->c, g, g, count, COMM_F32, COMM_AVG, d->compute);
-        else comm_allreduce(d->c, g, g, count, COMM_F32, COMM_AVG, NULL);
+        if (d->gpu) {
+            CUDA_CHECK(cudaEventRecord(d->t_start[k], d->compute));
+            d->reqs[k] = comm_iallreduce(d->c, g, g, count, COMM_F32, COMM_AVG, d->compute);
+            CUDA_CHECK(cudaEventRecord(d->t_end[k], d->compute));
+        } else {
+            comm_allreduce(d->c, g, g, count, COMM_F32, COMM_AVG, NULL);
+        }
     } else if (d->gpu) {
         // overlap, bucketed: the comm stream starts once the kernels that wrote these
         // gradients (enqueued on the compute stream so far) are done; the compute stream
         // goes on with the rest of the backward meanwhile.
         CUDA_CHECK(cudaEventRecord(d->ready[k], d->compute));
         CUDA_CHECK(cudaStreamWaitEvent(d->comm_stream, d->ready[k], 0));
+        CUDA_CHECK(cudaEventRecord(d->t_start[k], d->comm_stream));
         d->reqs[k] = comm_iallreduce(d->c, g, g, count, COMM_F32, COMM_AVG, d->comm_stream);
+        CUDA_CHECK(cudaEventRecord(d->t_end[k], d->comm_stream));
     } else {
         // MPI: a non-blocking all-reduce; the request is waited in ddp_finish_grads. (Without
         // an MPI progress thread it advances only when MPI is entered, so the CPU overlap is
@@ -348,3 +368,17 @@ ddp_bucket_t ddp_bucket(const ddp_t* d, int i) {
     return d->b[i];
 }
 cudaStream_t ddp_comm_stream(const ddp_t* d) { return d->comm_stream; }
+
+double ddp_comm_ms(ddp_t* d) {
+    if (!d->gpu) return 0.0;
+    double ms = 0.0;
+    for (int k = 0; k < d->nb; k++) {
+        // Each all-reduce's own time on its stream: it starts once the stream reaches it (after
+        // the gradients it waits for), so idle time between buckets is not counted.
+        CUDA_CHECK(cudaEventSynchronize(d->t_end[k]));
+        float e = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&e, d->t_start[k], d->t_end[k]));
+        ms += e;
+    }
+    return ms;
+}

@@ -86,7 +86,7 @@ int ddp_check_params(const ddp_param_t* p, int n, size_t total, char* err, size_
 // bucket_mb (MiB, may be fractional) to bytes; negative or non-finite values die.
 size_t ddp_bucket_bytes(double bucket_mb);
 
-// Counters since ddp_create (or the last ddp_stats_reset). GPU event timing comes later.
+// Counters since ddp_create (or the last ddp_stats_reset); GPU time: ddp_comm_ms.
 typedef struct {
     long long steps;            // ddp_finish_grads calls
     long long allreduce_calls;  // all-reduces started (gradients only, not the broadcast)
@@ -130,6 +130,9 @@ int ddp_n_buckets(const ddp_t* d);
 ddp_bucket_t ddp_bucket(const ddp_t* d, int i);
 // NCCL: the communication stream (NULL on MPI), for timing and timelines.
 cudaStream_t ddp_comm_stream(const ddp_t* d);
+// NCCL: milliseconds the last finished step's all-reduces took, each from the moment its
+// stream reached it to its end, summed (waits for them). 0 on MPI.
+double ddp_comm_ms(ddp_t* d);
 
 #ifdef __cplusplus
 }

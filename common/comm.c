@@ -255,11 +255,17 @@ cudaStream_t comm_stream(const comm_t* c) { return c->impl->stream; }
 // ------------------------------------------------------------------ waiting
 // MPI: test until done or past the deadline. sched_yield keeps oversubscribed ranks (more
 // ranks than cores, as in CI) from starving each other.
+static void consistent_phase2(comm_t* c, comm_req_t* q, int blocking);
+
 static void mpi_wait(comm_t* c, comm_req_t* r) {
     const double t0 = comm_now_s();
     for (;;) {
         int done = 0;
         MPI_CHECK(MPI_Testall(r->n_mpi, r->mpi, &done, MPI_STATUSES_IGNORE));
+        if (done && r->phase2) {  // a two-phase all-reduce: its second half starts now
+            consistent_phase2(c, r, 0);
+            continue;
+        }
         if (done) break;
         if (comm_now_s() - t0 > c->timeout_s)
             comm_fatal(c, COMM_EXIT_TIMEOUT, "%s did not finish within %.0f s (--comm-timeout, COMM_TIMEOUT)",
@@ -318,16 +324,86 @@ static void check_bufs(comm_t* c, const void* a, const void* b, size_t count, co
     if (count && (!a || !b)) comm_fatal(c, 1, "%s: NULL buffer for %zu elements", what, count);
 }
 
+// All-reduce on the MPI backend. On 1-2 ranks MPI_Allreduce: a + b is the same bits on both
+// ranks. On more ranks MPI's algorithms (recursive doubling and friends) may add the terms in
+// a different order on each rank, and the replicas of data-parallel training would drift
+// apart bit by bit. So there every element is reduced by ONE rank and then copied to all:
+//   phase 1: reduce-scatter of n equal blocks (+ a reduce to rank 0 of the remainder),
+//   phase 2: all-gather of the blocks (+ a broadcast of the remainder)
+// — the ring all-reduce's own structure, with the same bytes on the wire.
+static MPI_Datatype mpi_type(comm_dtype_t dt);
+static MPI_Op mpi_op(comm_op_t op);
+static int mpi_count(size_t count, const char* what);
+
+static void consistent_phase1(comm_t* c, comm_req_t* q, const void* s, void* r, size_t count,
+                              comm_dtype_t dt, comm_op_t op, int blocking) {
+    const int n = c->world, me = c->rank;
+    const size_t es = comm_dtype_size(dt), base = count / (size_t)n, rem = count % (size_t)n;
+    char* out = r;
+    q->ar_buf = out;
+    q->ar_base = base;
+    q->ar_rem = rem;
+    q->ar_dt = dt;
+    q->phase2 = 1;
+    const int inplace = s == r;
+    MPI_Comm w = c->impl->world;
+    // MPI_IN_PLACE reduce-scatter leaves this rank's block at the front of the buffer.
+    q->ar_move = inplace && me > 0 && base > 0;
+    if (base > 0) {
+        const void* in = inplace ? MPI_IN_PLACE : s;
+        void* dst = inplace ? out : out + (size_t)me * base * es;
+        int nb = mpi_count(base, q->what);
+        if (blocking) MPI_CHECK(MPI_Reduce_scatter_block(in, dst, nb, mpi_type(dt), mpi_op(op), w));
+        else MPI_CHECK(MPI_Ireduce_scatter_block(in, dst, nb, mpi_type(dt), mpi_op(op), w, &q->mpi[q->n_mpi++]));
+    }
+    if (rem > 0) {
+        char* tail = out + (size_t)n * base * es;
+        const void* in = inplace ? (me == 0 ? MPI_IN_PLACE : (const void*)tail) : (const char*)s + (size_t)n * base * es;
+        if (blocking) MPI_CHECK(MPI_Reduce(in, tail, (int)rem, mpi_type(dt), mpi_op(op), 0, w));
+        else MPI_CHECK(MPI_Ireduce(in, tail, (int)rem, mpi_type(dt), mpi_op(op), 0, w, &q->mpi[q->n_mpi++]));
+    }
+}
+
+static void consistent_phase2(comm_t* c, comm_req_t* q, int blocking) {
+    const size_t es = comm_dtype_size(q->ar_dt), base = q->ar_base, rem = q->ar_rem;
+    char* out = q->ar_buf;
+    MPI_Comm w = c->impl->world;
+    q->phase2 = 0;
+    q->n_mpi = 0;
+    if (q->ar_move) memmove(out + (size_t)c->rank * base * es, out, base * es);
+    if (base > 0) {
+        int nb = mpi_count(base, q->what);
+        if (blocking) MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, nb, mpi_type(q->ar_dt), out, nb, mpi_type(q->ar_dt), w));
+        else MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, nb, mpi_type(q->ar_dt), out, nb, mpi_type(q->ar_dt), w, &q->mpi[q->n_mpi++]));
+    }
+    if (rem > 0) {
+        char* tail = out + (size_t)c->world * base * es;
+        if (blocking) MPI_CHECK(MPI_Bcast(tail, (int)rem, mpi_type(q->ar_dt), 0, w));
+        else MPI_CHECK(MPI_Ibcast(tail, (int)rem, mpi_type(q->ar_dt), 0, w, &q->mpi[q->n_mpi++]));
+    }
+}
+
 static comm_req_t* mpi_allreduce(comm_t* c, const void* s, void* r, size_t count,
                                  comm_dtype_t dt, comm_op_t op, int blocking) {
     comm_req_t* q = comm_req_new("all-reduce");
-    const void* sb = (s == r) ? MPI_IN_PLACE : s;
     int n = mpi_count(count, q->what);
-    if (blocking) {
-        BLOCKING_MPI(q->what, MPI_Allreduce(sb, r, n, mpi_type(dt), mpi_op(op), c->impl->world));
+    if (c->world > 2 && (dt == COMM_F32 || dt == COMM_F64)) {
+        if (blocking) {
+            comm_watchdog_arm(c, q->what, c->timeout_s);
+            consistent_phase1(c, q, s, r, count, dt, op, 1);
+            consistent_phase2(c, q, 1);
+            comm_watchdog_disarm(c);
+        } else {
+            consistent_phase1(c, q, s, r, count, dt, op, 0);  // phase 2 is posted by mpi_wait
+        }
     } else {
-        MPI_CHECK(MPI_Iallreduce(sb, r, n, mpi_type(dt), mpi_op(op), c->impl->world, &q->mpi[0]));
-        q->n_mpi = 1;
+        const void* sb = (s == r) ? MPI_IN_PLACE : s;
+        if (blocking) {
+            BLOCKING_MPI(q->what, MPI_Allreduce(sb, r, n, mpi_type(dt), mpi_op(op), c->impl->world));
+        } else {
+            MPI_CHECK(MPI_Iallreduce(sb, r, n, mpi_type(dt), mpi_op(op), c->impl->world, &q->mpi[0]));
+            q->n_mpi = 1;
+        }
     }
     if (op == COMM_AVG) { q->scale_buf = r; q->scale_count = count; q->scale_dt = dt; }
     return q;

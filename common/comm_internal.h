@@ -38,6 +38,13 @@ struct comm_req {
     cudaStream_t stream;        // NCCL: the stream the operation was enqueued on
     int has_event;
     comm_req_t* next_in_group;  // NCCL: chain of requests of an open group
+    // MPI all-reduce on more than 2 ranks, in two phases (see comm.c, consistent_allreduce):
+    // phase 1 reduce-scatters, phase 2 (posted when phase 1 completes) all-gathers.
+    int phase2;
+    char* ar_buf;               // the all-reduce's output buffer
+    size_t ar_base, ar_rem;     // elements per rank's block, and the remainder after n blocks
+    comm_dtype_t ar_dt;
+    int ar_move;                // in place: move this rank's block from the front into place
 };
 
 // comm.c

@@ -14,9 +14,11 @@ command -v mpirun >/dev/null 2>&1 || { echo "mpirun.sh: mpirun not found (script
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 export COMM_TIMEOUT=${COMM_TIMEOUT:-60}
+# One OpenMP thread a rank unless asked: ranks already share the cores (the CPU model uses OpenMP).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # Containers often forbid the cross-memory attach that OpenMPI's shared-memory transport
 # tries first; copying through shared memory always works.
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 exec timeout -k 10 "${MPIRUN_TIMEOUT:-300}" mpirun --oversubscribe --bind-to none \
-  -x NCCL_NVLS_ENABLE -x COMM_TIMEOUT -x OMPI_MCA_btl_vader_single_copy_mechanism \
+  -x NCCL_NVLS_ENABLE -x COMM_TIMEOUT -x OMP_NUM_THREADS -x OMPI_MCA_btl_vader_single_copy_mechanism \
   -np "$n" "$@"

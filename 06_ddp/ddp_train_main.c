@@ -1,0 +1,394 @@
+// ddp_train: the Transformer LM trained data-parallel with the DDP layer (ddp.h).
+//
+//   scripts/mpirun.sh 2 build/06_ddp/ddp_train --model xl --context 512 --batch 2 --variant all
+//   scripts/mpirun.sh 3 build/06_ddp/ddp_train --model tiny --check-single 1     # CPU, MPI
+//
+// Every rank starts from its own seed (so the replicas differ), then the DDP layer broadcasts
+// rank 0's parameters. Each step the global batch (batch × ranks rows, a pure function of the
+// seed and the step) is cut into one slice per rank; the backward's hook starts the gradient
+// all-reduces; AdamW then runs identically everywhere. Rank 0 prints the loss per step and a
+// timing table per variant: step time, time communicating, and the part of it left exposed
+// after the backward (GPU: CUDA events; CPU: host clock). At the end every rank compares a
+// checksum of its parameters with the others' (they must be bitwise identical), and with
+// --check-single rank 0 also trains one model on the whole global batch and compares.
+//
+// Backends: the CPU model over MPI (host memory), or the CUDA model over NCCL (one GPU a rank).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "04_flashattn_bwd/flash_bwd.h"
+#include "06_ddp/ddp.h"
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/comm.h"
+#include "common/data.h"
+#include "common/gpu.h"
+#include "common/model.h"
+#include "common/model_cpu.h"
+#include "common/model_gpu.h"
+#include "common/stats.h"
+#include "common/timer.h"
+
+#define MAX_RUNS 32
+
+typedef struct {
+    const char* name;    // "none" (no communication: the single-GPU baseline), or a variant
+    ddp_variant_t v;
+    double bucket_mb;
+    int n_buckets;       // all-reduces a step (filled in when run)
+} run_t;
+
+typedef struct {
+    comm_t* c;
+    int gpu;
+    model_config_t cfg;
+    int B, T, steps, warmup;
+    adamw_config_t opt;
+    data_source_t data;
+    int32_t *in_all, *tg_all;  // (B·world, T) the global batch of a step
+    model_cpu_t cpu;           // CPU backend
+    model_gpu_t* m;            // GPU backend
+    const param_layout_t* lay;
+    ddp_param_t* table;
+    int adam_step;
+} trainer_t;
+
+static const float* params_of(trainer_t* t) { return t->gpu ? model_gpu_params(t->m) : t->cpu.params; }
+
+// One training step on this rank's slice of the global batch `step`. d NULL: no DDP (each rank
+// trains alone: the baseline's timing). Returns the rank's loss; fills the phase times (ms).
+static float train_step(trainer_t* t, ddp_t* d, int64_t step, double* step_ms, double* exposed_ms,
+                        double* comm_ms) {
+    const int W = t->c->world, r = t->c->rank;
+    sample_batch(&t->data, t->B * W, t->T, step, t->in_all, t->tg_all);
+    const int32_t* in = t->in_all + (size_t)r * t->B * t->T;
+    const int32_t* tg = t->tg_all + (size_t)r * t->B * t->T;
+    float loss;
+    char err[256];
+    if (t->gpu) {
+        cudaStream_t s = model_gpu_stream(t->m);
+        cudaEvent_t e0, e_bwd, e_comm, e_end;
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e_bwd));
+        CUDA_CHECK(cudaEventCreate(&e_comm));
+        CUDA_CHECK(cudaEventCreate(&e_end));
+        model_gpu_set_tokens(t->m, in, tg);
+        CUDA_CHECK(cudaEventRecord(e0, s));
+        model_gpu_forward_async(t->m, model_gpu_inputs(t->m), model_gpu_targets(t->m));
+        if (model_gpu_backward(t->m, d ? ddp_grad_ready : NULL, d, err, sizeof err) != 0) fail("%s", err);
+        CUDA_CHECK(cudaEventRecord(e_bwd, s));
+        if (d) ddp_finish_grads(d);  // the compute stream now waits for the all-reduces
+        CUDA_CHECK(cudaEventRecord(e_comm, s));
+        if (model_gpu_adamw(t->m, &t->opt, ++t->adam_step, err, sizeof err) != 0) fail("%s", err);
+        CUDA_CHECK(cudaEventRecord(e_end, s));
+        comm_stream_sync(t->c, s, "the training step");
+        float a = 0, b = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&a, e0, e_end));
+        CUDA_CHECK(cudaEventElapsedTime(&b, e_bwd, e_comm));
+        *step_ms = a;
+        *exposed_ms = b;
+        *comm_ms = d ? ddp_comm_ms(d) : 0.0;
+        loss = model_gpu_loss(t->m);
+        CUDA_CHECK(cudaEventDestroy(e0));
+        CUDA_CHECK(cudaEventDestroy(e_bwd));
+        CUDA_CHECK(cudaEventDestroy(e_comm));
+        CUDA_CHECK(cudaEventDestroy(e_end));
+    } else {
+        double t0 = time_now_s();
+        loss = model_cpu_forward(&t->cpu, in, tg, t->B, t->T);
+        model_cpu_backward(&t->cpu, d ? ddp_grad_ready : NULL, d);
+        double t1 = time_now_s();
+        if (d) ddp_finish_grads(d);
+        double t2 = time_now_s();
+        model_cpu_adamw_step(&t->cpu, &t->opt);
+        *step_ms = 1e3 * (time_now_s() - t0);
+        *exposed_ms = 1e3 * (t2 - t1);  // the CPU's overlap is partial: what is left after the backward
+        *comm_ms = *exposed_ms;
+    }
+    return loss;
+}
+
+// FNV-1a over the parameter bytes: equal on every rank iff the replicas are bitwise identical
+// (up to a 2^-64 chance).
+static unsigned long long params_hash(trainer_t* t) {
+    const size_t n = t->lay->total;
+    float* h = malloc(n * sizeof(float));
+    if (!h) DIE("out of host memory");
+    if (t->gpu) model_gpu_get_params(t->m, h);
+    else memcpy(h, params_of(t), n * sizeof(float));
+    unsigned long long x = 1469598103934665603ull;
+    const unsigned char* p = (const unsigned char*)h;
+    for (size_t i = 0; i < n * sizeof(float); i++) x = (x ^ p[i]) * 1099511628211ull;
+    free(h);
+    return x;
+}
+
+// Rank 0 trains one model on every step's whole global batch and compares its parameters with
+// the DDP replica's. The same mean-loss gradient, summed in another order (per-rank means,
+// then averaged), so equal up to fp32 rounding that AdamW's normalisation can amplify for
+// near-zero second moments over a few steps: rtol 1e-4, atol 1e-5.
+static int check_single(trainer_t* t, int steps, uint64_t seed) {
+    const int W = t->c->world;
+    const size_t n = t->lay->total;
+    float* got = malloc(n * sizeof(float));
+    float* want = malloc(n * sizeof(float));
+    if (!got || !want) DIE("out of host memory");
+    if (t->gpu) model_gpu_get_params(t->m, got);
+    else memcpy(got, t->cpu.params, n * sizeof(float));
+    if (t->gpu) {
+        char err[256];
+        model_gpu_t* s = model_gpu_create(&t->cfg, t->B * W, t->T, MP_FP32, NULL, seed, err, sizeof err);
+        if (!s) fail("--check-single: %s", err);
+        for (int k = 0; k < steps; k++) {
+            sample_batch(&t->data, t->B * W, t->T, k, t->in_all, t->tg_all);
+            model_gpu_set_tokens(s, t->in_all, t->tg_all);
+            model_gpu_forward_async(s, model_gpu_inputs(s), model_gpu_targets(s));
+            if (model_gpu_backward(s, NULL, NULL, err, sizeof err) || model_gpu_adamw(s, &t->opt, k + 1, err, sizeof err))
+                fail("--check-single: %s", err);
+        }
+        model_gpu_get_params(s, want);
+        model_gpu_destroy(s);
+    } else {
+        model_cpu_t s;
+        model_cpu_create(&s, &t->cfg, t->B * W, t->T, seed);
+        for (int k = 0; k < steps; k++) {
+            sample_batch(&t->data, t->B * W, t->T, k, t->in_all, t->tg_all);
+            model_cpu_forward(&s, t->in_all, t->tg_all, t->B * W, t->T);
+            model_cpu_backward(&s, NULL, NULL);
+            model_cpu_adamw_step(&s, &t->opt);
+        }
+        memcpy(want, s.params, n * sizeof(float));
+        model_cpu_destroy(&s);
+    }
+    size_t bad = 0, worst = 0;
+    double worst_err = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]), tol = 1e-5 + 1e-4 * fabs((double)want[i]);
+        if (!(e <= tol)) bad++;
+        if (!(e <= worst_err)) { worst_err = e; worst = i; }
+    }
+    printf("check-single: %zu of %zu parameters differ beyond rtol 1e-4, atol 1e-5 (max |diff| %.3g at %zu: %.8g vs %.8g)\n",
+           bad, n, worst_err, worst, (double)got[worst], (double)want[worst]);
+    free(got);
+    free(want);
+    return bad ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+    const char* model_s = "tiny";
+    const char* variant_s = "bucketed";
+    const char* bucket_s = "25";
+    const char* backend_s = "auto";
+    const char* prec_s = "fp32";
+    const char* attn_s = "naive";
+    const char* csv = "";
+    int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1;
+    double lr = 1e-3, timeout_s = 0;
+    cli_opt_t opts[] = {
+        {"model", CLI_CHOICE, &model_s, "tiny", "model size", MODEL_SIZE_CHOICES},
+        {"context", CLI_INT, &context, "32", "sequence length T", NULL},
+        {"batch", CLI_INT, &B, "2", "sequences per rank (the global batch is batch x ranks)", NULL},
+        {"precision", CLI_CHOICE, &prec_s, "fp32", "GPU precision (the CPU model is fp32)", MODEL_PRECISION_CHOICES},
+        {"attention", CLI_CHOICE, &attn_s, "naive", "GPU attention: naive, or flash (stage 04; bf16)", "naive|flash"},
+        {"variant", CLI_STR, &variant_s, "bucketed", "none|naive|flat|overlap|bucketed, a comma list, or all (none: no communication)", NULL},
+        {"bucket-mb", CLI_STR, &bucket_s, "25", "bucket caps in MiB for bucketed (comma list: one run each)", NULL},
+        {"steps", CLI_INT, &steps, "5", "measured steps per run", NULL},
+        {"warmup", CLI_INT, &warmup, "2", "steps before measuring (each run)", NULL},
+        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", "auto|mpi|nccl"},
+        {"check-single", CLI_INT, &check, "0", "1: rank 0 also trains one model on the whole batch and compares (one variant)", NULL},
+        {"seed", CLI_INT, &seed, "1", "rank r initialises from seed + r, data from seed", NULL},
+        {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
+        {"csv", CLI_STR, &csv, "", "append the timing rows to this CSV (rank 0)", NULL},
+        {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
+    };
+    comm_cli_parse(argc, argv, "Data-parallel training of the Transformer LM (run under mpirun).", opts, CLI_COUNT(opts));
+    const int speak = comm_env_rank() == 0;
+#define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
+    trainer_t t = {0};
+    if (model_config_by_name(model_s, context, &t.cfg) != 0) BAD("--model: unknown size '%s'", model_s);
+    if (context < 1 || context > 65536) BAD("--context: %d is out of range (1..65536)", context);
+    if (B < 1 || B > 4096) BAD("--batch: %d is out of range (1..4096)", B);
+    if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
+    if (warmup < 0 || warmup > 1000) BAD("--warmup: %d is out of range (0..1000)", warmup);
+    if (check != 0 && check != 1) BAD("--check-single: %d must be 0 or 1", check);
+    if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
+
+    // The runs: variants × bucket sizes.
+    run_t runs[MAX_RUNS];
+    int nruns = 0;
+    double buckets[16];
+    int nb = 0;
+    {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", bucket_s);
+        for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            char* end;
+            double v = strtod(tok, &end);
+            if (*end || !(v >= 0) || v > 1e6 || nb >= 16) BAD("--bucket-mb: '%s' is not a list of MiB values >= 0 (at most 16)", bucket_s);
+            buckets[nb++] = v;
+        }
+        // "none" last: a run without communication lets the replicas (and their AdamW moments)
+        // drift apart, so the replicas are compared right after the last DDP run before it.
+        snprintf(buf, sizeof buf, "%s", strcmp(variant_s, "all") == 0 ? "naive,flat,overlap,bucketed,none" : variant_s);
+        for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            ddp_variant_t v = DDP_FLAT;
+            int none = strcmp(tok, "none") == 0;
+            if (!none && ddp_variant_parse(tok, &v) != 0)
+                BAD("--variant: unknown '%s' (allowed: none, %s, or all)", tok, DDP_VARIANT_CHOICES);
+            for (int k = 0; k < (v == DDP_BUCKETED && !none ? nb : 1); k++) {
+                if (nruns >= MAX_RUNS) BAD("--variant/--bucket-mb: more than %d runs", MAX_RUNS);
+                runs[nruns++] = (run_t){none ? "none" : ddp_variant_name(v), v, none ? 0 : buckets[k], 0};
+            }
+        }
+    }
+    if (check && nruns != 1) BAD("--check-single: give one variant (got %d runs)", nruns);
+
+    comm_backend_t backend = COMM_MPI;
+    if (strcmp(backend_s, "nccl") == 0) backend = COMM_NCCL;
+    if (strcmp(backend_s, "auto") == 0) {
+        const char* ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        backend = (HAVE_NCCL && gpu_count() > 0 && gpu_count() >= (ls ? atoi(ls) : 1)) ? COMM_NCCL : COMM_MPI;
+    }
+    model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
+    if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
+    if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
+    t.c = comm_init(backend, comm_timeout_flag(timeout_s));
+    t.gpu = backend == COMM_NCCL;
+    t.B = B;
+    t.T = context;
+    t.steps = steps;
+    t.warmup = warmup;
+    t.opt = adamw_default();
+    t.opt.lr = (float)lr;
+    const int W = t.c->world, r = t.c->rank;
+    data_open_random(&t.data, t.cfg.vocab, (uint64_t)seed);
+    t.in_all = malloc((size_t)B * W * context * sizeof(int32_t));
+    t.tg_all = malloc((size_t)B * W * context * sizeof(int32_t));
+    if (!t.in_all || !t.tg_all) DIE("out of host memory");
+
+    char err[512];
+    if (t.gpu) {
+        const attention_impl_t* attn = strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL;
+        t.m = model_gpu_create(&t.cfg, B, context, prec, attn, (uint64_t)(seed + r), err, sizeof err);
+        if (!t.m) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+        t.lay = model_gpu_layout(t.m);
+        // Gradients are allocated at the first backward: one untimed forward + backward (no
+        // optimizer step, so nothing changes) gives the DDP layer its gradient buffer.
+        sample_batch(&t.data, B * W, context, -1, t.in_all, t.tg_all);
+        model_gpu_set_tokens(t.m, t.in_all, t.tg_all);
+        model_gpu_forward_async(t.m, model_gpu_inputs(t.m), model_gpu_targets(t.m));
+        if (model_gpu_backward(t.m, NULL, NULL, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+        comm_stream_sync(t.c, model_gpu_stream(t.m), "the first backward");
+    } else {
+        model_cpu_create(&t.cpu, &t.cfg, B, context, (uint64_t)(seed + r));
+        t.lay = &t.cpu.layout;
+    }
+    t.table = calloc((size_t)t.lay->n, sizeof(ddp_param_t));
+    if (!t.table) DIE("out of host memory");
+    for (int i = 0; i < t.lay->n; i++)
+        t.table[i] = (ddp_param_t){t.lay->p[i].name, t.lay->p[i].offset, t.lay->p[i].numel, 1};
+    float* P = t.gpu ? model_gpu_params(t.m) : t.cpu.params;
+    float* G = t.gpu ? model_gpu_grads(t.m) : t.cpu.grads;
+    cudaStream_t cs = t.gpu ? model_gpu_stream(t.m) : NULL;
+
+    if (r == 0) {
+        gpu_info_t gi = {0};
+        if (t.gpu) gpu_info(t.c->device, &gi);
+        printf("# ddp_train: %s, context %d, batch %d per rank x %d ranks, %s, %s backend%s%s, %zu parameters (%.2f GB fp32)\n",
+               model_s, context, B, W, prec_s, comm_backend_name(backend), t.gpu ? ", GPU " : "",
+               t.gpu ? gi.name : "", param_count(t.lay), 4e-9 * (double)param_count(t.lay));
+        printf("# per run: %d warm-up steps, then the median of %d; exposed = from the end of the backward to the last all-reduce's end\n\n",
+               warmup, steps);
+    }
+
+
+    int status = 0;
+    int64_t step = 0;
+    double med_all[MAX_RUNS][3];
+    int checked = 0;
+    for (int ri = 0; ri < nruns; ri++) {
+        const run_t* run = &runs[ri];
+        ddp_t* d = strcmp(run->name, "none") == 0 ? NULL
+                 : ddp_create(t.c, t.table, t.lay->n, P, G, t.lay->total, run->v, run->bucket_mb, cs);
+        // Rank 0's parameters everywhere at the start of every run (a run without communication
+        // before it lets the replicas drift apart).
+        {
+            ddp_t* d0 = d ? d : ddp_create(t.c, t.table, t.lay->n, P, G, t.lay->total, DDP_FLAT, 0, cs);
+            ddp_broadcast_params(d0);
+            if (!d) ddp_destroy(d0);
+            if (t.gpu) model_gpu_params_changed(t.m);
+        }
+        double* st = malloc((size_t)steps * 3 * sizeof(double));
+        if (!st) DIE("out of host memory");
+        for (int k = 0; k < warmup + steps; k++, step++) {
+            double a, b, c2;
+            // With --check-single the data follows the step number from 0 (as the single model's).
+            float loss = train_step(&t, d, check ? k : step, &a, &b, &c2);
+            if (k >= warmup) { st[k - warmup] = a; st[steps + k - warmup] = b; st[2 * steps + k - warmup] = c2; }
+            if (r == 0 && check)
+                printf("  %-8s step %3d  loss %.5f (rank 0)  %.1f ms\n", run->name, k, loss, a);
+            if (!isfinite(loss)) comm_fatal(t.c, 1, "loss is %g at step %d", loss, k);
+        }
+        double med[3];
+        for (int q = 0; q < 3; q++) {
+            med[q] = stats_compute(st + q * steps, steps).median;
+            comm_host_allreduce_f64(t.c, &med[q], 1, COMM_MAX);  // the slowest rank
+        }
+        free(st);
+        memcpy(med_all[ri], med, sizeof med);
+        runs[ri].n_buckets = d ? ddp_n_buckets(d) : 0;
+        if (r == 0) {
+            printf("  %-8s done: %.2f ms a step\n", run->name, med[0]);
+            fflush(stdout);
+        }
+        if (d) ddp_destroy(d);
+        // Every replica must be bitwise identical after the DDP runs (before any "none" run).
+        if (d && !checked && (ri + 1 == nruns || strcmp(runs[ri + 1].name, "none") == 0)) {
+            checked = 1;
+            unsigned long long h = params_hash(&t);
+            long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
+            comm_host_allreduce_i64(t.c, v, 2, COMM_MAX);
+            const int same = v[0] == -v[1];
+            if (r == 0) printf("replicas: %s\n", same ? "bitwise identical on every rank" : "DIFFERENT across ranks");
+            if (!same) status = 1;
+        }
+    }
+    double base_ms = 0;
+    for (int ri = 0; ri < nruns; ri++)
+        if (strcmp(runs[ri].name, "none") == 0) base_ms = med_all[ri][0];
+    if (r == 0) {
+        printf("\n| variant  | bucket (MiB) |  n_b | step (ms) | comm (ms) | exposed (ms) | over none |\n");
+        printf("|----------|--------------|------|-----------|-----------|--------------|-----------|\n");
+        FILE* f = NULL;
+        if (*csv) {
+            f = fopen(csv, "a");
+            if (!f) fail("--csv: cannot open %s", csv);
+            fseek(f, 0, SEEK_END);
+            if (ftell(f) == 0) fprintf(f, "model,context,batch,ranks,precision,backend,variant,bucket_mb,n_buckets,step_ms,comm_ms,exposed_ms,overhead_pct\n");
+        }
+        for (int ri = 0; ri < nruns; ri++) {
+            const run_t* run = &runs[ri];
+            const double* med = med_all[ri];
+            char bk[32] = "", ov[32] = "";
+            if (run->v == DDP_BUCKETED && strcmp(run->name, "none")) snprintf(bk, sizeof bk, "%g", run->bucket_mb);
+            if (base_ms > 0) snprintf(ov, sizeof ov, "%+.1f%%", 100.0 * (med[0] / base_ms - 1.0));
+            printf("| %-8s | %12s | %4d | %9.2f | %9.2f | %12.2f | %9s |\n", run->name, bk, run->n_buckets, med[0], med[2], med[1], ov);
+            if (f) fprintf(f, "%s,%d,%d,%d,%s,%s,%s,%s,%d,%.3f,%.3f,%.3f,%s\n", model_s, context, B, W, prec_s,
+                           comm_backend_name(backend), run->name, bk, run->n_buckets, med[0], med[2], med[1], ov);
+        }
+        if (f) fclose(f);
+    }
+    if (check && r == 0) status |= check_single(&t, steps + warmup, (uint64_t)seed);
+    long long st_all = status;
+    comm_host_allreduce_i64(t.c, &st_all, 1, COMM_MAX);
+    if (t.gpu) model_gpu_destroy(t.m);
+    else model_cpu_destroy(&t.cpu);
+    free(t.table);
+    free(t.in_all);
+    free(t.tg_all);
+    data_close(&t.data);
+    comm_destroy(t.c, 1);
+    return (int)st_all;
+}

@@ -1,0 +1,59 @@
+// Stage 06 against the stage before: the Transformer trained data-parallel (ddp_train) must
+// equal single-process training on the concatenated batch (rank 0 checks, --check-single),
+// and every rank must end with bitwise identical parameters — for every variant, on 2, 3 and
+// 4 ranks (CPU model over MPI), and on 2 GPUs over NCCL where there are 2 GPUs.
+#include <stdio.h>
+#include <string.h>
+
+#include "common/gpu.h"
+#include "tests/harness.h"
+
+static char g_out[1 << 16];
+
+static int run_train(int np, const char* args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/06_ddp/ddp_train %s", np, build_dir(), args);
+    return run_capture(cmd, g_out, sizeof g_out);
+}
+
+static void equal_to_single(int np, const char* variant, const char* extra) {
+    char args[512];
+    snprintf(args, sizeof args, "--model tiny --context 16 --batch 2 --steps 3 --warmup 1 --check-single 1 --variant %s %s",
+             variant, extra);
+    int st = run_train(np, args);
+    cr_assert_eq(st, 0, "%s on %d ranks exited %d:\n%s", variant, np, st, g_out);
+    cr_assert(strstr(g_out, "replicas: bitwise identical"), "%s on %d ranks: replicas differ:\n%s", variant, np, g_out);
+    cr_assert(strstr(g_out, "check-single: 0 of"), "%s on %d ranks: differs from single-process training:\n%s",
+              variant, np, g_out);
+}
+
+Test(ddp_train_mpi, naive_2_3_4_ranks) { for (int np = 2; np <= 4; np++) equal_to_single(np, "naive", ""); }
+Test(ddp_train_mpi, flat_2_3_4_ranks) { for (int np = 2; np <= 4; np++) equal_to_single(np, "flat", ""); }
+Test(ddp_train_mpi, overlap_2_3_4_ranks) { for (int np = 2; np <= 4; np++) equal_to_single(np, "overlap", ""); }
+// Caps below any tensor (one bucket a parameter), between, and above all (one bucket).
+Test(ddp_train_mpi, bucketed_caps_2_3_4_ranks) {
+    for (int np = 2; np <= 4; np++) {
+        equal_to_single(np, "bucketed", "--bucket-mb 0.0001");
+        equal_to_single(np, "bucketed", "--bucket-mb 0.05");
+        equal_to_single(np, "bucketed", "--bucket-mb 100");
+    }
+}
+
+Test(ddp_train_mpi, timing_table_and_bad_flags) {
+    int st = run_train(2, "--model tiny --context 16 --variant all --bucket-mb 0.01,1 --steps 2 --warmup 1");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "| none ") && strstr(g_out, "| bucketed |") && strstr(g_out, "replicas: bitwise identical"),
+              "%s", g_out);
+    st = run_train(2, "--variant fast");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--variant: unknown 'fast'"), "%s", g_out);
+    st = run_train(2, "--precision bf16 --backend mpi");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "needs the GPU"), "%s", g_out);
+}
+
+Test(ddp_train_nccl, every_variant_2_gpus) {
+    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
+    const char* variants[] = {"naive", "flat", "overlap", "bucketed"};
+    for (int i = 0; i < 4; i++) equal_to_single(2, variants[i], "--backend nccl --bucket-mb 0.05");
+}
