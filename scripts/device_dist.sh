@@ -1,37 +1,56 @@
 #!/usr/bin/env bash
 # The distributed stages on a GPU machine with prebuilt binaries (built here, carried there:
 # no device time spent compiling). Every step has its own time limit and writes its log
-# straight into $OUT (so a step that overruns still leaves the others' logs).
-#   OUT=/tmp/o scripts/device_dist.sh 05 06
+# under results/device/; after every step the whole of results/ is packed into $OUT/all.tgz
+# (a step that overruns still leaves the others' results), and $OUT/steps.txt lists the steps.
+#   OUT=/tmp/o scripts/device_dist.sh 06 05
 set -u
 cd "$(dirname "$0")/.."
-O=${OUT:-results/device}
-mkdir -p "$O"
+O=${OUT:-results/device_out}
+L=results/device
+mkdir -p "$O" "$L" results/05_collectives results/06_ddp
 export NCCL_NVLS_ENABLE=0 SETUP_SKIP=1 LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
 B=build
 step() {  # step NAME SECONDS command...
   local name=$1 secs=$2; shift 2
   echo "[$(date -u +%H:%M:%S)] $name (limit ${secs}s)" | tee -a "$O/steps.txt"
-  timeout -k 5 "$secs" "$@" > "$O/$name.log" 2>&1
+  timeout -k 5 "$secs" "$@" > "$L/$name.log" 2>&1
   echo "[$(date -u +%H:%M:%S)]   $name exit $?" | tee -a "$O/steps.txt"
+  tar czf "$O/all.tgz" results 2>/dev/null
 }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$O/gpu.txt" 2>&1
+torchrun() { python3 -m torch.distributed.run --standalone --nproc_per_node "$@"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
 for s in "$@"; do
   case $s in
-  05)
-    step t05 150 "$B/05_collectives/test_05" --jobs 1
-    step bench05_gpu 150 scripts/mpirun.sh 2 "$B/05_collectives/allreduce_bench" --backends nccl,nccl-direct,ring-nccl --tag gpu_np2
-    step torch05_nccl 90 python3 -m torch.distributed.run --standalone --nproc_per_node 2 05_collectives/bench_torch.py --backend nccl --csv results/05_collectives/torch.csv
-    for np in 2 4 6; do
-      step bench05_cpu$np 100 scripts/mpirun.sh $np "$B/05_collectives/allreduce_bench" --backends mpi,ring-mpi --sizes 1K,1M,10M,100M --tag cpu_np$np
-      step torch05_gloo$np 60 python3 -m torch.distributed.run --standalone --nproc_per_node $np 05_collectives/bench_torch.py --backend gloo --sizes 1K,1M,10M,100M --csv results/05_collectives/torch.csv
-    done
-    step report05 30 python3 05_collectives/report.py results/05_collectives
-    cp results/05_collectives/*.csv results/05_collectives/report.md "$O/" 2>/dev/null
-    ;;
   06)
-    step t06 120 "$B/06_ddp/test_06" --jobs 1
+    step ddp_xl_fp32 200 scripts/mpirun.sh 2 "$B/06_ddp/ddp_train" --model xl --context 512 --batch 2 \
+      --variant all --bucket-mb 1,10,100,1000 --steps 10 --warmup 3 --csv results/06_ddp/ours.csv
+    step torch_xl_fp32 180 torchrun 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
+    step t06 150 "$B/06_ddp/test_06" --jobs 1
+    ;;
+  06bf16)
+    step ddp_xl_bf16 120 scripts/mpirun.sh 2 "$B/06_ddp/ddp_train" --model xl --context 512 --batch 2 --precision bf16 \
+      --variant flat,overlap,bucketed,none --bucket-mb 25 --steps 10 --warmup 3 --csv results/06_ddp/ours.csv
+    step torch_xl_bf16 120 torchrun 2 06_ddp/bench_torch_ddp.py --model xl --precision bf16 --variants none,ddp --csv results/06_ddp/torch.csv
+    ;;
+  05)
+    step bench05_gpu 120 scripts/mpirun.sh 2 "$B/05_collectives/allreduce_bench" --backends nccl,nccl-direct,ring-nccl \
+      --op all --tag gpu_np2
+    for ch in 16M 128M 512M; do
+      step ring_chunk_$ch 40 scripts/mpirun.sh 2 "$B/05_collectives/allreduce_bench" --backends ring-nccl \
+        --sizes 1M,10M,100M,1G --ring-chunk $ch --tag ring_chunk_$ch --out results/05_collectives/chunks
+    done
+    step t05_gpu 120 "$B/05_collectives/test_05" --jobs 1 --filter 'collectives_nccl/*'
+    ;;
+  05cpu)
+    for np in 2 4 6; do
+      step bench05_cpu$np 60 scripts/mpirun.sh $np "$B/05_collectives/allreduce_bench" --backends mpi,ring-mpi \
+        --sizes 1K,1M,10M,100M --tag cpu_np$np
+    done
+    ;;
+  san)
+    step sanitize_memcheck 90 scripts/mpirun.sh 2 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$B/05_collectives/collectives_check" --backend nccl --counts 1,7,65537
     ;;
   esac
 done
-tar czf "$O/results.tgz" results 2>/dev/null
