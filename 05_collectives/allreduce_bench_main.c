@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
     double timeout_s = 0;
     int64_t ring_chunk = (int64_t)RING_CHUNK_BYTES_DEFAULT;
     cli_opt_t opts[] = {
-        {"ring-chunk", CLI_SIZE, &ring_chunk, "64M", "ring-nccl: bytes per pipelined chunk (a transfer and an add kernel each)", NULL},
+        {"ring-chunk", CLI_SIZE, &ring_chunk, "512M", "ring-nccl: bytes per pipelined chunk (a transfer and an add kernel each)", NULL},
         {"backends", CLI_STR, &backends_s, "auto", "comma list of mpi, ring-mpi, nccl, nccl-direct, ring-nccl; auto: the GPU ones with a GPU per rank, else the MPI ones", NULL},
         {"op", CLI_CHOICE, &op_s, "allreduce", "operation", OP_CHOICES},
         {"minbytes", CLI_SIZE, &minb, "1K", "smallest size S (bytes; K/M/G)", NULL},

@@ -18,20 +18,23 @@ step() {  # step NAME SECONDS command...
   echo "[$(date -u +%H:%M:%S)]   $name exit $?" | tee -a "$O/steps.txt"
   tar czf "$O/all.tgz" results 2>/dev/null
 }
-torchrun() { python3 -m torch.distributed.run --standalone --nproc_per_node "$@"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
 for s in "$@"; do
   case $s in
   06)
     step ddp_xl_fp32 200 scripts/mpirun.sh 2 "$B/06_ddp/ddp_train" --model xl --context 512 --batch 2 \
       --variant all --bucket-mb 1,10,100,1000 --steps 10 --warmup 3 --csv results/06_ddp/ours.csv
-    step torch_xl_fp32 180 torchrun 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
+    step torch_xl_fp32 180 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
     step t06 150 "$B/06_ddp/test_06" --jobs 1
+    ;;
+  torch06)
+    step torch_xl_fp32 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
+    step torch_xl_bf16 90 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --precision bf16 --variants none,ddp --csv results/06_ddp/torch.csv
     ;;
   06bf16)
     step ddp_xl_bf16 120 scripts/mpirun.sh 2 "$B/06_ddp/ddp_train" --model xl --context 512 --batch 2 --precision bf16 \
       --variant flat,overlap,bucketed,none --bucket-mb 25 --steps 10 --warmup 3 --csv results/06_ddp/ours.csv
-    step torch_xl_bf16 120 torchrun 2 06_ddp/bench_torch_ddp.py --model xl --precision bf16 --variants none,ddp --csv results/06_ddp/torch.csv
+    step torch_xl_bf16 120 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --precision bf16 --variants none,ddp --csv results/06_ddp/torch.csv
     ;;
   05)
     step bench05_gpu 120 scripts/mpirun.sh 2 "$B/05_collectives/allreduce_bench" --backends nccl,nccl-direct,ring-nccl \
@@ -49,7 +52,7 @@ for s in "$@"; do
     done
     ;;
   san)
-    step sanitize_memcheck 90 scripts/mpirun.sh 2 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    step sanitize_memcheck 90 scripts/mpirun.sh 2 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
       "$B/05_collectives/collectives_check" --backend nccl --counts 1,7,65537
     ;;
   esac
