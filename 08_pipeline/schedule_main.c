@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gnuplot.h"
 #include "08_pipeline/simulate.h"
 #include "common/check.h"
 #include "common/cli.h"
@@ -103,7 +104,7 @@ static int run_one(sched_kind_t kind, const opts_t* o, table_t* sum, int rank_ta
         char title[128];
         snprintf(title, sizeof title, "%s, p = %d, m = %d, v = %d (%s sends)", sched_name(kind), s.p, s.m, s.v,
                  c.eager ? "eager" : "rendezvous");
-        if (!sim_have_gnuplot()) printf("note: no PNG written: gnuplot is not installed\n");
+        if (!gnuplot_available()) printf("note: no PNG written: gnuplot is not installed\n");
         else if (sim_plot_png(&s, &res, o->png, title, err, errlen) != 0) DIE("--png: %s", err);
         else printf("timeline PNG: %s\n", o->png);
     }

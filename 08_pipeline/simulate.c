@@ -2,6 +2,7 @@
 // sends and receives wait for their partners (rendezvous or eager, see simulate.h). The same run
 // with unit costs is schedule_validate's dependency and deadlock check.
 #include "08_pipeline/simulate.h"
+#include "common/gnuplot.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -399,7 +400,6 @@ void sim_print_timeline(const schedule_t* s, const sim_result_t* res, const sim_
     free(row);
 }
 
-int sim_have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
 // A string safe between gnuplot's single quotes (which have no escapes).
 static int gp_safe(const char* x) { return x && !strchr(x, '\'') && !strchr(x, '\n'); }
@@ -445,33 +445,21 @@ static void gp_script(FILE* gp, const char* term, const schedule_t* s, const sim
     fprintf(gp, "%s\nset output\n", first ? "NaN notitle" : "");
 }
 
+// gnuplot_png's script callback.
+typedef struct {
+    const schedule_t* s;
+    const sim_result_t* res;
+    const char* title;
+} sim_plot_ctx_t;
+
+static void sim_plot_script(FILE* gp, const char* term, const char* out, void* ctx) {
+    const sim_plot_ctx_t* c = ctx;
+    gp_script(gp, term, c->s, c->res, out, c->title);
+}
+
 int sim_plot_png(const schedule_t* s, const sim_result_t* res, const char* png, const char* title, char* err,
                  size_t errlen) {
     if (!gp_safe(png) || !gp_safe(title)) return set_err(err, errlen, "the PNG path and title must not contain a quote or newline");
-    if (!sim_have_gnuplot()) return set_err(err, errlen, "gnuplot is not installed");
-    if (mkdir_parent(png) != 0) return set_err(err, errlen, "cannot create the directory of %s", png);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d.png", png, (int)getpid());
-    // pngcairo draws nicer boxes; plain png (libgd) is the fallback of minimal gnuplot builds.
-    const char* terms[] = {"pngcairo", "png"};
-    for (int i = 0; i < 2; i++) {
-        FILE* gp = popen("gnuplot 2>/dev/null", "w");
-        if (!gp) return set_err(err, errlen, "cannot start gnuplot");
-        gp_script(gp, terms[i], s, res, tmp, title);
-        const int rc = pclose(gp);
-        FILE* chk = fopen(tmp, "rb");
-        long size = 0;
-        if (chk) {
-            fseek(chk, 0, SEEK_END);
-            size = ftell(chk);
-            fclose(chk);
-        }
-        if (rc == 0 && size > 0) {
-            if (rename(tmp, png) == 0) return 0;
-            unlink(tmp);
-            return set_err(err, errlen, "cannot rename the plot into %s", png);
-        }
-        unlink(tmp);
-    }
-    return set_err(err, errlen, "gnuplot failed to draw %s", png);
+    sim_plot_ctx_t pc = {s, res, title};
+    return gnuplot_png(png, sim_plot_script, &pc, err, errlen);
 }

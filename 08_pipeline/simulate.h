@@ -72,8 +72,6 @@ int sim_write_csv(const schedule_t* s, const sim_result_t* res, const char* path
 void sim_print_timeline(const schedule_t* s, const sim_result_t* res, const sim_costs_t* costs,
                         int max_cols, FILE* out);
 
-// 1 if gnuplot is on the PATH.
-int sim_have_gnuplot(void);
 // Draws the timeline (ranks × time, a box per compute labelled with its micro-batch) as a PNG
 // through gnuplot, written atomically. 0, or -1 with the reason (gnuplot missing or failed).
 int sim_plot_png(const schedule_t* s, const sim_result_t* res, const char* png, const char* title,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gnuplot.h"
 #include "08_pipeline/simulate.h"
 #include "tests/harness.h"
 
@@ -339,7 +340,7 @@ Test(print, csv_has_every_action) {
 }
 
 Test(print, png_through_gnuplot) {
-    if (!sim_have_gnuplot()) cr_skip_test("gnuplot is not installed");
+    if (!gnuplot_available()) cr_skip_test("gnuplot is not installed");
     schedule_t s = make(SCHED_INTERLEAVED, 4, 8, 2, NULL);
     sim_result_t r = run(&s, sim_unit_costs());
     char path[512], err[256] = "";

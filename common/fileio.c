@@ -10,6 +10,7 @@
 // exit(), so they are covered). A process killed by a signal or by abort() skips atexit and
 // can leave a "*.tmp.PID" file behind -- never a half-written `path`.
 #include "common/fileio.h"
+#include "common/check.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -221,16 +222,6 @@ int mkdir_parent(const char* path) {
 
 // ---------------------------------------------------------------- checks before a run
 
-static int put_err(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int put_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 // "a/b/c" -> "a/b", "a" -> ".", "/a" -> "/" (in place).
 static void strip_last(char* p) {
@@ -243,13 +234,13 @@ static void strip_last(char* p) {
 }
 
 int dir_check_writable(const char* dir, char* err, size_t errlen) {
-    if (!dir || !*dir) return put_err(err, errlen, "the directory name is empty");
+    if (!dir || !*dir) return set_err(err, errlen, "the directory name is empty");
     size_t n = strlen(dir);
     char* p = malloc(n + 2);
     char* probe = malloc(n + 32);
     if (!p || !probe) {
         free(p), free(probe);
-        return put_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     }
     memcpy(p, dir, n + 1);
     int rc = 0;
@@ -257,21 +248,21 @@ int dir_check_writable(const char* dir, char* err, size_t errlen) {
         struct stat st;
         if (stat(p, &st) == 0) {
             if (!S_ISDIR(st.st_mode)) {
-                rc = put_err(err, errlen, "%s is not a directory", p);
+                rc = set_err(err, errlen, "%s is not a directory", p);
             } else {
                 // access() would not do: root passes it on a read-only or pseudo file system.
                 snprintf(probe, n + 32, "%s/.wcheck.XXXXXX", p);
-                if (!mkdtemp(probe)) rc = put_err(err, errlen, "cannot create files in %s: %s", p, strerror(errno));
+                if (!mkdtemp(probe)) rc = set_err(err, errlen, "cannot create files in %s: %s", p, strerror(errno));
                 else rmdir(probe);
             }
             break;
         }
         if (errno != ENOENT && errno != ENOTDIR) {
-            rc = put_err(err, errlen, "%s: %s", p, strerror(errno));
+            rc = set_err(err, errlen, "%s: %s", p, strerror(errno));
             break;
         }
         if (strcmp(p, ".") == 0 || strcmp(p, "/") == 0) {  // cannot happen on a sane system
-            rc = put_err(err, errlen, "%s: %s", p, strerror(errno));
+            rc = set_err(err, errlen, "%s: %s", p, strerror(errno));
             break;
         }
         strip_last(p);  // not there yet: would be created inside its parent
@@ -281,9 +272,9 @@ int dir_check_writable(const char* dir, char* err, size_t errlen) {
 }
 
 int file_name_check(const char* name, char* err, size_t errlen) {
-    if (!name || !*name) return put_err(err, errlen, "the file name is empty");
-    if (strchr(name, '/')) return put_err(err, errlen, "'%s' is a path, not a file name (it contains '/')", name);
-    if (name[0] == '.') return put_err(err, errlen, "'%s' starts with '.' (a hidden file)", name);
+    if (!name || !*name) return set_err(err, errlen, "the file name is empty");
+    if (strchr(name, '/')) return set_err(err, errlen, "'%s' is a path, not a file name (it contains '/')", name);
+    if (name[0] == '.') return set_err(err, errlen, "'%s' starts with '.' (a hidden file)", name);
     return 0;
 }
 
@@ -358,13 +349,13 @@ static void outset_detach(outset_t* s) {
 
 outset_t* outset_open(const char* dir, char* err, size_t errlen) {
     if (!dir || !*dir) {
-        put_err(err, errlen, "the directory name is empty");
+        set_err(err, errlen, "the directory name is empty");
         return NULL;
     }
     outset_t* s = calloc(1, sizeof *s);
     if (!s || !(s->dir = dup_str(dir))) {
         free(s);
-        put_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         return NULL;
     }
     size_t n = strlen(s->dir);
@@ -373,7 +364,7 @@ outset_t* outset_open(const char* dir, char* err, size_t errlen) {
     struct stat st;
     if (stat(s->dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) {
-            put_err(err, errlen, "%s exists and is not a directory", s->dir);
+            set_err(err, errlen, "%s exists and is not a directory", s->dir);
             outset_free(s);
             return NULL;
         }
@@ -385,7 +376,7 @@ outset_t* outset_open(const char* dir, char* err, size_t errlen) {
         int k = 0;
         if (!p || !chain) {
             free(p), free(chain);
-            put_err(err, errlen, "out of memory");
+            set_err(err, errlen, "out of memory");
             outset_free(s);
             return NULL;
         }
@@ -398,7 +389,7 @@ outset_t* outset_open(const char* dir, char* err, size_t errlen) {
         s->made = calloc((size_t)k + 1, sizeof *s->made);
         for (int i = k - 1; i >= 0 && s->made; i--) {
             if (mkdir(chain[i], 0777) != 0 && errno != EEXIST) {
-                put_err(err, errlen, "cannot create the directory %s: %s", chain[i], strerror(errno));
+                set_err(err, errlen, "cannot create the directory %s: %s", chain[i], strerror(errno));
                 for (int j = 0; j <= i; j++) free(chain[j]);
                 free(chain);
                 outset_remove_made(s);
@@ -409,7 +400,7 @@ outset_t* outset_open(const char* dir, char* err, size_t errlen) {
         }
         free(chain);
     } else {
-        put_err(err, errlen, "%s: %s", s->dir, strerror(errno));
+        set_err(err, errlen, "%s: %s", s->dir, strerror(errno));
         outset_free(s);
         return NULL;
     }
@@ -419,7 +410,7 @@ outset_t* outset_open(const char* dir, char* err, size_t errlen) {
     size_t tn = n + 48;
     s->tmp = malloc(tn);
     if (!s->tmp) {
-        put_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         outset_remove_made(s);
         outset_free(s);
         return NULL;
@@ -429,8 +420,8 @@ outset_t* outset_open(const char* dir, char* err, size_t errlen) {
     if (s->fresh) snprintf(s->tmp, tn, "%s.tmp.%ld.%u", s->dir, (long)s->owner, id);
     else snprintf(s->tmp, tn, "%s/.tmp.%ld.%u", s->dir, (long)s->owner, id);
     if (mkdir(s->tmp, 0777) != 0) {
-        if (s->fresh) put_err(err, errlen, "cannot create the directory %s: %s", s->dir, strerror(errno));
-        else put_err(err, errlen, "cannot create files in %s: %s", s->dir, strerror(errno));
+        if (s->fresh) set_err(err, errlen, "cannot create the directory %s: %s", s->dir, strerror(errno));
+        else set_err(err, errlen, "cannot create files in %s: %s", s->dir, strerror(errno));
         outset_remove_made(s);
         outset_free(s);
         return NULL;
@@ -484,23 +475,23 @@ void outset_abort(outset_t* s) {
 static int move_files(outset_t* s, char* err, size_t errlen) {
     int rc = 0, moved = 0;
     char** dst = calloc((size_t)s->nnames + 1, sizeof *dst);
-    if (!dst) return put_err(err, errlen, "out of memory");
+    if (!dst) return set_err(err, errlen, "out of memory");
     for (int i = 0; i < s->nnames && rc == 0; i++) {
         size_t len = strlen(s->dir) + strlen(s->names[i]) + 2;
         if (!(dst[i] = malloc(len))) {
-            rc = put_err(err, errlen, "out of memory");
+            rc = set_err(err, errlen, "out of memory");
             break;
         }
         snprintf(dst[i], len, "%s/%s", s->dir, s->names[i]);
         struct stat st;
         if (lstat(s->paths[i], &st) != 0 || !S_ISREG(st.st_mode))
-            rc = put_err(err, errlen, "%s was not written", s->names[i]);
+            rc = set_err(err, errlen, "%s was not written", s->names[i]);
         else if (lstat(dst[i], &st) == 0 && S_ISDIR(st.st_mode))
-            rc = put_err(err, errlen, "cannot replace %s: it is a directory", dst[i]);
+            rc = set_err(err, errlen, "cannot replace %s: it is a directory", dst[i]);
     }
     for (int i = 0; i < s->nnames && rc == 0; i++, moved++)
         if (rename(s->paths[i], dst[i]) != 0)
-            rc = put_err(err, errlen, "cannot move %s into place: %s", dst[i], strerror(errno));
+            rc = set_err(err, errlen, "cannot move %s into place: %s", dst[i], strerror(errno));
     if (rc != 0)
         for (int i = 0; i < moved; i++) unlink(dst[i]);
     for (int i = 0; i < s->nnames; i++) free(dst[i]);
@@ -509,18 +500,18 @@ static int move_files(outset_t* s, char* err, size_t errlen) {
 }
 
 int outset_commit(outset_t* s, char* err, size_t errlen) {
-    if (!s) return put_err(err, errlen, "no output set");
+    if (!s) return set_err(err, errlen, "no output set");
     outset_detach(s);
     int rc = 0;
     if (s->fresh) {
         for (int i = 0; i < s->nnames && rc == 0; i++) {
             struct stat st;
             if (lstat(s->paths[i], &st) != 0 || !S_ISREG(st.st_mode))
-                rc = put_err(err, errlen, "%s was not written", s->names[i]);
+                rc = set_err(err, errlen, "%s was not written", s->names[i]);
         }
         if (rc == 0 && rename(s->tmp, s->dir) != 0) {
             if (errno == EEXIST || errno == ENOTEMPTY) rc = move_files(s, err, errlen);  // made meanwhile
-            else rc = put_err(err, errlen, "cannot move %s into place: %s", s->dir, strerror(errno));
+            else rc = set_err(err, errlen, "cannot move %s into place: %s", s->dir, strerror(errno));
         } else if (rc == 0) {
             s->nmade = 0;  // they hold the result now
         }

@@ -4,6 +4,7 @@
 // parameters and optimizer state as a flat floor, activations rising through the forward
 // pass and falling through the backward, gradients appearing during the backward.
 #include "common/memtrace.h"
+#include "common/gnuplot.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -261,20 +262,19 @@ static int read_timeline(const char* csv, double* mark_t, char (*mark_l)[32], in
 
 // gnuplot's own complaint, from its captured stderr: the lines that say what went wrong
 // ("line 0: cannot open file; output not changed", "system error: ..."), joined.
-static void gnuplot_words(FILE* log, char* out, size_t len) {
-    out[0] = '\0';
-    if (!log) return;
-    rewind(log);
-    char line[512];
-    size_t used = 0;
-    while (fgets(line, sizeof line, log) && used + 4 < len) {
-        line[strcspn(line, "\r\n")] = '\0';
-        char* p = line;
-        while (*p == ' ' || *p == '\t') p++;
-        if (!*p || *p == '^' || strncmp(p, "gnuplot>", 8) == 0) continue;  // the echoed command and its caret
-        used += (size_t)snprintf(out + used, len - used, "%s%s", used ? "; " : "", p);
-    }
-    if (!out[0]) snprintf(out, len, "no message");
+
+// gnuplot_png's script callback: the timeline's script with its marks.
+typedef struct {
+    const char* csv;
+    const char* title;
+    double* mark_t;
+    char (*mark_l)[32];
+    int nm;
+} plot_ctx_t;
+
+static void plot_script(FILE* gp, const char* term, const char* out, void* ctx) {
+    const plot_ctx_t* c = ctx;
+    gp_script(gp, term, c->csv, out, c->title, c->mark_t, c->mark_l, c->nm);
 }
 
 int memtrace_plot_png(const char* csv, const char* png, const char* title, char* err, size_t errlen) {
@@ -287,52 +287,6 @@ int memtrace_plot_png(const char* csv, const char* png, const char* title, char*
     char mark_l[MAXM][32];
     int nm = 0;
     if (read_timeline(csv, mark_t, mark_l, MAXM, &nm, err, errlen) != 0) return -1;
-    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
-        return set_err(err, errlen, "gnuplot is not installed (scripts/setup.sh installs it)");
-    // The PNG's directory (it may not exist yet) must take new files.
-    char why[512], dir[4096];
-    const char* slash = strrchr(png, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == png) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - png), png);
-    if (dir_check_writable(dir, why, sizeof why) != 0) return set_err(err, errlen, "cannot write %s: %s", png, why);
-    if (mkdir_parent(png) != 0) return set_err(err, errlen, "cannot create the directory for %s: %s", png, strerror(errno));
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d.png", png, (int)getpid());
-    // gnuplot's stderr goes to a file of ours, so that its own words reach the user.
-    FILE* log = tmpfile();
-    if (!log) return set_err(err, errlen, "cannot create a temporary file: %s", strerror(errno));
-    char cmd[64];
-    snprintf(cmd, sizeof cmd, "gnuplot 2>/dev/fd/%d", fileno(log));
-    // pngcairo draws nicer areas; plain png (libgd) is the fallback of minimal gnuplot builds.
-    const char* terms[] = {"pngcairo", "png"};
-    int rc = -2;
-    for (int i = 0; i < 2 && rc != 0; i++) {
-        fflush(log);
-        FILE* gp = popen(cmd, "w");
-        if (!gp) {
-            rc = set_err(err, errlen, "cannot run gnuplot: %s", strerror(errno));
-            break;
-        }
-        gp_script(gp, terms[i], csv, tmp, title, mark_t, mark_l, nm);
-        const int st = pclose(gp);
-        FILE* chk = fopen(tmp, "rb");
-        long size = 0;
-        if (chk) {
-            fseek(chk, 0, SEEK_END);
-            size = ftell(chk);
-            fclose(chk);
-        }
-        if (st == 0 && size > 0) {
-            if (rename(tmp, png) == 0) rc = 0;
-            else rc = set_err(err, errlen, "cannot move the plot to %s: %s", png, strerror(errno));
-        }
-        if (rc != 0) unlink(tmp);
-    }
-    if (rc == -2) {
-        gnuplot_words(log, why, sizeof why);
-        set_err(err, errlen, "gnuplot failed: %s", why);
-    }
-    fclose(log);
-    return rc;
+    plot_ctx_t pc = {csv, title, mark_t, mark_l, nm};
+    return gnuplot_png(png, plot_script, &pc, err, errlen);
 }
