@@ -6,11 +6,8 @@
 
 void adamw_cpu_step(const adamw_config_t* cfg, float* params, const float* grads, float* m,
                     float* v, size_t n, int t) {
-    // The bias corrections in double, then rounded once (as PyTorch computes them in Python
-    // floats): step_size = lr / (1 − β1^t), bc2_sqrt = sqrt(1 − β2^t).
-    const float step_size = (float)((double)cfg->lr / (1.0 - pow((double)cfg->beta1, t)));
-    const float bc2_sqrt = (float)sqrt(1.0 - pow((double)cfg->beta2, t));
-    const float decay = 1.0f - cfg->lr * cfg->weight_decay;  // decoupled weight decay
+    const adamw_scalars_t sc = adamw_scalars(cfg, t);  // shared with the GPU versions
+    const float step_size = sc.step_size, bc2_sqrt = sc.bc2_sqrt, decay = sc.decay;
     const float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
     const long long N = (long long)n;
 #pragma omp parallel for schedule(static) if (N > 65536)

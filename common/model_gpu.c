@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/adamw_cpu.h"
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/model_gpu_internal.h"
@@ -279,14 +280,40 @@ int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* e
         CUDA_CHECK(cudaMemsetAsync(m->adam_m, 0, total * 4, m->stream));
         CUDA_CHECK(cudaMemsetAsync(m->adam_v, 0, total * 4, m->stream));
     }
-    // Bias corrections in double on the host, rounded once (as PyTorch and adamw_cpu.c do).
-    const float step_size = (float)((double)opt->lr / (1.0 - pow((double)opt->beta1, step)));
-    const float bc2_sqrt = (float)sqrt(1.0 - pow((double)opt->beta2, step));
-    const float decay = 1.0f - opt->lr * opt->weight_decay;
+    // Bias corrections by the helper the CPU reference uses (adamw_cpu.h): the same rounding.
+    const adamw_scalars_t sc = adamw_scalars(opt, step);
     nvtx_push("optimizer");
     k_adamw(m->params, m->grads, m->adam_m, m->adam_v, m->params_lp, total, opt->beta1,
-            opt->beta2, opt->eps, decay, step_size, bc2_sqrt, m->stream);
+            opt->beta2, opt->eps, sc.decay, sc.step_size, sc.bc2_sqrt, m->stream);
     nvtx_pop();
     m->lp_fresh = m->params_lp != NULL;
+    return 0;
+}
+
+// The padded copies replace the buffers in place of the model's own; the model's kernels take
+// offsets from the layout, so nothing else changes. model_gpu_adamw (whole-buffer moments)
+// still covers the layout's total only: the padding is not a parameter.
+int model_gpu_pad_flat(model_gpu_t* m, size_t total, char* err, size_t errlen) {
+    if (!m->grads) DIE("model_gpu_pad_flat before the first backward: no gradient buffer yet");
+    if (m->adam_m) DIE("model_gpu_pad_flat after model_gpu_adamw: pad before the first step");
+    if (total < m->lay.total) DIE("model_gpu_pad_flat: %zu elements < the layout's %zu", total, m->lay.total);
+    int ok = 1;
+    float* p = try_alloc(total * 4, MEM_PARAMS, "padded parameters", &ok, err, errlen);
+    float* g = try_alloc(total * 4, MEM_GRADS, "padded gradients", &ok, err, errlen);
+    if (!ok) {
+        mem_free(p);
+        mem_free(g);
+        return -1;
+    }
+    const size_t keep = m->lay.total * 4, pad = (total - m->lay.total) * 4;
+    CUDA_CHECK(cudaMemcpyAsync(p, m->params, keep, cudaMemcpyDeviceToDevice, m->stream));
+    CUDA_CHECK(cudaMemcpyAsync(g, m->grads, keep, cudaMemcpyDeviceToDevice, m->stream));
+    CUDA_CHECK(cudaMemsetAsync((char*)p + keep, 0, pad, m->stream));
+    CUDA_CHECK(cudaMemsetAsync((char*)g + keep, 0, pad, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    mem_free(m->params);
+    mem_free(m->grads);
+    m->params = p;
+    m->grads = g;
     return 0;
 }

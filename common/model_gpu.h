@@ -77,6 +77,16 @@ int model_gpu_can_train(const model_gpu_t* m, char* err, size_t errlen);
 // event, an all-reduce) sees the final gradient. Returns 0, or -1 with a reason on
 // out-of-memory at the first call; dies if the model cannot be trained.
 int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err, size_t errlen);
+// Stage 07 (sharded optimizers): makes the flat fp32 parameter and gradient buffers `total`
+// elements long (>= the layout's total), the extra elements zero, so that the buffers split
+// into n equal shards for reduce-scatter and all-gather. The model never reads or writes past
+// the layout's total. Call after the first backward (the gradient buffer exists then); it
+// keeps the parameters and gradients. Returns 0, or -1 with a reason on out-of-memory (the
+// model is left as it was). Optimizers outside the model (stage 07) own their moments: this
+// model allocates its own only if model_gpu_adamw is called.
+// (The caller keeps the padded length: the model itself only ever uses the layout's total.)
+int model_gpu_pad_flat(model_gpu_t* m, size_t total, char* err, size_t errlen);
+
 // One AdamW step t = 1, 2, ... over the flat buffer (one fused kernel; in bf16 it also
 // refreshes the bf16 weights). Returns 0, or -1 with a reason on out-of-memory at the first
 // call (the moments are allocated then).
