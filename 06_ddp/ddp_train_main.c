@@ -28,6 +28,7 @@
 #include "common/model.h"
 #include "common/model_cpu.h"
 #include "common/model_gpu.h"
+#include "common/profiler.h"
 #include "common/stats.h"
 #include "common/timer.h"
 
@@ -184,6 +185,7 @@ int main(int argc, char** argv) {
     const char* prec_s = "fp32";
     const char* attn_s = "naive";
     const char* csv = "";
+    const char* timeline = "";
     int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1;
     double lr = 1e-3, timeout_s = 0;
     cli_opt_t opts[] = {
@@ -201,6 +203,7 @@ int main(int argc, char** argv) {
         {"seed", CLI_INT, &seed, "1", "rank r initialises from seed + r, data from seed", NULL},
         {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
         {"csv", CLI_STR, &csv, "", "append the timing rows to this CSV (rank 0)", NULL},
+        {"timeline", CLI_STR, &timeline, "", "GPU: after each run, profile one more step on rank 0 and draw its per-stream kernel timeline into this directory (CSV + PNG)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
     comm_cli_parse(argc, argv, "Data-parallel training of the Transformer LM (run under mpirun).", opts, CLI_COUNT(opts));
@@ -254,6 +257,8 @@ int main(int argc, char** argv) {
     model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
+    if (*timeline && backend == COMM_MPI) BAD("--timeline needs the GPU (NCCL) backend (it draws CUDA streams)");
+    if (*timeline && !profiler_available()) BAD("--timeline needs CUPTI and a GPU");
     t.c = comm_init(backend, comm_timeout_flag(timeout_s));
     t.gpu = backend == COMM_NCCL;
     t.B = B;
@@ -338,6 +343,29 @@ int main(int argc, char** argv) {
         }
         free(st);
         memcpy(med_all[ri], med, sizeof med);
+        if (*timeline) {
+            // One more step, profiled on rank 0 only: every kernel of every stream with its GPU
+            // start and end — the overlap (or its absence) of the all-reduces with the backward.
+            if (r == 0) profiler_start();
+            double a, b, c2;
+            train_step(&t, d, step++, &a, &b, &c2);
+            if (r == 0) {
+                profiler_stop();
+                char base[512], cap[32] = "", path[600], png[600], title[256];
+                if (d && run->v == DDP_BUCKETED) snprintf(cap, sizeof cap, "_%gMiB", run->bucket_mb);
+                snprintf(base, sizeof base, "%s/ddp_%s_%s%s", timeline, model_s, run->name, cap);
+                snprintf(path, sizeof path, "%s.csv", base);
+                snprintf(png, sizeof png, "%s.png", base);
+                snprintf(title, sizeof title, "%s, %s%s, one step on rank 0 (%.1f ms)", model_s, run->name,
+                         d && run->v == DDP_BUCKETED ? " buckets" : "", a);
+                if (profiler_write_timeline_csv(path) != 0) fail("--timeline: cannot write %s", path);
+                char perr[512];
+                if (profiler_plot_timeline(path, png, title, perr, sizeof perr) != 0)
+                    printf("  timeline: %s written; no PNG: %s\n", path, perr);
+                else
+                    printf("  timeline: %s\n", png);
+            }
+        }
         runs[ri].n_buckets = d ? ddp_n_buckets(d) : 0;
         if (r == 0) {
             printf("  %-8s done: %.2f ms a step\n", run->name, med[0]);

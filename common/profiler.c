@@ -66,6 +66,7 @@ static size_t g_nnames, g_names_cap;
 
 typedef struct {
     uint32_t corr, name;
+    uint32_t stream;      // CUDA stream id (the timeline's rows)
     uint64_t start, end;  // ns, GPU timestamps
 } krec_t;
 static krec_t* g_rec;  // [g_nrec]
@@ -179,6 +180,7 @@ static void CUPTIAPI on_buffer_complete(CUcontext ctx, uint32_t stream, uint8_t*
         krec_t* o = &g_rec[g_nrec++];
         o->corr = k->correlationId;
         o->name = intern_locked(k->name);
+        o->stream = k->streamId;
         o->start = k->start;
         o->end = k->end > k->start ? k->end : k->start;
     }
@@ -403,6 +405,30 @@ int profiler_write_csv(const char* path) {
     return afile_commit(f);
 }
 
+// Every kernel of the session in GPU time order, relative to the first start.
+int profiler_write_timeline_csv(const char* path) {
+    if (g_running) DIE("profiler_write_timeline_csv: call profiler_stop() first");
+    if (mkdir_parent(path) != 0) return -1;
+    FILE* f = afile_open(path);
+    if (!f) return -1;
+    fprintf(f, "stream,start_us,end_us,phase,kernel\n");
+    uint64_t t0 = UINT64_MAX;
+    for (size_t i = 0; i < g_nrec; i++)
+        if (g_rec[i].start < t0) t0 = g_rec[i].start;
+    char name[128];
+    for (size_t i = 0; i < g_nrec; i++) {
+        const krec_t* r = &g_rec[i];
+        int ph = map_get_locked(r->corr);
+        if (ph < 0) ph = UNMATCHED;
+        display_name(g_names[r->name], name, sizeof name);
+        for (char* c = name; *c; c++)
+            if (*c == ',') *c = ';';  // one CSV field
+        fprintf(f, "%u,%.3f,%.3f,%s,%s\n", r->stream, 1e-3 * (double)(r->start - t0),
+                1e-3 * (double)(r->end - t0), g_phase[ph], name);
+    }
+    return afile_commit(f);
+}
+
 #else  // !HAVE_CUPTI: the toolkit had no CUPTI; --profile says so and nothing else changes.
 
 int profiler_available(void) { return 0; }
@@ -419,6 +445,10 @@ int profiler_write_csv(const char* path) {
     if (!f) return -1;
     fprintf(f, "phase,kernel,calls,total_ms,mean_us,min_us,max_us,share_pct\n");
     return afile_commit(f);
+}
+int profiler_write_timeline_csv(const char* path) {
+    (void)path;
+    return -1;  // no kernel records without CUPTI
 }
 
 #endif

@@ -30,6 +30,13 @@ void profiler_print_summary(FILE* out, int top_n);
 // CSV (atomic): phase,kernel,calls,total_ms,mean_us,min_us,max_us,share_pct — every kernel,
 // not only the top ones. 0 on success, -1 on failure.
 int  profiler_write_csv(const char* path);
+// CSV (atomic) of every kernel of the session, for a per-stream timeline (no Nsight Systems
+// needed): stream,start_us,end_us,phase,kernel — GPU times from the session's first kernel.
+// 0 on success, -1 on failure (always -1 without CUPTI).
+int  profiler_write_timeline_csv(const char* path);
+// The timeline as a PNG: one row per stream, compute kernels and NCCL kernels (names starting
+// "nccl") in two colours. 0, or -1 with gnuplot's reason in err.
+int  profiler_plot_timeline(const char* csv, const char* png, const char* title, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }
