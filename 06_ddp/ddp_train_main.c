@@ -28,6 +28,7 @@
 #include "common/model.h"
 #include "common/model_cpu.h"
 #include "common/model_gpu.h"
+#include "common/nvtx.h"
 #include "common/profiler.h"
 #include "common/stats.h"
 #include "common/timer.h"
@@ -77,12 +78,21 @@ static float train_step(trainer_t* t, ddp_t* d, int64_t step, double* step_ms, d
         CUDA_CHECK(cudaEventCreate(&e_end));
         model_gpu_set_tokens(t->m, in, tg);
         CUDA_CHECK(cudaEventRecord(e0, s));
+        // NVTX ranges (--nvtx) mark the launches of each phase for anyone with Nsight Systems.
+        nvtx_push("forward");
         model_gpu_forward_async(t->m, model_gpu_inputs(t->m), model_gpu_targets(t->m));
+        nvtx_pop();
+        nvtx_push("backward (all-reduces start in its hook)");
         if (model_gpu_backward(t->m, d ? ddp_grad_ready : NULL, d, err, sizeof err) != 0) fail("%s", err);
+        nvtx_pop();
         CUDA_CHECK(cudaEventRecord(e_bwd, s));
+        nvtx_push("ddp_finish_grads");
         if (d) ddp_finish_grads(d);  // the compute stream now waits for the all-reduces
+        nvtx_pop();
         CUDA_CHECK(cudaEventRecord(e_comm, s));
+        nvtx_push("optimizer");
         if (model_gpu_adamw(t->m, &t->opt, ++t->adam_step, err, sizeof err) != 0) fail("%s", err);
+        nvtx_pop();
         CUDA_CHECK(cudaEventRecord(e_end, s));
         comm_stream_sync(t->c, s, "the training step");
         float a = 0, b = 0;
@@ -186,7 +196,7 @@ int main(int argc, char** argv) {
     const char* attn_s = "naive";
     const char* csv = "";
     const char* timeline = "";
-    int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1;
+    int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1, nvtx = 0;
     double lr = 1e-3, timeout_s = 0;
     cli_opt_t opts[] = {
         {"model", CLI_CHOICE, &model_s, "tiny", "model size", MODEL_SIZE_CHOICES},
@@ -204,6 +214,7 @@ int main(int argc, char** argv) {
         {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
         {"csv", CLI_STR, &csv, "", "append the timing rows to this CSV (rank 0)", NULL},
         {"timeline", CLI_STR, &timeline, "", "GPU: after each run, profile one more step on rank 0 and draw its per-stream kernel timeline into this directory (CSV + PNG)", NULL},
+        {"nvtx", CLI_FLAG, &nvtx, "0", "NVTX ranges around forward, backward, the gradient wait and the optimizer (for nsys)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
     comm_cli_parse(argc, argv, "Data-parallel training of the Transformer LM (run under mpirun).", opts, CLI_COUNT(opts));
@@ -259,6 +270,7 @@ int main(int argc, char** argv) {
     if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
     if (*timeline && backend == COMM_MPI) BAD("--timeline needs the GPU (NCCL) backend (it draws CUDA streams)");
     if (*timeline && !profiler_available()) BAD("--timeline needs CUPTI and a GPU");
+    nvtx_enable(nvtx);
     t.c = comm_init(backend, comm_timeout_flag(timeout_s));
     t.gpu = backend == COMM_NCCL;
     t.B = B;
