@@ -95,6 +95,93 @@ void model_cpu_backward(model_cpu_t* m, grad_ready_fn hook, void* ctx);
 // One AdamW step over the whole flat buffer with m->grads (t = ++m->adam_t).
 void model_cpu_adamw_step(model_cpu_t* m, const adamw_config_t* cfg);
 
+// ---- a range of blocks: the seam pipeline parallelism cuts the model at (stage 08) -------
+// model_cpu_range.c runs the same operations as model_cpu_forward/backward over blocks
+// [l0, l1) only, with the input activation given (or, for the range that holds the embedding,
+// token ids) and the output gradient given (or, for the range that holds the head, the loss).
+// Over [0, L) with embedding and head it is the whole model, bit for bit (a test checks this).
+// Activations live in a model_cpu_range_acts_t, one per micro-batch in flight, so a pipeline
+// stage can hold several (1F1B: up to p); the parameters, gradients and backward scratch stay
+// in the model_cpu_t (its flat layout: a range updates only its own slice).
+typedef struct {
+    int l0, l1;  // blocks [l0, l1), 0 <= l0 <= l1 <= L (may be empty: embedding or head alone)
+    int embed;   // 1: runs the token embedding first (pipeline stage 0); input = token ids
+    int head;    // 1: runs the final norm, LM head and loss last (stage S-1); input = targets
+} model_range_t;
+
+// Saved activations of one micro-batch through one range, for up to B x T tokens.
+// Letters as above; nL = l1 - l0.
+typedef struct {
+    model_range_t r;
+    int B, T;          // capacity
+    int cur_B, cur_T;  // shape of the last forward
+    float loss_scale;  // head: d(total loss)/d(this micro-batch's mean loss), from the forward
+    int have_loss;     // head: the last forward had targets (so a backward is possible)
+    int32_t* inputs;   // (B, T) embed: the token ids of the last forward
+    int32_t* targets;  // (B, T) head: its targets
+    // a.res (nL+1, B, T, C): res[0] is the range's INPUT (the caller writes it unless embed),
+    // res[nL] its OUTPUT (what goes to the next stage); the per-block buffers have nL slices,
+    // lnf/lnf_rstd/logits/lse exist only with head.
+    model_cpu_acts_t a;
+    float* dy;         // (B, T, C) the gradient of the output, given (unless head)
+    float* dx;         // (B, T, C) the gradient of the input, computed (unless embed)
+    // Split backward (zero bubble: BI then W), allocated only when asked: the gradients that
+    // each weight gradient dW = dyᵀ·x needs, saved by the input pass for the weight pass.
+    int split;
+    float* d_out;      // (nL, B, T, C)  gradient of each block's output (W2's dy)
+    float* d_h13;      // (nL, B, T, 2F) (W1|W3's dy)
+    float* d_mid;      // (nL, B, T, C)  gradient after the attention block (output_proj's dy)
+    float* d_qkv;      // (nL, B, T, 3C) (q|k|v_proj's dy)
+    float* d_logits;   // (B, T, V)      head (lm_head's dy)
+    float* d_emb;      // (B, T, C)      embed: gradient of the embedding output
+} model_cpu_range_acts_t;
+
+// Where a backward puts the range's parameter gradients.
+typedef struct {
+    float* grads;      // flat gradient buffer in the model's layout
+    int accumulate;    // 0: WRITE (as model_cpu_backward; the range's padding is zeroed too),
+                       // 1: ADD (gradient accumulation over micro-batches)
+    grad_ready_fn hook;  // may be NULL: called as each parameter's gradient is final
+    void* ctx;
+} model_cpu_grad_sink_t;
+
+// 0 if `r` is a valid range for config c, else -1 and why (bounds, empty without embedding
+// or head).
+int model_range_check(const model_config_t* c, const model_range_t* r, char* err, size_t errlen);
+// The range's parameters are one contiguous slice [*begin, *end) of the flat buffer (layers
+// are stored in order, the embedding before layer 0, ln_final and lm_head after layer L-1).
+void model_range_span(const param_layout_t* lay, const model_config_t* c, const model_range_t* r,
+                      size_t* begin, size_t* end);
+
+// Allocates the saved activations of one micro-batch of up to B x T tokens through r (split:
+// also the buffers of the split backward). fail() on bad sizes, as model_cpu_create.
+void model_cpu_range_acts_create(model_cpu_range_acts_t* s, const model_config_t* c,
+                                 const model_range_t* r, int B, int T, int split);
+void model_cpu_range_acts_destroy(model_cpu_range_acts_t* s);
+double model_cpu_range_acts_bytes(const model_config_t* c, const model_range_t* r, int B, int T,
+                                  int split);
+
+// Forward of one micro-batch through s->r with m's parameters. Input: token ids `inputs`
+// (B, T) if r.embed, else s->a.res[0] (B, T, C) as the caller left it. Output in s->a.res[nL].
+// With r.head and targets (B, T): returns the micro-batch's mean cross-entropy and remembers
+// loss_scale for the backward (the gradient is that of loss_scale · mean loss: 1/m for m
+// micro-batches makes the sum over them the mean over the whole batch). Else returns NAN.
+// m's B x T capacity must cover B x T (its backward scratch is shared by every range).
+float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const int32_t* inputs,
+                              const int32_t* targets, float loss_scale, int B, int T);
+// Full backward of the last forward held in s: input s->dy (unless head), output s->dx (unless
+// embed), parameter gradients into the sink; hooks in model_cpu_backward's order.
+void model_cpu_range_backward(model_cpu_t* m, model_cpu_range_acts_t* s,
+                              const model_cpu_grad_sink_t* sink);
+// The same backward in two passes (zero bubble; s created with split = 1):
+// input pass (BI): s->dx and the RMSNorm weight gradients (C floats each, too cheap to defer),
+// saving the output gradient of every linear layer; weight pass (W): every linear layer's dW
+// and the embedding's. Together they give the same bits as model_cpu_range_backward.
+void model_cpu_range_backward_input(model_cpu_t* m, model_cpu_range_acts_t* s,
+                                    const model_cpu_grad_sink_t* sink);
+void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s,
+                                     const model_cpu_grad_sink_t* sink);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,324 @@
+// The executor (executor.h): one loop over a rank's action list. Compute actions call the model
+// seam (common/model_cpu_range.c); communication groups go to the communicator as posted
+// non-blocking operations, then one wait.
+#include "08_pipeline/executor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/adamw_cpu.h"
+#include "common/check.h"
+#include "common/timer.h"
+
+// The activation sets of one chunk: a pool that grows to the peak number in flight.
+typedef struct {
+    model_cpu_range_acts_t** set;  // [cap] allocated sets (pointers: their addresses stay put)
+    int* in_use;                   // [cap]
+    int n, cap;
+    int* slot_of;                  // [m] the set holding micro-batch mb, -1 if none
+} pool_t;
+
+struct pp_exec {
+    pp_exec_config_t cfg;
+    int p, m, v, S;
+    int split;            // ZB-H1: BI and W as two passes
+    size_t* span_b;       // [v] flat slice of each chunk
+    size_t* span_e;
+    pool_t* pool;         // [v]
+    int* deferred;        // (chunk, mb) pairs to give back at the next compute (at most one)
+    int n_deferred;
+    int live, peak_live;  // micro-batch-chunks between F and B/W
+    long actions_done;    // for die_after
+    comm_req_t** reqs;    // [longest group]
+};
+
+static model_cpu_range_acts_t* pool_take(pp_exec_t* x, int c, int mb) {
+    pool_t* q = &x->pool[c];
+    if (q->slot_of[mb] >= 0) return q->set[q->slot_of[mb]];
+    int k = 0;
+    while (k < q->n && q->in_use[k]) k++;
+    if (k == q->n) {
+        if (q->n == q->cap) {
+            q->cap = q->cap ? 2 * q->cap : 2;
+            q->set = realloc(q->set, (size_t)q->cap * sizeof *q->set);
+            q->in_use = realloc(q->in_use, (size_t)q->cap * sizeof *q->in_use);
+            if (!q->set || !q->in_use) DIE("out of host memory");
+        }
+        q->set[k] = malloc(sizeof(model_cpu_range_acts_t));
+        if (!q->set[k]) DIE("out of host memory");
+        model_cpu_range_acts_create(q->set[k], &x->cfg.m->c, &x->cfg.ranges[c], x->cfg.Bmb, x->cfg.T, x->split);
+        q->n++;
+    }
+    q->in_use[k] = 1;
+    q->slot_of[mb] = k;
+    return q->set[k];
+}
+
+static model_cpu_range_acts_t* pool_get(pp_exec_t* x, int c, int mb, const char* why) {
+    const int k = x->pool[c].slot_of[mb];
+    if (k < 0) DIE("executor rank %d: %s for micro-batch %d chunk %d, which has no activations (bad list)",
+                   x->cfg.rank, why, mb, c);
+    return x->pool[c].set[k];
+}
+
+// After B or W the set is no longer needed, but the group right after may still send from it
+// (the input gradient): it is given back at the next compute, when that group has finished.
+static void pool_release_later(pp_exec_t* x, int c, int mb) {
+    x->deferred[2 * x->n_deferred] = c;
+    x->deferred[2 * x->n_deferred + 1] = mb;
+    x->n_deferred++;
+}
+static void pool_release_deferred(pp_exec_t* x) {
+    for (int i = 0; i < x->n_deferred; i++) {
+        pool_t* q = &x->pool[x->deferred[2 * i]];
+        int* k = &q->slot_of[x->deferred[2 * i + 1]];
+        q->in_use[*k] = 0;
+        *k = -1;
+    }
+    x->n_deferred = 0;
+}
+
+pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg) {
+    const schedule_t* s = cfg->sched;
+    pp_exec_t* x = calloc(1, sizeof *x);
+    if (!x) DIE("out of host memory");
+    x->cfg = *cfg;
+    x->p = s->p;
+    x->m = s->m;
+    x->v = s->v;
+    x->S = sched_stages(s);
+    x->split = s->kind == SCHED_ZBH1;
+    const model_cpu_t* m = cfg->m;
+    char err[256];
+    if (cfg->rank < 0 || cfg->rank >= x->p) fail("executor: rank %d outside 0..%d", cfg->rank, x->p - 1);
+    if (cfg->world_base < 0 || cfg->world_base + x->p > cfg->c->world)
+        fail("executor: ranks %d..%d are not all in a world of %d", cfg->world_base, cfg->world_base + x->p - 1, cfg->c->world);
+    if (cfg->Bmb < 1 || cfg->T < 1 || cfg->Bmb > m->B || cfg->T > m->T)
+        fail("executor: micro-batch %d x %d does not fit the model's %d x %d", cfg->Bmb, cfg->T, m->B, m->T);
+    if (schedule_check_structure(s, err, sizeof err) != 0) fail("executor: %s", err);
+    x->span_b = calloc((size_t)x->v, sizeof(size_t));
+    x->span_e = calloc((size_t)x->v, sizeof(size_t));
+    x->pool = calloc((size_t)x->v, sizeof(pool_t));
+    x->deferred = calloc((size_t)(2 * x->v + 2), sizeof(int));
+    if (!x->span_b || !x->span_e || !x->pool || !x->deferred) DIE("out of host memory");
+    for (int c = 0; c < x->v; c++) {
+        const model_range_t* r = &cfg->ranges[c];
+        const int stage = sched_stage(s, cfg->rank, c);
+        if (model_range_check(&m->c, r, err, sizeof err) != 0) fail("executor: chunk %d: %s", c, err);
+        if (r->embed != (stage == 0) || r->head != (stage == x->S - 1))
+            fail("executor: chunk %d is stage %d of %d: embedding %s, head %s expected", c, stage, x->S,
+                 stage == 0 ? "yes" : "no", stage == x->S - 1 ? "yes" : "no");
+        model_range_span(&m->layout, &m->c, r, &x->span_b[c], &x->span_e[c]);
+        x->pool[c].slot_of = malloc((size_t)x->m * sizeof(int));
+        if (!x->pool[c].slot_of) DIE("out of host memory");
+    }
+    int longest = 1;
+    for (int i = 0; i < s->n_actions[cfg->rank]; i++) {
+        const int g = schedule_group_len(s, cfg->rank, i);
+        longest = g > longest ? g : longest;
+    }
+    x->reqs = calloc((size_t)longest, sizeof(comm_req_t*));
+    if (!x->reqs) DIE("out of host memory");
+    return x;
+}
+
+void pp_exec_destroy(pp_exec_t* x) {
+    if (!x) return;
+    for (int c = 0; c < x->v; c++) {
+        pool_t* q = &x->pool[c];
+        for (int k = 0; k < q->n; k++) {
+            model_cpu_range_acts_destroy(q->set[k]);
+            free(q->set[k]);
+        }
+        free(q->set);
+        free(q->in_use);
+        free(q->slot_of);
+    }
+    free(x->pool);
+    free(x->span_b);
+    free(x->span_e);
+    free(x->deferred);
+    free(x->reqs);
+    free(x);
+}
+
+void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end) {
+    *begin = x->span_b[chunk];
+    *end = x->span_e[chunk];
+}
+
+// Posts one group (actions [i, i + n) of this rank's list), then waits for all of it.
+static void run_group(pp_exec_t* x, const action_t* acts, int n) {
+    comm_t* c = x->cfg.c;
+    const size_t count = (size_t)x->cfg.Bmb * x->cfg.T * x->cfg.m->c.d_model;  // (B_mb, T, C)
+    comm_group_start(c);
+    for (int j = 0; j < n; j++) {
+        const action_t* a = &acts[j];
+        const int peer = x->cfg.world_base + a->peer;
+        const int nL = x->cfg.ranges[a->chunk].l1 - x->cfg.ranges[a->chunk].l0;
+        model_cpu_range_acts_t* s;
+        switch (a->kind) {
+        case ACT_SEND_ACT:  // the output of F(mb, chunk): res[nL]
+            s = pool_get(x, a->chunk, a->mb, "SEND_ACT");
+            x->reqs[j] = comm_isend(c, s->a.res + (size_t)nL * count, count, COMM_F32, peer, NULL);
+            break;
+        case ACT_RECV_ACT:  // the input of F(mb, chunk): res[0] of a fresh set
+            s = pool_take(x, a->chunk, a->mb);
+            x->reqs[j] = comm_irecv(c, s->a.res, count, COMM_F32, peer, NULL);
+            break;
+        case ACT_SEND_GRAD:  // the input gradient of B/BI(mb, chunk)
+            s = pool_get(x, a->chunk, a->mb, "SEND_GRAD");
+            x->reqs[j] = comm_isend(c, s->dx, count, COMM_F32, peer, NULL);
+            break;
+        case ACT_RECV_GRAD:  // the output gradient of B/BI(mb, chunk)
+            s = pool_get(x, a->chunk, a->mb, "RECV_GRAD");
+            x->reqs[j] = comm_irecv(c, s->dy, count, COMM_F32, peer, NULL);
+            break;
+        default:
+            DIE("executor: %s inside a communication group", act_name(a->kind));
+        }
+    }
+    comm_group_end(c);
+    comm_waitall(c, x->reqs, n);
+}
+
+static void compute(pp_exec_t* x, const action_t* a, const int32_t* inputs, const int32_t* targets,
+                    float loss_scale, double* loss_sum) {
+    const schedule_t* s = x->cfg.sched;
+    model_cpu_t* m = x->cfg.m;
+    const int c = a->chunk, mb = a->mb, stage = sched_stage(s, x->cfg.rank, c);
+    const int Bmb = x->cfg.Bmb, T = x->cfg.T;
+    const size_t rows = (size_t)mb * Bmb * T, NC = (size_t)Bmb * T * m->c.d_model;
+    const model_cpu_grad_sink_t sink = {m->grads, 1, NULL, NULL};  // ADD: accumulation
+    model_cpu_range_acts_t* st;
+    switch (a->kind) {
+    case ACT_F: {
+        st = pool_take(x, c, mb);  // already taken by its RECV_ACT unless stage 0 or local
+        const float loss = model_cpu_range_forward(m, st, stage == 0 ? inputs + rows : NULL,
+                                                   stage == x->S - 1 ? targets + rows : NULL, loss_scale, Bmb, T);
+        if (stage == x->S - 1) *loss_sum += (double)loss_scale * loss;
+        // The next stage on this rank (p = 1): hand the output over by copy.
+        if (stage + 1 < x->S && sched_rank_of(s, stage + 1) == x->cfg.rank) {
+            const int nL = x->cfg.ranges[c].l1 - x->cfg.ranges[c].l0;
+            memcpy(pool_take(x, c + 1, mb)->a.res, st->a.res + (size_t)nL * NC, NC * sizeof(float));
+        }
+        if (++x->live > x->peak_live) x->peak_live = x->live;
+        break;
+    }
+    case ACT_B:
+    case ACT_BI:
+        st = pool_get(x, c, mb, act_name(a->kind));
+        if (a->kind == ACT_B) model_cpu_range_backward(m, st, &sink);
+        else model_cpu_range_backward_input(m, st, &sink);
+        if (stage > 0 && sched_rank_of(s, stage - 1) == x->cfg.rank)
+            memcpy(pool_get(x, c - 1, mb, "local gradient")->dy, st->dx, NC * sizeof(float));
+        if (a->kind == ACT_B) {
+            pool_release_later(x, c, mb);
+            x->live--;
+        }
+        break;
+    case ACT_W:
+        st = pool_get(x, c, mb, "W");
+        model_cpu_range_backward_weight(m, st, &sink);
+        pool_release_later(x, c, mb);
+        x->live--;
+        break;
+    default:
+        DIE("executor: %s is not a compute action", act_name(a->kind));
+    }
+}
+
+double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets, float loss_scale, pp_timing_t* t) {
+    const schedule_t* s = x->cfg.sched;
+    const int r = x->cfg.rank, n = s->n_actions[r];
+    const action_t* acts = s->actions[r];
+    model_cpu_t* m = x->cfg.m;
+    pp_timing_t tm;
+    memset(&tm, 0, sizeof tm);
+    for (int c = 0; c < x->v; c++) {
+        memset(m->grads + x->span_b[c], 0, (x->span_e[c] - x->span_b[c]) * sizeof(float));
+        for (int mb = 0; mb < x->m; mb++) x->pool[c].slot_of[mb] = -1;
+        memset(x->pool[c].in_use, 0, (size_t)x->pool[c].n * sizeof(int));
+    }
+    x->n_deferred = 0;
+    x->live = x->peak_live = 0;
+    double loss_sum = 0;
+    const double t0 = time_now_s();
+    for (int i = 0; i < n;) {
+        const int g = schedule_group_len(s, r, i);
+        const double a0 = time_now_s();
+        if (g > 0) {
+            run_group(x, acts + i, g);
+            tm.comm += time_now_s() - a0;
+        } else {
+            pool_release_deferred(x);
+            compute(x, &acts[i], inputs, targets, loss_scale, &loss_sum);
+            const double dt = time_now_s() - a0;
+            tm.busy += dt;
+            tm.t_kind[acts[i].kind] += dt;
+            tm.n_kind[acts[i].kind]++;
+        }
+        const int done = g > 0 ? g : 1;
+        if (x->cfg.die_after >= 0 && x->actions_done < x->cfg.die_after && x->actions_done + done >= x->cfg.die_after) {
+            fprintf(stderr, "rank %d: --die-rank: exiting after %ld of its actions, in the middle of the schedule\n",
+                    x->cfg.c->rank, x->actions_done + done);
+            fflush(stderr);
+            _exit(3);
+        }
+        x->actions_done += done;
+        i += done;
+    }
+    pool_release_deferred(x);
+    tm.wall = time_now_s() - t0;
+    tm.peak_live = x->peak_live;
+    for (int c = 0; c < x->v; c++) tm.pool_slots += x->pool[c].n;
+    if (x->live != 0) DIE("executor rank %d: %d micro-batch-chunks still live after the list (bad list)", r, x->live);
+    if (t) *t = tm;
+    return loss_sum;
+}
+
+double pp_exec_dp_allreduce(pp_exec_t* x, int D) {
+    if (D <= 1) return 0;
+    comm_t* c = x->cfg.c;
+    const int p = x->p, r = x->cfg.rank, me = x->cfg.world_base / p;
+    if (D * p > c->world) fail("executor: %d replicas x %d stages need %d ranks, the world has %d", D, p, D * p, c->world);
+    const double t0 = time_now_s();
+    float* G = x->cfg.m->grads;
+    for (int ch = 0; ch < x->v; ch++) {
+        const size_t b = x->span_b[ch], n = x->span_e[ch] - b;
+        float* all = malloc((size_t)D * n * sizeof(float));  // (D, n) every replica's slice
+        comm_req_t** rq = calloc((size_t)2 * D, sizeof(comm_req_t*));
+        if (!all || !rq) DIE("out of host memory");
+        memcpy(all + (size_t)me * n, G + b, n * sizeof(float));
+        int k = 0;
+        comm_group_start(c);
+        for (int d = 0; d < D; d++) {
+            if (d == me) continue;
+            rq[k++] = comm_isend(c, G + b, n, COMM_F32, d * p + r, NULL);
+            rq[k++] = comm_irecv(c, all + (size_t)d * n, n, COMM_F32, d * p + r, NULL);
+        }
+        comm_group_end(c);
+        comm_waitall(c, rq, k);
+        // The sum in replica order 0, 1, ..., D-1 on every replica: the same bits everywhere.
+        for (size_t i = 0; i < n; i++) {
+            float acc = all[i];
+            for (int d = 1; d < D; d++) acc += all[(size_t)d * n + i];
+            G[b + i] = acc;
+        }
+        free(all);
+        free(rq);
+    }
+    return time_now_s() - t0;
+}
+
+void pp_exec_adamw(pp_exec_t* x, const adamw_config_t* cfg) {
+    model_cpu_t* m = x->cfg.m;
+    m->adam_t++;
+    // Element-wise, so slice by slice gives the bits of the whole-buffer step.
+    for (int c = 0; c < x->v; c++) {
+        const size_t b = x->span_b[c];
+        adamw_cpu_step(cfg, m->params + b, m->grads + b, m->adam_m + b, m->adam_v + b, x->span_e[c] - b, m->adam_t);
+    }
+}

@@ -1,0 +1,85 @@
+// The executor: runs one rank's action list (schedule.h) for real, on the CPU Transformer over
+// the communicator's MPI backend (host memory).
+//
+//   F(mb, c)     model_cpu_range_forward of micro-batch mb through chunk c's blocks; stage 0
+//                reads the token ids, the last stage the targets and computes the loss
+//   B(mb, c)     model_cpu_range_backward, its parameter gradients ADDED to the model's
+//   BI / W       model_cpu_range_backward_input / _weight: the backward really split in two
+//                (zero bubble); W adds the linear layers' and the embedding's gradients
+//   SEND_ACT     the output of F(mb, c): B_mb·T·C floats to the next stage's rank
+//   RECV_ACT     into the input of F(mb, c)
+//   SEND_GRAD    the input gradient from B/BI(mb, c): B_mb·T·C floats to the previous stage
+//   RECV_GRAD    into the output gradient of B/BI(mb, c)
+// A run of consecutive communication actions is one group: every operation of it is posted
+// (comm_isend / comm_irecv between comm_group_start/end) and then waited for together before
+// the next compute: schedule.h's rule, which makes the lists deadlock-free even with sends
+// that wait for their receive. Neighbouring stages on one rank (p = 1) hand over by copy.
+//
+// Activations: one model_cpu_range_acts_t per micro-batch in flight and chunk, from a pool per
+// chunk: taken when its input arrives (or at F), given back after its B (or W), so the pool
+// grows to the schedule's peak live count (1F1B: p, GPipe: m) and no further.
+// Gradients accumulate over the step's micro-batches; the loss of each is scaled by the caller
+// (1/(m·D) makes the sum over micro-batches and data-parallel replicas the global mean).
+#pragma once
+#include "08_pipeline/schedule.h"
+#include "common/comm.h"
+#include "common/model.h"
+#include "common/model_cpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    comm_t* c;                    // MPI backend
+    const schedule_t* sched;      // the lists (p, m, v)
+    int rank;                     // this process's pipeline rank, 0..p-1
+    int world_base;               // world rank of pipeline rank 0 of this replica (2D: d·p)
+    model_cpu_t* m;               // parameters, gradients, AdamW state (whole flat layout; only
+                                  // this rank's chunks' slices are used), capacity >= Bmb x T
+    const model_range_t* ranges;  // [v] chunk c runs stage c·p + rank (embedding on stage 0,
+                                  // head on stage p·v − 1)
+    int Bmb, T;                   // rows of one micro-batch, sequence length
+    int die_after;                // failure test: _exit after this many actions (-1: never)
+} pp_exec_config_t;
+
+// Host-clock accounting of one step (seconds).
+typedef struct {
+    double wall;        // the flush: first action to last
+    double busy;        // Σ compute actions
+    double comm;        // Σ time inside communication groups (posting and waiting)
+    double t_kind[4];   // Σ time per compute kind, indexed by act_kind_t F, B, BI, W
+    int n_kind[4];      // how many of each ran
+    int peak_live;      // peak micro-batch-chunks between F and B/W (the simulator's count)
+    int pool_slots;     // activation sets allocated (can be one more per chunk than peak_live:
+                        // a receive takes its set before the previous B's set is given back)
+} pp_timing_t;
+
+typedef struct pp_exec pp_exec_t;
+
+// Checks the configuration (ranges against the model, peers inside the world); fail() if bad.
+pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg);
+void pp_exec_destroy(pp_exec_t* x);
+
+// One pipeline flush: zeroes this rank's gradient slices, runs the action list once over the
+// micro-batches of inputs/targets (m·Bmb rows x T: micro-batch mb is rows mb·Bmb ..), and
+// leaves the accumulated gradients in m->grads. Every micro-batch's mean loss is multiplied by
+// loss_scale. Returns Σ loss_scale·loss over the micro-batches whose loss this rank computed (0
+// on ranks without the head). t may be NULL.
+double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets, float loss_scale,
+                    pp_timing_t* t);
+
+// 2D (pipeline x data parallel): sums this rank's gradient slices over the D replicas of its
+// stage (world ranks d·p + rank). Each replica sends its slices to every other and adds the D
+// copies in replica order, so every replica ends with the same bits. Returns seconds taken.
+double pp_exec_dp_allreduce(pp_exec_t* x, int D);
+
+// AdamW (model_cpu_adamw_step's semantics: t = ++m->adam_t) over this rank's slices only.
+void pp_exec_adamw(pp_exec_t* x, const adamw_config_t* cfg);
+
+// Slice [*begin, *end) of the flat buffer that chunk c owns.
+void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,331 @@
+// pp_train: the Transformer LM trained pipeline-parallel (and, with --dp D, pipeline x data
+// parallel) on the CPU, over the communicator's MPI backend.
+//
+//   scripts/mpirun.sh 4 build/08_pipeline/pp_train --layers 8 --batch 8 --micro-batches 4 --schedule 1f1b --check-single 1
+//   scripts/mpirun.sh 2 build/08_pipeline/pp_train --layers 8 --micro-batches 4 --schedule interleaved --chunks 2
+//   scripts/mpirun.sh 4 build/08_pipeline/pp_train --layers 8 --dp 2 --check-single 1     # 2 stages x 2 replicas
+//
+// World rank w = d·p + r: replica d (0..D-1), pipeline rank r (0..p-1), p = world / D. The
+// model's blocks are cut into S = p·v stages by the partitioner (partition.h); rank r runs the
+// stages c·p + r, c < v. Every rank initialises the whole model from the same seed (so every
+// stage starts from the single model's values) and then only touches its own slices.
+// A step: the global batch (--batch rows, a pure function of the seed and the step) is cut
+// into D replica batches of m micro-batches each; the executor (executor.h) runs the rank's
+// action list, gradients accumulate, with --dp the replicas of each stage sum their gradients,
+// then AdamW steps each rank's slices. Each micro-batch's loss is scaled by 1/(m·D): the sum is
+// the mean over the global batch, the single model's loss.
+//
+// Output: the loss per step; a timing line per rank (host clock, averaged over the steps after
+// --warmup: the step, busy = compute, the time in communication groups, idle = step − busy,
+// the rank's idle fraction), the measured bubble 1 − Σ busy / (p · slowest step) beside the
+// formula and the simulator run with the measured mean costs; peak live micro-batch-chunks
+// against the simulator's count. --check-single 1: rank 0 also trains one unpartitioned model
+// on the same global batches, gathers every stage's parameters and compares them all.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "08_pipeline/executor.h"
+#include "08_pipeline/partition.h"
+#include "08_pipeline/schedule.h"
+#include "08_pipeline/simulate.h"
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/comm.h"
+#include "common/data.h"
+#include "common/model.h"
+#include "common/model_cpu.h"
+#include "common/timer.h"
+
+// Per-rank numbers gathered to rank 0 (one row per world rank, summed: each rank fills its own).
+enum { TM_WALL, TM_BUSY, TM_COMM, TM_F, TM_B, TM_BI, TM_W, TM_NF, TM_NB, TM_NBI, TM_NW, TM_PEAK, TM_SIMPEAK, TM_SLOTS, TM_N };
+
+// FNV-1a over this rank's parameter slices: equal across replicas iff bitwise identical.
+static long long slices_hash(const float* P, const size_t* b, const size_t* e, int v) {
+    unsigned long long x = 1469598103934665603ull;
+    for (int c = 0; c < v; c++) {
+        const unsigned char* q = (const unsigned char*)(P + b[c]);
+        for (size_t i = 0; i < (e[c] - b[c]) * sizeof(float); i++) x = (x ^ q[i]) * 1099511628211ull;
+    }
+    return (long long)(x >> 1);
+}
+
+// Rank 0 trains one model on each step's whole global batch and compares every parameter with
+// the stages' (gathered into `got`). The pipeline computes the same mean-loss gradient as sums
+// over micro-batches (and replicas) in another order: equal up to fp32 rounding that AdamW's
+// normalisation g/sqrt(v) can amplify where the second moment is near zero, over a few steps:
+// rtol 1e-4, atol 1e-5 (stage 06's DDP check). With one micro-batch and one replica the
+// arithmetic is the same operation for operation, and the count of bitwise differences is 0.
+static int check_single(const model_config_t* cfg, const float* got, const data_source_t* data, int Bg, int T,
+                        int steps, const adamw_config_t* opt, uint64_t seed) {
+    model_cpu_t s;
+    model_cpu_create(&s, cfg, Bg, T, seed);
+    int32_t* in = malloc((size_t)Bg * T * sizeof(int32_t));
+    int32_t* tg = malloc((size_t)Bg * T * sizeof(int32_t));
+    if (!in || !tg) DIE("out of host memory");
+    float loss = NAN;
+    for (int k = 0; k < steps; k++) {
+        sample_batch(data, Bg, T, k, in, tg);
+        loss = model_cpu_forward(&s, in, tg, Bg, T);
+        model_cpu_backward(&s, NULL, NULL);
+        model_cpu_adamw_step(&s, opt);
+    }
+    const size_t n = s.layout.total;
+    size_t bad = 0, unequal = 0, worst = 0;
+    double worst_err = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)got[i] - s.params[i]), tol = 1e-5 + 1e-4 * fabs((double)s.params[i]);
+        if (!(e <= tol)) bad++;
+        if (memcmp(&got[i], &s.params[i], sizeof(float)) != 0) unequal++;
+        if (!(e <= worst_err)) { worst_err = e; worst = i; }
+    }
+    // The hash of the gathered parameters: the same for every schedule and every p at one m
+    // (each block's arithmetic does not depend on where the model is cut; the tests check it).
+    const size_t b0 = 0;
+    printf("check-single: %zu of %zu parameters differ beyond rtol 1e-4, atol 1e-5; %zu not bitwise equal "
+           "(max |diff| %.3g at %zu: %.8g vs %.8g); single-process loss at the last step %.6f; pipeline parameters "
+           "hash %016llx\n",
+           bad, n, unequal, worst_err, worst, (double)got[worst], (double)s.params[worst], (double)loss,
+           (unsigned long long)slices_hash(got, &b0, &n, 1));
+    model_cpu_destroy(&s);
+    free(in);
+    free(tg);
+    return bad ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+    const char* model_s = "tiny";
+    const char* sched_s = "1f1b";
+    const char* part_s = "balanced";
+    int layers = 0, context = 16, Bg = 8, m = 4, v = 0, steps = 3, warmup = 1, check = 0, D = 1, seed = 1;
+    int die_rank = -1;
+    double lr = 1e-3, timeout_s = 0;
+    cli_opt_t opts[] = {
+        {"model", CLI_CHOICE, &model_s, "tiny", "model size (the CPU runs tiny)", MODEL_SIZE_CHOICES},
+        {"layers", CLI_INT, &layers, "0", "blocks L (0: the size's; tiny has 2, so p > 2 needs more)", NULL},
+        {"context", CLI_INT, &context, "16", "sequence length T", NULL},
+        {"batch", CLI_INT, &Bg, "8", "GLOBAL batch in sequences (= dp x micro-batches x rows per micro-batch)", NULL},
+        {"micro-batches", CLI_INT, &m, "4", "micro-batches m per step and replica", NULL},
+        {"schedule", CLI_CHOICE, &sched_s, "1f1b", "pipeline schedule", SCHED_CHOICES},
+        {"chunks", CLI_INT, &v, "0", "model chunks v per rank (0: 2 for interleaved, else 1)", NULL},
+        {"partition", CLI_CHOICE, &part_s, "balanced", "blocks per stage: balanced by modelled cost, or even", "balanced|even"},
+        {"dp", CLI_INT, &D, "1", "data-parallel replicas D (ranks = p x D)", NULL},
+        {"steps", CLI_INT, &steps, "3", "training steps", NULL},
+        {"warmup", CLI_INT, &warmup, "1", "steps left out of the timing averages", NULL},
+        {"check-single", CLI_INT, &check, "0", "1: rank 0 also trains one unpartitioned model and compares every parameter", NULL},
+        {"seed", CLI_INT, &seed, "1", "parameters and data", NULL},
+        {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
+        {"die-rank", CLI_INT, &die_rank, "-1", "failure test: this world rank exits in the middle of the first step", NULL},
+        {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
+    };
+    comm_cli_parse(argc, argv, "Pipeline-parallel training of the Transformer LM on the CPU (run under mpirun).", opts,
+                   CLI_COUNT(opts));
+    const int speak = comm_env_rank() == 0;
+#define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
+    // Every check before MPI starts: the world size comes from mpirun's environment.
+    const char* ws = getenv("OMPI_COMM_WORLD_SIZE");
+    const int world = ws ? atoi(ws) : 1;
+    model_config_t cfg;
+    if (model_config_by_name(model_s, context, &cfg) != 0) BAD("--model: unknown size '%s'", model_s);
+    if (layers < 0 || layers > 1024) BAD("--layers: %d is out of range (0..1024)", layers);
+    if (layers) cfg.n_layers = layers;
+    if (context < 1 || context > 4096) BAD("--context: %d is out of range (1..4096)", context);
+    if (m < 1 || m > 1024) BAD("--micro-batches: %d is out of range (1..1024)", m);
+    if (D < 1 || D > world) BAD("--dp: %d is out of range (1..%d, the number of ranks)", D, world);
+    if (world % D != 0) BAD("--dp: %d does not divide the %d ranks (ranks = pipeline stages x dp)", D, world);
+    if (Bg < 1 || Bg > 65536) BAD("--batch: %d is out of range (1..65536)", Bg);
+    if (Bg % (m * D) != 0)
+        BAD("--batch: %d is not a multiple of micro-batches x dp = %d x %d (each micro-batch needs the same rows)", Bg, m, D);
+    if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
+    if (warmup < 0 || warmup >= steps) BAD("--warmup: %d must be in 0..steps-1 = %d", warmup, steps - 1);
+    if (check != 0 && check != 1) BAD("--check-single: %d must be 0 or 1", check);
+    if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
+    if (die_rank < -1 || die_rank >= world) BAD("--die-rank: %d is not a rank (-1 or 0..%d)", die_rank, world - 1);
+    sched_kind_t kind;
+    if (sched_parse(sched_s, &kind) != 0) BAD("--schedule: unknown '%s' (%s)", sched_s, SCHED_CHOICES);
+    if (v == 0) v = kind == SCHED_INTERLEAVED ? 2 : 1;
+    const int p = world / D, S = p * v, Bmb = Bg / (m * D), T = context;
+    char err[512];
+    schedule_t sched;
+    if (schedule_make(kind, p, m, v, &sched, err, sizeof err) != 0) BAD("--schedule %s --micro-batches %d --chunks %d on %d pipeline ranks: %s", sched_s, m, v, p, err);
+    if (model_config_check(&cfg, err, sizeof err) != 0) BAD("model: %s", err);
+    partition_t part;
+    int prc = strcmp(part_s, "even") == 0 ? partition_even(&cfg, Bmb, T, S, &part, err, sizeof err)
+                                          : partition_model(&cfg, Bmb, T, S, &part, err, sizeof err);
+    if (prc != 0) BAD("%d stages (%d ranks x %d chunks) over the model's %d blocks: %s; give --layers", S, p, v, cfg.n_layers, err);
+
+    comm_t* c = comm_init(COMM_MPI, comm_timeout_flag(timeout_s));
+    if (c->world != world) DIE("mpirun's environment says %d ranks, MPI says %d", world, c->world);
+    const int wr = c->rank, d = wr / p, r = wr % p;
+
+    model_cpu_t model;
+    model_cpu_create(&model, &cfg, Bmb, T, (uint64_t)seed);
+    model_range_t* ranges = malloc((size_t)v * sizeof(model_range_t));
+    if (!ranges) DIE("out of host memory");
+    for (int ch = 0; ch < v; ch++) ranges[ch] = partition_range(&part, sched_stage(&sched, r, ch));
+    pp_exec_config_t ec = {c, &sched, r, d * p, &model, ranges, Bmb, T, -1};
+    if (wr == die_rank) ec.die_after = sched.n_actions[r] / 2;
+    pp_exec_t* x = pp_exec_create(&ec);
+    size_t* sb = malloc((size_t)v * sizeof(size_t));
+    size_t* se = malloc((size_t)v * sizeof(size_t));
+    if (!sb || !se) DIE("out of host memory");
+    for (int ch = 0; ch < v; ch++) pp_exec_span(x, ch, &sb[ch], &se[ch]);
+
+    if (wr == 0) {
+        char pb[512], eb[512];
+        partition_format(&part, pb, sizeof pb);
+        partition_t ev;
+        if (partition_even(&cfg, Bmb, T, S, &ev, err, sizeof err) == 0) {
+            snprintf(eb, sizeof eb, "%.3f", ev.imbalance);
+            partition_free(&ev);
+        } else {
+            snprintf(eb, sizeof eb, "n/a");
+        }
+        printf("# pp_train: %s model, L %d, context %d, global batch %d = dp %d x %d micro-batches x %d rows; %s, p %d, v %d "
+               "(%d stages); MPI on the CPU, %zu parameters\n",
+               model_s, cfg.n_layers, T, Bg, D, m, Bmb, sched_name(kind), p, v, S, param_count(&model.layout));
+        printf("# partition (%s, modelled forward FLOPs): %s (an even split: imbalance %s)\n", part_s, pb, eb);
+        fflush(stdout);
+    }
+
+    adamw_config_t opt = adamw_default();
+    opt.lr = (float)lr;
+    data_source_t data;
+    data_open_random(&data, cfg.vocab, (uint64_t)seed);
+    int32_t* in_all = malloc((size_t)Bg * T * sizeof(int32_t));
+    int32_t* tg_all = malloc((size_t)Bg * T * sizeof(int32_t));
+    if (!in_all || !tg_all) DIE("out of host memory");
+    const size_t rep_rows = (size_t)Bg / D * T;  // one replica's share of the global batch
+    double acc[TM_N] = {0};
+    double dp_s = 0;
+    const int measured = steps - warmup;
+    for (int k = 0; k < steps; k++) {
+        sample_batch(&data, Bg, T, k, in_all, tg_all);
+        pp_timing_t tm;
+        double loss = pp_exec_step(x, in_all + (size_t)d * rep_rows, tg_all + (size_t)d * rep_rows,
+                                   1.0f / (float)(m * D), &tm);
+        const double dps = pp_exec_dp_allreduce(x, D);
+        pp_exec_adamw(x, &opt);
+        comm_host_allreduce_f64(c, &loss, 1, COMM_SUM);  // only the head ranks' terms are non-zero
+        if (wr == 0) {
+            printf("step %3d  loss %.6f\n", k, loss);
+            fflush(stdout);
+        }
+        if (!isfinite(loss)) comm_fatal(c, 1, "loss is %g at step %d", loss, k);
+        if (k < warmup) continue;
+        dp_s += dps;
+        const double row[TM_N] = {tm.wall, tm.busy, tm.comm, tm.t_kind[ACT_F], tm.t_kind[ACT_B], tm.t_kind[ACT_BI],
+                                  tm.t_kind[ACT_W], tm.n_kind[ACT_F], tm.n_kind[ACT_B], tm.n_kind[ACT_BI],
+                                  tm.n_kind[ACT_W], tm.peak_live, sim_peak_live(&sched, r), tm.pool_slots};
+        for (int q = 0; q < TM_N; q++) acc[q] += q >= TM_PEAK ? (k == warmup ? row[q] : 0) : row[q] / measured;
+    }
+
+    // Timing: every rank's row to rank 0.
+    double* all = calloc((size_t)world * TM_N, sizeof(double));
+    if (!all) DIE("out of host memory");
+    memcpy(all + (size_t)wr * TM_N, acc, sizeof acc);
+    comm_host_allreduce_f64(c, all, world * TM_N, COMM_SUM);
+    int status = 0;
+    if (wr == 0) {
+        printf("\n# host clock, mean of %d step%s after %d warm-up; idle = step - busy (waiting in groups included)\n",
+               measured, measured == 1 ? "" : "s", warmup);
+        for (int w = 0; w < world; w++) {
+            const double* t = all + (size_t)w * TM_N;
+            char kinds[160] = "";
+            size_t n = 0;
+            const char* kn[4] = {"F", "B", "BI", "W"};
+            for (int q = 0; q < 4; q++)
+                if (t[TM_NF + q] > 0)
+                    n += (size_t)snprintf(kinds + n, sizeof kinds - n, "%s%s %.2f x%d", n ? ", " : "", kn[q],
+                                          1e3 * t[TM_F + q] / t[TM_NF + q], (int)t[TM_NF + q]);
+            printf("rank %d (replica %d, pipeline rank %d): step %.2f ms, busy %.2f ms (%s ms), in groups %.2f ms, "
+                   "idle %.2f ms = %.3f of the step; peak live %d (simulated %d), activation sets %d\n",
+                   w, w / p, w % p, 1e3 * t[TM_WALL], 1e3 * t[TM_BUSY], kinds, 1e3 * t[TM_COMM],
+                   1e3 * (t[TM_WALL] - t[TM_BUSY]), t[TM_WALL] > 0 ? 1 - t[TM_BUSY] / t[TM_WALL] : 0,
+                   (int)t[TM_PEAK], (int)t[TM_SIMPEAK], (int)t[TM_SLOTS]);
+            if (t[TM_PEAK] != t[TM_SIMPEAK]) status = 1;
+        }
+        // Replica 0's pipeline: the simulator's definition, with the slowest rank's step.
+        double mk = 0, busy = 0, cost[4] = {0}, cnt[4] = {0};
+        for (int q = 0; q < p; q++) {
+            const double* t = all + (size_t)q * TM_N;
+            mk = t[TM_WALL] > mk ? t[TM_WALL] : mk;
+            busy += t[TM_BUSY];
+            for (int z = 0; z < 4; z++) cost[z] += t[TM_F + z], cnt[z] += t[TM_NF + z];
+        }
+        sim_costs_t sc = sim_unit_costs();
+        double* cs[4] = {&sc.f, &sc.b, &sc.bi, &sc.w};
+        for (int z = 0; z < 4; z++)
+            if (cnt[z] > 0) *cs[z] = cost[z] / cnt[z];  // mean seconds per action of each kind
+        if (kind != SCHED_ZBH1) sc.bi = sc.b / 2, sc.w = sc.b / 2;
+        sim_result_t sr;
+        double sim_b = NAN;
+        if (sim_run(&sched, &sc, &sr, err, sizeof err) == 0) {
+            sim_b = sr.bubble;
+            sim_result_free(&sr);
+        }
+        const double meas = mk > 0 ? 1 - busy / (p * mk) : 0;
+        printf("pipeline (replica 0): measured bubble %.3f = 1 - sum busy / (p x slowest step %.2f ms); formula %.3f; "
+               "simulated with the measured mean costs (F %.2f, B %.2f, BI %.2f, W %.2f ms) %.3f\n",
+               meas, 1e3 * mk, sim_formula_bubble(&sched, &sc), 1e3 * sc.f, 1e3 * sc.b, 1e3 * sc.bi, 1e3 * sc.w, sim_b);
+        if (D > 1) printf("data parallel: gradient sum over %d replicas %.2f ms a step (rank 0)\n", D, 1e3 * dp_s / measured);
+        if (status) printf("peak live: DIFFERS from the simulator's count\n");
+        fflush(stdout);
+    }
+    free(all);
+
+    // Replicas of one stage must be bitwise identical (2D).
+    if (D > 1) {
+        long long* h = calloc((size_t)2 * p, sizeof(long long));
+        if (!h) DIE("out of host memory");
+        // Max of h and of -h per pipeline rank: equal magnitudes iff every replica has the same.
+        const long long mine = slices_hash(model.params, sb, se, v);
+        for (int q = 0; q < 2 * p; q++) h[q] = -(1LL << 62);
+        h[r] = mine;
+        h[p + r] = -mine;
+        comm_host_allreduce_i64(c, h, 2 * p, COMM_MAX);
+        int same = 1;
+        for (int q = 0; q < p; q++) same &= h[q] == -h[p + q];
+        if (wr == 0) printf("replicas: %s\n", same ? "bitwise identical for every stage" : "DIFFERENT across replicas");
+        if (!same) status = 1;
+    }
+
+    if (check) {
+        // Replica 0's stages send their slices to rank 0, which assembles the whole model.
+        const size_t n = model.layout.total;
+        if (wr == 0) {
+            float* got = calloc(n, sizeof(float));
+            comm_req_t** rq = calloc((size_t)S, sizeof(comm_req_t*));
+            if (!got || !rq) DIE("out of host memory");
+            int k = 0;
+            for (int st = 0; st < S; st++) {
+                const model_range_t rg = partition_range(&part, st);
+                size_t b, e;
+                model_range_span(&model.layout, &cfg, &rg, &b, &e);
+                if (sched_rank_of(&sched, st) == 0) memcpy(got + b, model.params + b, (e - b) * sizeof(float));
+                else rq[k++] = comm_irecv(c, got + b, e - b, COMM_F32, sched_rank_of(&sched, st), NULL);
+            }
+            comm_waitall(c, rq, k);
+            status |= check_single(&cfg, got, &data, Bg, T, steps, &opt, (uint64_t)seed);
+            free(got);
+            free(rq);
+        } else if (d == 0) {
+            for (int ch = 0; ch < v; ch++) comm_send(c, model.params + sb[ch], se[ch] - sb[ch], COMM_F32, 0, NULL);
+        }
+    }
+    long long st_all = status;
+    comm_host_allreduce_i64(c, &st_all, 1, COMM_MAX);
+    pp_exec_destroy(x);
+    model_cpu_destroy(&model);
+    partition_free(&part);
+    schedule_free(&sched);
+    data_close(&data);
+    free(ranges);
+    free(sb);
+    free(se);
+    free(in_all);
+    free(tg_all);
+    comm_destroy(c, 1);
+    return (int)st_all;
+}

@@ -1,0 +1,449 @@
+// The CPU Transformer over a range of blocks (common/model_cpu.h, "a range of blocks"): the
+// seam where pipeline parallelism (stage 08) cuts the model. The operations and their order
+// are model_cpu.c's, step for step, so that the range [0, L) with embedding and head gives the
+// whole model's bits, and a chain of ranges gives them too (08_pipeline/test_executor.c).
+// What is new here: the input activation and the output gradient cross the range's edges, the
+// activations live in one model_cpu_range_acts_t per micro-batch in flight, gradients can be
+// ADDED (accumulation over micro-batches), the loss carries a scale (1/m), and the backward can
+// run as two passes, input gradient then weight gradient (zero bubble's BI and W).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/model_cpu.h"
+#include "common/ops_cpu.h"
+
+static float* alloc_f32(size_t n, mem_tag_t tag) {
+    return (float*)mem_alloc(DEV_CPU, (n ? n : 1) * sizeof(float), tag);
+}
+
+int model_range_check(const model_config_t* c, const model_range_t* r, char* err, size_t errlen) {
+    if (r->l0 < 0 || r->l1 < r->l0 || r->l1 > c->n_layers) {
+        snprintf(err, errlen, "block range [%d, %d) is not inside [0, %d)", r->l0, r->l1, c->n_layers);
+        return -1;
+    }
+    if (r->embed && r->l0 != 0) {
+        snprintf(err, errlen, "a range with the embedding must start at block 0 (got %d)", r->l0);
+        return -1;
+    }
+    if (r->head && r->l1 != c->n_layers) {
+        snprintf(err, errlen, "a range with the LM head must end at block %d (got %d)", c->n_layers, r->l1);
+        return -1;
+    }
+    if (r->l0 == r->l1 && !r->embed && !r->head) {
+        snprintf(err, errlen, "block range [%d, %d) is empty and holds neither embedding nor head", r->l0, r->l1);
+        return -1;
+    }
+    return 0;
+}
+
+void model_range_span(const param_layout_t* lay, const model_config_t* c, const model_range_t* r,
+                      size_t* begin, size_t* end) {
+    // Layer l's parameters run from its ln1 to the next layer's ln1 (or ln_final): padding
+    // between parameters belongs to the one before it.
+    const int first = r->embed ? param_index(lay, PK_EMBED, -1)
+                    : r->l0 < c->n_layers ? param_index(lay, PK_LN1, r->l0) : param_index(lay, PK_LNF, -1);
+    *begin = lay->p[first].offset;
+    *end = r->head ? lay->total
+         : r->l1 < c->n_layers ? lay->p[param_index(lay, PK_LN1, r->l1)].offset
+                               : lay->p[param_index(lay, PK_LNF, -1)].offset;
+    if (*end < *begin) *end = *begin;  // an empty middle range (model_range_check refuses it)
+}
+
+// Mirrors model_cpu_range_acts_create below (keep the two together).
+double model_cpu_range_acts_bytes(const model_config_t* c, const model_range_t* r, int B, int T,
+                                  int split) {
+    const double nL = r->l1 - r->l0, C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
+    const double BT = (double)B * T;
+    double floats = 2.0 * BT;                                              // inputs, targets (int32)
+    floats += (nL + 1) * BT * C + 4.0 * nL * BT * C + 2.0 * nL * BT        // res; ln1, atty, mid, ln2; rstds
+              + nL * BT * 3 * C + nL * BT * 3 * F                           // qkv; h13 and gate
+              + nL * B * NH * (double)T * T;                                // attention probabilities
+    if (r->head) floats += BT * C + 2.0 * BT + BT * V;                     // lnf, rstd, lse; logits
+    floats += 2.0 * BT * C;                                                // dy, dx
+    if (split) floats += nL * BT * (5.0 * C + 2.0 * F) + (r->head ? BT * V : 0) + (r->embed ? BT * C : 0);
+    return floats * 4.0;
+}
+
+void model_cpu_range_acts_create(model_cpu_range_acts_t* s, const model_config_t* c,
+                                 const model_range_t* r, int B, int T, int split) {
+    char err[160];
+    if (model_config_check(c, err, sizeof err) != 0) fail("model config: %s", err);
+    if (model_range_check(c, r, err, sizeof err) != 0) fail("model range: %s", err);
+    if (B < 1 || T < 1 || T > c->context)
+        fail("micro-batch %d x sequence %d: both must be >= 1 and the sequence <= the context %d", B, T, c->context);
+    if (!mem_fits(DEV_CPU, model_cpu_range_acts_bytes(c, r, B, T, split), err, sizeof err))
+        fail("the activations of blocks [%d, %d) at batch %d x sequence %d on the CPU %s", r->l0, r->l1, B, T, err);
+    memset(s, 0, sizeof *s);
+    s->r = *r;
+    s->B = B;
+    s->T = T;
+    s->loss_scale = 1.0f;
+    s->split = split;
+    const size_t nL = (size_t)(r->l1 - r->l0), C = (size_t)c->d_model, F = (size_t)c->d_ff;
+    const size_t V = (size_t)c->vocab, NH = (size_t)c->n_heads, BT = (size_t)B * T;
+    s->inputs = (int32_t*)mem_alloc(DEV_CPU, BT * sizeof(int32_t), MEM_OTHER);
+    s->targets = (int32_t*)mem_alloc(DEV_CPU, BT * sizeof(int32_t), MEM_OTHER);
+    model_cpu_acts_t* a = &s->a;
+    a->res = alloc_f32((nL + 1) * BT * C, MEM_ACTS);
+    a->ln1 = alloc_f32(nL * BT * C, MEM_ACTS);
+    a->ln1_rstd = alloc_f32(nL * BT, MEM_ACTS);
+    a->qkv = alloc_f32(nL * BT * 3 * C, MEM_ACTS);
+    a->att = alloc_f32(nL * (size_t)B * NH * T * T, MEM_ACTS);
+    a->atty = alloc_f32(nL * BT * C, MEM_ACTS);
+    a->res_mid = alloc_f32(nL * BT * C, MEM_ACTS);
+    a->ln2 = alloc_f32(nL * BT * C, MEM_ACTS);
+    a->ln2_rstd = alloc_f32(nL * BT, MEM_ACTS);
+    a->h13 = alloc_f32(nL * BT * 2 * F, MEM_ACTS);
+    a->gate = alloc_f32(nL * BT * F, MEM_ACTS);
+    if (r->head) {
+        a->lnf = alloc_f32(BT * C, MEM_ACTS);
+        a->lnf_rstd = alloc_f32(BT, MEM_ACTS);
+        a->logits = alloc_f32(BT * V, MEM_ACTS);
+        a->lse = alloc_f32(BT, MEM_ACTS);
+    }
+    s->dy = alloc_f32(BT * C, MEM_ACTS);
+    s->dx = alloc_f32(BT * C, MEM_ACTS);
+    if (split) {
+        s->d_out = alloc_f32(nL * BT * C, MEM_ACTS);
+        s->d_h13 = alloc_f32(nL * BT * 2 * F, MEM_ACTS);
+        s->d_mid = alloc_f32(nL * BT * C, MEM_ACTS);
+        s->d_qkv = alloc_f32(nL * BT * 3 * C, MEM_ACTS);
+        if (r->head) s->d_logits = alloc_f32(BT * V, MEM_ACTS);
+        if (r->embed) s->d_emb = alloc_f32(BT * C, MEM_ACTS);
+    }
+}
+
+void model_cpu_range_acts_destroy(model_cpu_range_acts_t* s) {
+    model_cpu_acts_t* a = &s->a;
+    float* bufs[] = {a->res, a->ln1, a->ln1_rstd, a->qkv, a->att, a->atty, a->res_mid, a->ln2,
+                     a->ln2_rstd, a->h13, a->gate, a->lnf, a->lnf_rstd, a->logits, a->lse, s->dy,
+                     s->dx, s->d_out, s->d_h13, s->d_mid, s->d_qkv, s->d_logits, s->d_emb};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);  // NULL is fine
+    mem_free(s->inputs);
+    mem_free(s->targets);
+    memset(s, 0, sizeof *s);
+}
+
+static float* param_ptr(const model_cpu_t* m, float* flat, param_kind_t kind, int layer) {
+    const int i = param_index(&m->layout, kind, layer);
+    if (i < 0) DIE("model_cpu_range: no parameter of kind %d in layer %d", (int)kind, layer);
+    return flat + m->layout.p[i].offset;
+}
+
+static void check_tokens(const int32_t* x, int N, int V, const char* what) {
+    for (int n = 0; n < N; n++)
+        if (x[n] < 0 || x[n] >= V) fail("%s token id %d at row-major index %d is out of range [0, %d)", what, x[n], n, V);
+}
+
+float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const int32_t* inputs,
+                              const int32_t* targets, float loss_scale, int B, int T) {
+    const model_config_t* c = &m->c;
+    const model_range_t* r = &s->r;
+    if (B < 1 || T < 1 || B > s->B || T > s->T || B > m->B || T > m->T)
+        fail("micro-batch %d x sequence %d does not fit the activations (%d x %d) or the model (%d x %d)",
+             B, T, s->B, s->T, m->B, m->T);
+    const int C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
+    const int HS = C / NH, N = B * T, nL = r->l1 - r->l0;
+    const size_t NC = (size_t)N * C;
+    s->cur_B = B;
+    s->cur_T = T;
+    s->loss_scale = loss_scale;
+    s->have_loss = 0;
+    model_cpu_acts_t* a = &s->a;
+    if (r->embed) {
+        if (!inputs) DIE("model_cpu_range_forward: the embedding range needs token ids");
+        check_tokens(inputs, N, V, "input");
+        memcpy(s->inputs, inputs, (size_t)N * sizeof(int32_t));
+        embedding_fwd_cpu(a->res, inputs, param_ptr(m, m->params, PK_EMBED, -1), N, C);  // x = E[inputs]
+    }
+    // Else a->res[0] (B, T, C) holds the input the caller received from the stage before.
+    for (int li = 0; li < nL; li++) {
+        const int l = r->l0 + li;                         // block index in the model (parameters)
+        float* x = a->res + (size_t)li * NC;              // (B, T, C) block input
+        float* ln1 = a->ln1 + (size_t)li * NC;            // (B, T, C)
+        float* ln1_rstd = a->ln1_rstd + (size_t)li * N;   // (B, T)
+        float* qkv = a->qkv + (size_t)li * NC * 3;        // (B, T, 3C)
+        float* att = a->att + (size_t)li * B * NH * T * T;  // (B, NH, T, T)
+        float* atty = a->atty + (size_t)li * NC;          // (B, T, C)
+        float* mid = a->res_mid + (size_t)li * NC;        // (B, T, C)
+        float* ln2 = a->ln2 + (size_t)li * NC;            // (B, T, C)
+        float* ln2_rstd = a->ln2_rstd + (size_t)li * N;   // (B, T)
+        float* h13 = a->h13 + (size_t)li * N * 2 * F;     // (B, T, 2F)
+        float* gate = a->gate + (size_t)li * N * F;       // (B, T, F)
+        float* out = a->res + (size_t)(li + 1) * NC;      // (B, T, C) block output
+
+        // Attention block: x_mid = x + Wo · Attn(RoPE(q), RoPE(k), v), q|k|v = Wqkv · RMSNorm1(x)
+        rmsnorm_fwd_cpu(ln1, ln1_rstd, x, param_ptr(m, m->params, PK_LN1, l), N, C);
+        matmul_fwd_cpu(qkv, ln1, param_ptr(m, m->params, PK_Q, l), N, C, 3 * C);  // q|k|v adjacent
+        rope_fwd_cpu(qkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // q
+        rope_fwd_cpu(qkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // k
+        attention_fwd_cpu(atty, att, qkv, B, T, C, NH);
+        matmul_fwd_cpu(mid, atty, param_ptr(m, m->params, PK_O, l), N, C, C);
+        for (size_t i = 0; i < NC; i++) mid[i] += x[i];
+
+        // FFN block: out = x_mid + W2 · (SiLU(W1 · RMSNorm2(x_mid)) * W3 · RMSNorm2(x_mid))
+        rmsnorm_fwd_cpu(ln2, ln2_rstd, mid, param_ptr(m, m->params, PK_LN2, l), N, C);
+        matmul_fwd_cpu(h13, ln2, param_ptr(m, m->params, PK_W1, l), N, C, 2 * F);  // w1|w3 adjacent
+        swiglu_fwd_cpu(gate, h13, N, F);
+        matmul_fwd_cpu(out, gate, param_ptr(m, m->params, PK_W2, l), N, F, C);
+        for (size_t i = 0; i < NC; i++) out[i] += mid[i];
+    }
+    if (!r->head || !targets) return NAN;
+    // logits = lm_head · RMSNorm_final(x_L); the mean cross-entropy over this micro-batch
+    check_tokens(targets, N, V, "target");
+    s->have_loss = 1;
+    memcpy(s->targets, targets, (size_t)N * sizeof(int32_t));
+    rmsnorm_fwd_cpu(a->lnf, a->lnf_rstd, a->res + (size_t)nL * NC, param_ptr(m, m->params, PK_LNF, -1), N, C);
+    matmul_fwd_cpu(a->logits, a->lnf, param_ptr(m, m->params, PK_HEAD, -1), N, C, V);
+    return cross_entropy_fwd_cpu(a->lse, a->logits, targets, N, V);
+}
+
+// dinp (N, din) = dy (N, dout) · W (dout, din): the input half of matmul_bwd_cpu alone, for
+// the input pass of a split backward. The same loop as in common/ops_cpu.c (same pragmas, same
+// order), hence the same bits as the fused call.
+static void matmul_dinp_cpu(float* dinp, const float* dy, const float* W, int N, int din, int dout) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* dx = dinp + (size_t)n * din;       // (din)
+        const float* g = dy + (size_t)n * dout;  // (dout)
+        memset(dx, 0, (size_t)din * sizeof(float));
+        for (int o = 0; o < dout; o++) {
+            const float* w = W + (size_t)o * din;
+            const float go = g[o];
+#pragma omp simd
+            for (int k = 0; k < din; k++) dx[k] += go * w[k];
+        }
+    }
+}
+
+// Gradient writes through the sink: WRITE goes straight into the flat buffer; ADD computes
+// into `tmp` and adds (the ops overwrite their dW outputs, as PyTorch's autograd would into a
+// fresh tensor before accumulating into .grad).
+typedef struct {
+    model_cpu_t* m;
+    const model_cpu_grad_sink_t* k;
+    float* tmp;  // (largest parameter block of the range) only when accumulating
+} gw_t;
+
+static gw_t gw_open(model_cpu_t* m, const model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* k) {
+    gw_t g = {m, k, NULL};
+    if (k->accumulate) {
+        const model_config_t* c = &m->c;
+        size_t n = (size_t)c->d_model * (size_t)(3 * c->d_model > 2 * c->d_ff ? 3 * c->d_model : 2 * c->d_ff);
+        if ((s->r.embed || s->r.head) && (size_t)c->vocab * c->d_model > n) n = (size_t)c->vocab * c->d_model;
+        g.tmp = alloc_f32(n, MEM_WORKSPACE);
+    }
+    return g;
+}
+static void gw_close(gw_t* g) { mem_free(g->tmp); }
+static float* gw_begin(gw_t* g, param_kind_t kind, int layer) {
+    return g->tmp ? g->tmp : param_ptr(g->m, g->k->grads, kind, layer);
+}
+// n: elements written from kind's offset on (q|k|v and w1|w3 are written as one block).
+static void gw_end(gw_t* g, param_kind_t kind, int layer, size_t n) {
+    if (!g->tmp) return;
+    float* dst = param_ptr(g->m, g->k->grads, kind, layer);
+    for (size_t i = 0; i < n; i++) dst[i] += g->tmp[i];
+}
+static void ready(gw_t* g, param_kind_t kind, int layer) {
+    if (g->k->hook) g->k->hook(g->k->ctx, param_index(&g->m->layout, kind, layer));
+}
+
+// The backward of model_cpu_backward over the range, fused (split = 0) or as the input pass
+// (split = 1: every linear layer computes only its input gradient and saves its dy for W).
+static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* k, int split) {
+    const model_config_t* c = &m->c;
+    const model_range_t* r = &s->r;
+    const int B = s->cur_B, T = s->cur_T;
+    if (B < 1) DIE("model_cpu_range_backward: no forward ran on these activations");
+    if (r->head && !s->have_loss) DIE("model_cpu_range_backward: the last forward had no targets (no loss)");
+    const int C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
+    const int HS = C / NH, N = B * T, nL = r->l1 - r->l0;
+    const size_t NC = (size_t)N * C;
+    const model_cpu_acts_t* a = &s->a;
+    model_cpu_scratch_t* sc = &m->s;
+    float* P = m->params;
+    gw_t g = gw_open(m, s, k);
+    float* dw;
+    if (!k->accumulate) {
+        // WRITE: the range's padding is 0 and every parameter of it is overwritten below.
+        size_t b0, b1;
+        model_range_span(&m->layout, c, r, &b0, &b1);
+        memset(k->grads + b0, 0, (b1 - b0) * sizeof(float));
+    }
+
+    if (r->head) {
+        // Loss -> logits -> lm_head and the final norm. The gradient is that of
+        // loss_scale · mean loss (skipped at 1 so the whole model's bits stay the same).
+        cross_entropy_bwd_cpu(sc->dlogits, a->logits, a->lse, s->targets, N, V);
+        if (s->loss_scale != 1.0f)
+            for (size_t i = 0; i < (size_t)N * V; i++) sc->dlogits[i] *= s->loss_scale;
+        if (split) {
+            memcpy(s->d_logits, sc->dlogits, (size_t)N * V * sizeof(float));
+            matmul_dinp_cpu(sc->dln, sc->dlogits, param_ptr(m, P, PK_HEAD, -1), N, C, V);
+        } else {
+            dw = gw_begin(&g, PK_HEAD, -1);
+            matmul_bwd_cpu(sc->dln, dw, sc->dlogits, a->lnf, param_ptr(m, P, PK_HEAD, -1), N, C, V);
+            gw_end(&g, PK_HEAD, -1, (size_t)V * C);
+            ready(&g, PK_HEAD, -1);
+        }
+        memset(sc->dres, 0, NC * sizeof(float));
+        dw = gw_begin(&g, PK_LNF, -1);
+        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, a->res + (size_t)nL * NC, param_ptr(m, P, PK_LNF, -1),
+                        a->lnf_rstd, N, C);
+        gw_end(&g, PK_LNF, -1, (size_t)C);
+        ready(&g, PK_LNF, -1);
+    } else {
+        memcpy(sc->dres, s->dy, NC * sizeof(float));  // the gradient the next stage sent back
+    }
+
+    for (int li = nL - 1; li >= 0; li--) {
+        const int l = r->l0 + li;
+        const float* x = a->res + (size_t)li * NC;
+        const float* ln1 = a->ln1 + (size_t)li * NC;
+        const float* ln1_rstd = a->ln1_rstd + (size_t)li * N;
+        const float* qkv = a->qkv + (size_t)li * NC * 3;
+        const float* att = a->att + (size_t)li * B * NH * T * T;
+        const float* atty = a->atty + (size_t)li * NC;
+        const float* mid = a->res_mid + (size_t)li * NC;
+        const float* ln2 = a->ln2 + (size_t)li * NC;
+        const float* ln2_rstd = a->ln2_rstd + (size_t)li * N;
+        const float* h13 = a->h13 + (size_t)li * N * 2 * F;
+        const float* gate = a->gate + (size_t)li * N * F;
+        // Here sc->dres (B, T, C) is the gradient of this block's output.
+
+        // FFN block, in reverse; the skip path passes dres through, the norm adds to it.
+        if (split) {
+            memcpy(s->d_out + (size_t)li * NC, sc->dres, NC * sizeof(float));
+            matmul_dinp_cpu(sc->dgate, sc->dres, param_ptr(m, P, PK_W2, l), N, F, C);
+        } else {
+            dw = gw_begin(&g, PK_W2, l);
+            matmul_bwd_cpu(sc->dgate, dw, sc->dres, gate, param_ptr(m, P, PK_W2, l), N, F, C);
+            gw_end(&g, PK_W2, l, (size_t)C * F);
+            ready(&g, PK_W2, l);
+        }
+        swiglu_bwd_cpu(sc->dh13, sc->dgate, h13, N, F);
+        if (split) {
+            memcpy(s->d_h13 + (size_t)li * N * 2 * F, sc->dh13, (size_t)N * 2 * F * sizeof(float));
+            matmul_dinp_cpu(sc->dln, sc->dh13, param_ptr(m, P, PK_W1, l), N, C, 2 * F);
+        } else {
+            dw = gw_begin(&g, PK_W1, l);  // dW1 and dW3 (adjacent) in one product
+            matmul_bwd_cpu(sc->dln, dw, sc->dh13, ln2, param_ptr(m, P, PK_W1, l), N, C, 2 * F);
+            gw_end(&g, PK_W1, l, (size_t)2 * F * C);
+            ready(&g, PK_W3, l);
+            ready(&g, PK_W1, l);
+        }
+        dw = gw_begin(&g, PK_LN2, l);
+        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, mid, param_ptr(m, P, PK_LN2, l), ln2_rstd, N, C);
+        gw_end(&g, PK_LN2, l, (size_t)C);
+        ready(&g, PK_LN2, l);
+
+        // Attention block, in reverse; afterwards dres is the gradient of the block input.
+        if (split) {
+            memcpy(s->d_mid + (size_t)li * NC, sc->dres, NC * sizeof(float));
+            matmul_dinp_cpu(sc->datty, sc->dres, param_ptr(m, P, PK_O, l), N, C, C);
+        } else {
+            dw = gw_begin(&g, PK_O, l);
+            matmul_bwd_cpu(sc->datty, dw, sc->dres, atty, param_ptr(m, P, PK_O, l), N, C, C);
+            gw_end(&g, PK_O, l, (size_t)C * C);
+            ready(&g, PK_O, l);
+        }
+        attention_bwd_cpu(sc->dqkv, sc->datty, qkv, att, B, T, C, NH);
+        rope_bwd_cpu(sc->dqkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // dq
+        rope_bwd_cpu(sc->dqkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // dk
+        if (split) {
+            memcpy(s->d_qkv + (size_t)li * NC * 3, sc->dqkv, NC * 3 * sizeof(float));
+            matmul_dinp_cpu(sc->dln, sc->dqkv, param_ptr(m, P, PK_Q, l), N, C, 3 * C);
+        } else {
+            dw = gw_begin(&g, PK_Q, l);  // dWq, dWk, dWv (adjacent) in one product
+            matmul_bwd_cpu(sc->dln, dw, sc->dqkv, ln1, param_ptr(m, P, PK_Q, l), N, C, 3 * C);
+            gw_end(&g, PK_Q, l, (size_t)3 * C * C);
+            ready(&g, PK_V, l);
+            ready(&g, PK_K, l);
+            ready(&g, PK_Q, l);
+        }
+        dw = gw_begin(&g, PK_LN1, l);
+        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, x, param_ptr(m, P, PK_LN1, l), ln1_rstd, N, C);
+        gw_end(&g, PK_LN1, l, (size_t)C);
+        ready(&g, PK_LN1, l);
+    }
+    // dres is now the gradient of the range's input: the embedding output, or what goes back.
+    if (r->embed) {
+        if (split) {
+            memcpy(s->d_emb, sc->dres, NC * sizeof(float));
+        } else {
+            dw = gw_begin(&g, PK_EMBED, -1);
+            embedding_bwd_cpu(dw, sc->dres, s->inputs, N, C, V);
+            gw_end(&g, PK_EMBED, -1, (size_t)V * C);
+            ready(&g, PK_EMBED, -1);
+        }
+    } else {
+        memcpy(s->dx, sc->dres, NC * sizeof(float));
+    }
+    gw_close(&g);
+}
+
+void model_cpu_range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* sink) {
+    range_backward(m, s, sink, 0);
+}
+
+void model_cpu_range_backward_input(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* sink) {
+    if (!s->split) DIE("model_cpu_range_backward_input: the activations were created without split = 1");
+    range_backward(m, s, sink, 1);
+}
+
+void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* sink) {
+    if (!s->split) DIE("model_cpu_range_backward_weight: the activations were created without split = 1");
+    const model_config_t* c = &m->c;
+    const model_range_t* r = &s->r;
+    const int C = c->d_model, F = c->d_ff, V = c->vocab, N = s->cur_B * s->cur_T, nL = r->l1 - r->l0;
+    const size_t NC = (size_t)N * C;
+    const model_cpu_acts_t* a = &s->a;
+    float* P = m->params;
+    gw_t g = gw_open(m, s, sink);
+    float* dw;
+    // dW = dyᵀ · x for every linear layer, with the dy the input pass saved and the x the
+    // forward saved (matmul_bwd_cpu with no input gradient: the same dW loop as the fused call).
+    if (r->head) {
+        dw = gw_begin(&g, PK_HEAD, -1);
+        matmul_bwd_cpu(NULL, dw, s->d_logits, a->lnf, param_ptr(m, P, PK_HEAD, -1), N, C, V);
+        gw_end(&g, PK_HEAD, -1, (size_t)V * C);
+        ready(&g, PK_HEAD, -1);
+    }
+    for (int li = nL - 1; li >= 0; li--) {
+        const int l = r->l0 + li;
+        dw = gw_begin(&g, PK_W2, l);
+        matmul_bwd_cpu(NULL, dw, s->d_out + (size_t)li * NC, a->gate + (size_t)li * N * F,
+                       param_ptr(m, P, PK_W2, l), N, F, C);
+        gw_end(&g, PK_W2, l, (size_t)C * F);
+        ready(&g, PK_W2, l);
+        dw = gw_begin(&g, PK_W1, l);
+        matmul_bwd_cpu(NULL, dw, s->d_h13 + (size_t)li * N * 2 * F, a->ln2 + (size_t)li * NC,
+                       param_ptr(m, P, PK_W1, l), N, C, 2 * F);
+        gw_end(&g, PK_W1, l, (size_t)2 * F * C);
+        ready(&g, PK_W3, l);
+        ready(&g, PK_W1, l);
+        dw = gw_begin(&g, PK_O, l);
+        matmul_bwd_cpu(NULL, dw, s->d_mid + (size_t)li * NC, a->atty + (size_t)li * NC,
+                       param_ptr(m, P, PK_O, l), N, C, C);
+        gw_end(&g, PK_O, l, (size_t)C * C);
+        ready(&g, PK_O, l);
+        dw = gw_begin(&g, PK_Q, l);
+        matmul_bwd_cpu(NULL, dw, s->d_qkv + (size_t)li * NC * 3, a->ln1 + (size_t)li * NC,
+                       param_ptr(m, P, PK_Q, l), N, C, 3 * C);
+        gw_end(&g, PK_Q, l, (size_t)3 * C * C);
+        ready(&g, PK_V, l);
+        ready(&g, PK_K, l);
+        ready(&g, PK_Q, l);
+    }
+    if (r->embed) {
+        dw = gw_begin(&g, PK_EMBED, -1);
+        embedding_bwd_cpu(dw, s->d_emb, s->inputs, N, C, V);
+        gw_end(&g, PK_EMBED, -1, (size_t)V * C);
+        ready(&g, PK_EMBED, -1);
+    }
+    gw_close(&g);
+}
