@@ -1,0 +1,523 @@
+// zero_train: the Transformer LM trained data-parallel with sharded optimizer state.
+//
+//   scripts/mpirun.sh 2 build/07_zero/zero_train --model xl --context 512 --batch 2 --zero all
+//   scripts/mpirun.sh 3 build/07_zero/zero_train --model tiny --zero all --check-ddp 1   # CPU, MPI
+//   scripts/mpirun.sh 2 build/07_zero/zero_train --zero 0,1 --shard course               # the course's
+//
+// One run per level in --zero, each from the same initial parameters (rank 0's, broadcast) on
+// the same global batches (batch × ranks rows a step, a pure function of the seed and the step
+// within the run; rank r trains on its slice):
+//   ddp     stage 06's bucketed DDP layer, then AdamW over every parameter (optim_t, one range)
+//   zero1   reduce-scatter the gradient, AdamW on shard r, all-gather the parameters (zero.h)
+//   zero2   each bucket reduce-scattered in the backward, only rank r's pieces kept (zero.h)
+//   course  (--shard course, in place of zero1/zero2) the DDP layer averages the gradients,
+//           then the course's sharded optimizer: AdamW on the parameters this rank owns
+//           (assigned whole), each parameter broadcast from its owner (sharded_optim.h)
+// AdamW's moments live outside the model (the CPU model's own are freed; the GPU model's are
+// never allocated), so the allocator's optim tag shows exactly what each level keeps.
+// Rank 0 prints a timing table (step; gradient sync = end of the backward to averaged
+// gradients; update = optimizer and parameter collectives), a per-rank memory table by tag
+// beside the formulas, and checks that (a) every rank ends bitwise identical, (b) each rank's
+// optimizer state equals 8 bytes × the trainable elements it owns, and with --check-ddp 1
+// (c) every run's parameters equal the ddp run's within rtol 1e-4, atol 1e-5.
+//
+// Backends: the CPU model over MPI (host memory), or the CUDA model over NCCL (one GPU a rank).
+// The flat buffers are padded to n equal 64-aligned shards (zero_shard_range) for every run.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "04_flashattn_bwd/flash_bwd.h"
+#include "06_ddp/ddp.h"
+#include "07_zero/sharded_optim.h"
+#include "07_zero/zero.h"
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/comm.h"
+#include "common/data.h"
+#include "common/gpu.h"
+#include "common/model.h"
+#include "common/model_cpu.h"
+#include "common/model_gpu.h"
+#include "common/stats.h"
+#include "common/timer.h"
+
+// --check-ddp: the levels average the same gradients in another grouping (reduce-scatter
+// chunks instead of all-reduce buckets), so equal up to fp32 summation order that AdamW's
+// normalisation can amplify for near-zero second moments (stage 06's --check-single band).
+#define CHECK_RTOL 1e-4
+#define CHECK_ATOL 1e-5
+
+typedef enum { RUN_DDP = 0, RUN_ZERO1, RUN_ZERO2, RUN_COURSE, N_RUN_KINDS } run_kind_t;
+static const char* const run_names[N_RUN_KINDS] = {"ddp", "zero1", "zero2", "course"};
+
+typedef struct {
+    comm_t* c;
+    int gpu;
+    model_config_t cfg;
+    int B, T;
+    adamw_config_t opt;
+    data_source_t data;
+    int32_t *in_all, *tg_all;  // (B·world, T) the global batch of a step
+    model_cpu_t cpu;
+    model_gpu_t* m;
+    const param_layout_t* lay;
+    ddp_param_t* table;
+    size_t total, P;            // layout elements, padded elements
+    float *params, *grads;      // (P) the flat buffers (host or device)
+    cudaStream_t cs;            // NCCL: the model's stream
+    device_t dev;
+} trainer_t;
+
+// The sharding layer of one run: exactly one of (ddp + opt), zero, (ddp + course).
+typedef struct {
+    run_kind_t kind;
+    ddp_t* d;
+    optim_t opt;  // ddp only
+    zero_t* z;
+    sharded_optim_t* so;
+} layer_t;
+
+static void layer_create(trainer_t* t, layer_t* L, run_kind_t kind, double bucket_mb) {
+    memset(L, 0, sizeof *L);
+    L->kind = kind;
+    const int n = t->lay->n;
+    if (kind == RUN_DDP || kind == RUN_COURSE)
+        L->d = ddp_create(t->c, t->table, n, t->params, t->grads, t->total, DDP_BUCKETED, bucket_mb, t->cs);
+    if (kind == RUN_DDP) {
+        optim_init(&L->opt, OPT_ADAMW, &t->opt, t->dev);
+        for (int i = 0; i < n; i++) optim_add_range(&L->opt, t->table[i].offset, t->table[i].offset, t->table[i].numel);
+    } else if (kind == RUN_COURSE) {
+        L->so = sharded_optim_create(t->c, t->table, n, t->params, t->grads, t->total, OPT_ADAMW, &t->opt, 0, t->cs);
+    } else {
+        L->z = zero_create(t->c, kind == RUN_ZERO1 ? 1 : 2, t->table, n, t->params, t->grads, t->total, bucket_mb, &t->opt, t->cs);
+    }
+}
+
+static void layer_destroy(layer_t* L) {
+    if (L->d) ddp_destroy(L->d);
+    if (L->kind == RUN_DDP) optim_free(&L->opt);
+    sharded_optim_destroy(L->so);
+    zero_destroy(L->z);
+}
+
+static int layer_collectives(const layer_t* L) {  // per step
+    if (L->z) return 2 * zero_n_buckets(L->z);
+    return ddp_n_buckets(L->d) + (L->so ? (int)sharded_optim_broadcasts(L->so) : 0);
+}
+
+static void layer_hook(void* ctx, int i) {
+    layer_t* L = ctx;
+    if (L->z) zero_grad_ready(L->z, i);
+    else ddp_grad_ready(L->d, i);
+}
+static void layer_finish(layer_t* L) {
+    if (L->z) zero_finish_grads(L->z);
+    else ddp_finish_grads(L->d);
+}
+static void layer_update(trainer_t* t, layer_t* L) {
+    if (L->z) zero_step(L->z);
+    else if (L->so) sharded_optim_step(L->so);
+    else optim_step(&L->opt, t->params, t->grads, t->cs);
+    if (t->gpu) model_gpu_params_changed(t->m);  // the bf16 copy is remade at the next forward
+}
+
+// The trainable elements of the table inside [lo, hi): the formula, counted apart from the
+// layers so that the allocator's optim bytes are checked against something independent.
+static size_t trainable_in(const trainer_t* t, size_t lo, size_t hi) {
+    size_t n = 0;
+    for (int i = 0; i < t->lay->n; i++) {
+        const size_t a = t->table[i].offset, e = a + t->table[i].numel;
+        if (t->table[i].trainable && a < hi && lo < e) n += (e < hi ? e : hi) - (a > lo ? a : lo);
+    }
+    return n;
+}
+
+static size_t owned_elems(const trainer_t* t, const layer_t* L) {
+    const int W = t->c->world, r = t->c->rank;
+    switch (L->kind) {
+    case RUN_DDP: return trainable_in(t, 0, t->total);
+    case RUN_ZERO1: {
+        size_t lo, hi;
+        zero_shard_range(t->total, W, r, &lo, &hi, NULL);
+        return trainable_in(t, lo, hi);
+    }
+    case RUN_ZERO2: {
+        size_t n = 0;
+        for (int k = 0; k < zero_n_buckets(L->z); k++) {
+            const zero_bucket_t b = zero_bucket(L->z, k);
+            n += trainable_in(t, b.begin + (size_t)r * b.piece, b.begin + (size_t)(r + 1) * b.piece);
+        }
+        return n;
+    }
+    default: {
+        size_t n = 0;
+        for (int i = 0; i < t->lay->n; i++)
+            if (sharded_optim_owner(L->so, i) == r) n += t->table[i].numel;
+        return n;
+    }
+    }
+}
+
+// One step on this rank's slice of global batch `step`; phase times in ms.
+static float train_step(trainer_t* t, layer_t* L, int64_t step, double* ms) {
+    const int W = t->c->world, r = t->c->rank;
+    sample_batch(&t->data, t->B * W, t->T, step, t->in_all, t->tg_all);
+    const int32_t* in = t->in_all + (size_t)r * t->B * t->T;
+    const int32_t* tg = t->tg_all + (size_t)r * t->B * t->T;
+    char err[256];
+    if (t->gpu) {
+        cudaEvent_t e[4];
+        for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&e[i]));
+        model_gpu_set_tokens(t->m, in, tg);
+        CUDA_CHECK(cudaEventRecord(e[0], t->cs));
+        model_gpu_forward_async(t->m, model_gpu_inputs(t->m), model_gpu_targets(t->m));
+        if (model_gpu_backward(t->m, layer_hook, L, err, sizeof err) != 0) fail("%s", err);
+        CUDA_CHECK(cudaEventRecord(e[1], t->cs));
+        layer_finish(L);
+        CUDA_CHECK(cudaEventRecord(e[2], t->cs));
+        layer_update(t, L);
+        CUDA_CHECK(cudaEventRecord(e[3], t->cs));
+        comm_stream_sync(t->c, t->cs, "the training step");
+        float a = 0, b = 0, c = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[3]));
+        CUDA_CHECK(cudaEventElapsedTime(&b, e[1], e[2]));
+        CUDA_CHECK(cudaEventElapsedTime(&c, e[2], e[3]));
+        ms[0] = a, ms[1] = b, ms[2] = c;
+        for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventDestroy(e[i]));
+        return model_gpu_loss(t->m);
+    }
+    const double t0 = time_now_s();
+    const float loss = model_cpu_forward(&t->cpu, in, tg, t->B, t->T);
+    model_cpu_backward(&t->cpu, layer_hook, L);
+    const double t1 = time_now_s();
+    layer_finish(L);
+    const double t2 = time_now_s();
+    layer_update(t, L);
+    const double t3 = time_now_s();
+    ms[0] = 1e3 * (t3 - t0), ms[1] = 1e3 * (t2 - t1), ms[2] = 1e3 * (t3 - t2);
+    return loss;
+}
+
+static void get_params(trainer_t* t, float* host) {  // the layout's elements
+    if (t->gpu) model_gpu_get_params(t->m, host);
+    else memcpy(host, t->params, t->total * sizeof(float));
+}
+static void set_params(trainer_t* t, const float* host) {
+    if (t->gpu) {
+        CUDA_CHECK(cudaMemcpy(t->params, host, t->P * sizeof(float), cudaMemcpyHostToDevice));
+        model_gpu_params_changed(t->m);
+    } else {
+        memcpy(t->params, host, t->P * sizeof(float));
+    }
+}
+
+static unsigned long long hash_bytes(const void* p, size_t n) {  // FNV-1a
+    unsigned long long x = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) x = (x ^ ((const unsigned char*)p)[i]) * 1099511628211ull;
+    return x;
+}
+
+// The CPU model's flat buffers, grown to P elements (zeros at the end); its own AdamW moments
+// freed: the optimizer lives outside the model now.
+static void pad_cpu_model(model_cpu_t* m, size_t P) {
+    const size_t total = m->layout.total;
+    float* p = mem_alloc(DEV_CPU, P * sizeof(float), MEM_PARAMS);
+    float* g = mem_alloc(DEV_CPU, P * sizeof(float), MEM_GRADS);
+    memcpy(p, m->params, total * sizeof(float));
+    memset(p + total, 0, (P - total) * sizeof(float));
+    memset(g, 0, P * sizeof(float));
+    mem_free(m->params);
+    mem_free(m->grads);
+    mem_free(m->adam_m);
+    mem_free(m->adam_v);
+    m->adam_m = m->adam_v = NULL;
+    m->params = p;
+    m->grads = g;
+}
+
+#define NT MEM_NTAGS
+typedef struct {
+    double ms[3];                 // medians: step, grad sync, update
+    int n_coll;
+    long long after[64][NT + 1];  // per rank: live bytes per tag after the last step's update; [NT] = peak
+    long long optim_meas[64], optim_formula[64];
+} result_t;
+
+int main(int argc, char** argv) {
+    const char *model_s = "tiny", *zero_s = "1", *shard_s = "zero", *backend_s = "auto", *prec_s = "fp32",
+               *attn_s = "naive", *csv = "";
+    int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1;
+    double lr = 1e-3, timeout_s = 0, bucket_mb = 25;
+    cli_opt_t opts[] = {
+        {"model", CLI_CHOICE, &model_s, "tiny", "model size", MODEL_SIZE_CHOICES},
+        {"context", CLI_INT, &context, "32", "sequence length T", NULL},
+        {"batch", CLI_INT, &B, "2", "sequences per rank (the global batch is batch x ranks)", NULL},
+        {"precision", CLI_CHOICE, &prec_s, "fp32", "GPU precision (the CPU model is fp32)", MODEL_PRECISION_CHOICES},
+        {"attention", CLI_CHOICE, &attn_s, "naive", "GPU attention: naive, or flash (stage 04; bf16)", "naive|flash"},
+        {"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, or all", NULL},
+        {"shard", CLI_CHOICE, &shard_s, "zero", "zero: ZeRO proper; course: the course's sharded optimizer in place of levels 1 and 2", "zero|course"},
+        {"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "bucket cap in MiB (DDP's buckets, ZeRO-2's buckets)", NULL},
+        {"steps", CLI_INT, &steps, "5", "measured steps per run", NULL},
+        {"warmup", CLI_INT, &warmup, "2", "steps before measuring (each run)", NULL},
+        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", "auto|mpi|nccl"},
+        {"check-ddp", CLI_INT, &check, "0", "1: run ddp too and compare every run's parameters with its own (rtol 1e-4, atol 1e-5)", NULL},
+        {"seed", CLI_INT, &seed, "1", "rank r initialises from seed + r (rank 0's are broadcast), data from seed", NULL},
+        {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
+        {"csv", CLI_STR, &csv, "", "append the timing rows to this CSV (rank 0)", NULL},
+        {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
+    };
+    comm_cli_parse(argc, argv, "Sharded-optimizer training of the Transformer LM: DDP, ZeRO-1, ZeRO-2, the course's version (run under mpirun).",
+                   opts, CLI_COUNT(opts));
+    const int speak = comm_env_rank() == 0;
+#define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
+    trainer_t t = {0};
+    if (model_config_by_name(model_s, context, &t.cfg) != 0) BAD("--model: unknown size '%s'", model_s);
+    if (context < 1 || context > 65536) BAD("--context: %d is out of range (1..65536)", context);
+    if (B < 1 || B > 4096) BAD("--batch: %d is out of range (1..4096)", B);
+    if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
+    if (warmup < 0 || warmup > 1000) BAD("--warmup: %d is out of range (0..1000)", warmup);
+    if (check != 0 && check != 1) BAD("--check-ddp: %d must be 0 or 1", check);
+    if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
+    if (!(bucket_mb >= 0 && bucket_mb <= 1e6)) BAD("--bucket-mb: %g is out of range [0, 1e6]", bucket_mb);
+    const int course = strcmp(shard_s, "course") == 0;
+    run_kind_t runs[N_RUN_KINDS];
+    int nruns = 0, want[N_RUN_KINDS] = {0};
+    {
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", strcmp(zero_s, "all") == 0 ? "0,1,2" : zero_s);
+        int any = 0;
+        for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            if (strcmp(tok, "0") && strcmp(tok, "1") && strcmp(tok, "2"))
+                BAD("--zero: '%s' is not a level (allowed: a comma list of 0, 1, 2, or all; 3 is not implemented)", tok);
+            const int lv = tok[0] - '0';
+            want[lv == 0 ? RUN_DDP : course ? RUN_COURSE : (run_kind_t)lv] = 1;
+            any = 1;
+        }
+        if (!any) BAD("--zero: empty list (allowed: a comma list of 0, 1, 2, or all)");
+        if (check) want[RUN_DDP] = 1;  // the reference, run first
+        for (int k = 0; k < N_RUN_KINDS; k++)
+            if (want[k]) runs[nruns++] = (run_kind_t)k;
+    }
+
+    comm_backend_t backend = COMM_MPI;
+    if (strcmp(backend_s, "nccl") == 0) backend = COMM_NCCL;
+    if (strcmp(backend_s, "auto") == 0) {
+        const char* ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        backend = (HAVE_NCCL && gpu_count() > 0 && gpu_count() >= (ls ? atoi(ls) : 1)) ? COMM_NCCL : COMM_MPI;
+    }
+    const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
+    if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
+    if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
+    t.c = comm_init(backend, comm_timeout_flag(timeout_s));
+    const int W = t.c->world, r = t.c->rank;
+    if (W > 64) comm_fatal(t.c, EXIT_BAD_INPUT, "at most 64 ranks (got %d)", W);
+    t.gpu = backend == COMM_NCCL;
+    t.dev = t.gpu ? DEV_CUDA : DEV_CPU;
+    t.B = B;
+    t.T = context;
+    t.opt = adamw_default();
+    t.opt.lr = (float)lr;
+    data_open_random(&t.data, t.cfg.vocab, (uint64_t)seed);
+    t.in_all = malloc((size_t)B * W * context * sizeof(int32_t));
+    t.tg_all = malloc((size_t)B * W * context * sizeof(int32_t));
+    if (!t.in_all || !t.tg_all) DIE("out of host memory");
+
+    char err[512];
+    if (t.gpu) {
+        const attention_impl_t* attn = strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL;
+        t.m = model_gpu_create(&t.cfg, B, context, prec, attn, (uint64_t)(seed + r), err, sizeof err);
+        if (!t.m) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+        t.lay = model_gpu_layout(t.m);
+        // Gradients exist after the first backward (untimed, no optimizer step: nothing changes).
+        sample_batch(&t.data, B * W, context, -1, t.in_all, t.tg_all);
+        model_gpu_set_tokens(t.m, t.in_all, t.tg_all);
+        model_gpu_forward_async(t.m, model_gpu_inputs(t.m), model_gpu_targets(t.m));
+        if (model_gpu_backward(t.m, NULL, NULL, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+        t.P = zero_padded_total(t.lay->total, W);
+        if (model_gpu_pad_flat(t.m, t.P, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+        t.params = model_gpu_params(t.m);
+        t.grads = model_gpu_grads(t.m);
+        t.cs = model_gpu_stream(t.m);
+    } else {
+        model_cpu_create(&t.cpu, &t.cfg, B, context, (uint64_t)(seed + r));
+        t.lay = &t.cpu.layout;
+        t.P = zero_padded_total(t.lay->total, W);
+        pad_cpu_model(&t.cpu, t.P);
+        t.params = t.cpu.params;
+        t.grads = t.cpu.grads;
+    }
+    t.total = t.lay->total;
+    t.table = calloc((size_t)t.lay->n, sizeof(ddp_param_t));
+    if (!t.table) DIE("out of host memory");
+    for (int i = 0; i < t.lay->n; i++)
+        t.table[i] = (ddp_param_t){t.lay->p[i].name, t.lay->p[i].offset, t.lay->p[i].numel, 1};
+    const size_t psi = param_count(t.lay);
+
+    // Rank 0's parameters everywhere (the whole padded buffer), kept as every run's start.
+    comm_broadcast(t.c, t.params, t.params, t.P, COMM_F32, 0, t.cs);
+    comm_stream_sync(t.c, t.cs, "the first broadcast");
+    float* init = malloc(t.P * sizeof(float));
+    float* ref = malloc(t.total * sizeof(float));
+    float* got = malloc(t.total * sizeof(float));
+    if (!init || !ref || !got) DIE("out of host memory");
+    if (t.gpu) CUDA_CHECK(cudaMemcpy(init, t.params, t.P * sizeof(float), cudaMemcpyDeviceToHost));
+    else memcpy(init, t.params, t.P * sizeof(float));
+
+    if (r == 0) {
+        gpu_info_t gi = {0};
+        if (t.gpu) gpu_info(t.c->device, &gi);
+        size_t s0, s1;
+        zero_shard_range(t.total, W, 0, &s0, &s1, NULL);
+        int cuts = 0;  // shard boundaries strictly inside a parameter
+        for (int k = 1; k < W; k++)
+            for (int i = 0; i < t.lay->n; i++)
+                cuts += t.table[i].offset < k * s1 && k * s1 < t.table[i].offset + t.table[i].numel;
+        printf("# zero_train: %s, context %d, batch %d per rank x %d ranks, %s, %s backend%s%s, %zu parameters (%.2f GB fp32)\n",
+               model_s, context, B, W, prec_s, comm_backend_name(backend), t.gpu ? ", GPU " : "", t.gpu ? gi.name : "", psi,
+               4e-9 * (double)psi);
+        printf("# shards: %d x %zu elements, padded total %zu (layout %zu, padding %zu); %d shard boundar%s cut%s through a parameter\n",
+               W, s1, t.P, t.total, t.P - t.total, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
+        printf("# per run: %d warm-up steps, then the median of %d; bucket cap %g MiB; every run starts from the same parameters\n\n",
+               warmup, steps, bucket_mb);
+    }
+
+    int status = 0;
+    result_t* res = calloc((size_t)nruns, sizeof *res);
+    if (!res) DIE("out of host memory");
+    for (int ri = 0; ri < nruns; ri++) {
+        result_t* R = &res[ri];
+        set_params(&t, init);
+        const size_t optim0 = mem_stats(t.dev).live_by_tag[MEM_OPTIM];
+        layer_t L;
+        layer_create(&t, &L, runs[ri], bucket_mb);
+        R->n_coll = layer_collectives(&L);
+        mem_reset_peak(t.dev);
+        double* st = malloc((size_t)steps * 3 * sizeof(double));
+        if (!st) DIE("out of host memory");
+        for (int k = 0; k < warmup + steps; k++) {
+            double ms[3];
+            const float loss = train_step(&t, &L, k, ms);
+            if (k >= warmup)
+                for (int q = 0; q < 3; q++) st[q * steps + k - warmup] = ms[q];
+            if (!isfinite(loss)) comm_fatal(t.c, 1, "%s: loss is %g at step %d", run_names[runs[ri]], loss, k);
+            if (r == 0 && check) printf("  %-7s step %3d  loss %.5f (rank 0)  %.1f ms\n", run_names[runs[ri]], k, loss, ms[0]);
+        }
+        for (int q = 0; q < 3; q++) {
+            R->ms[q] = stats_compute(st + q * steps, steps).median;
+            comm_host_allreduce_f64(t.c, &R->ms[q], 1, COMM_MAX);  // the slowest rank
+        }
+        free(st);
+        // Memory of every rank, by tag, after the last update; optimizer state vs the formula.
+        const mem_stats_t ms = mem_stats(t.dev);
+        for (int g = 0; g < NT; g++) R->after[r][g] = (long long)ms.live_by_tag[g];
+        R->after[r][NT] = (long long)ms.peak;
+        R->optim_meas[r] = (long long)(ms.live_by_tag[MEM_OPTIM] - optim0);
+        R->optim_formula[r] = (long long)(2 * sizeof(float) * owned_elems(&t, &L));
+        comm_host_allreduce_i64(t.c, &R->after[0][0], 64 * (NT + 1), COMM_SUM);
+        comm_host_allreduce_i64(t.c, R->optim_meas, 64, COMM_SUM);
+        comm_host_allreduce_i64(t.c, R->optim_formula, 64, COMM_SUM);
+        layer_destroy(&L);
+
+        // Replicas bitwise identical (the layout's elements; padding is never a parameter).
+        get_params(&t, got);
+        const unsigned long long h = hash_bytes(got, t.total * sizeof(float));
+        long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
+        comm_host_allreduce_i64(t.c, v, 2, COMM_MAX);
+        const int same = v[0] == -v[1];
+        int optim_ok = 1;
+        long long optim_sum = 0;
+        for (int k = 0; k < W; k++) {
+            optim_ok &= R->optim_meas[k] == R->optim_formula[k];
+            optim_sum += R->optim_meas[k];
+        }
+        // DDP: every rank holds all 8Ψ; sharded: every trainable element owned exactly once.
+        optim_ok &= optim_sum == (long long)(8 * psi) * (runs[ri] == RUN_DDP ? W : 1);
+        if (r == 0) {
+            printf("  %-7s done: %.2f ms a step; replicas %s; optimizer state %s the formula on every rank (%lld bytes over all ranks, Psi = %zu)\n",
+                   run_names[runs[ri]], R->ms[0], same ? "bitwise identical on every rank" : "DIFFERENT across ranks",
+                   optim_ok ? "==" : "!=", optim_sum, psi);
+            fflush(stdout);
+        }
+        if (!same || !optim_ok) status = 1;
+        if (check && r == 0) {
+            if (runs[ri] == RUN_DDP) {
+                memcpy(ref, got, t.total * sizeof(float));
+            } else {
+                size_t bad = 0, worst = 0, bitwise = 0;
+                double worst_err = 0;
+                for (size_t i = 0; i < t.total; i++) {
+                    const double e = fabs((double)got[i] - ref[i]), tol = CHECK_ATOL + CHECK_RTOL * fabs((double)ref[i]);
+                    bitwise += got[i] == ref[i];
+                    if (!(e <= tol)) bad++;
+                    if (!(e <= worst_err)) { worst_err = e; worst = i; }
+                }
+                printf("check-ddp: %s: %zu of %zu parameters differ beyond rtol %g, atol %g (%zu bitwise equal; max |diff| %.3g at %zu)\n",
+                       run_names[runs[ri]], bad, t.total, CHECK_RTOL, CHECK_ATOL, bitwise, worst_err, worst);
+                if (bad) status = 1;
+            }
+        }
+    }
+
+    if (r == 0) {
+        const double ddp_ms = want[RUN_DDP] ? res[0].ms[0] : 0;
+        printf("\n| run    | collectives/step | step (ms) | grad sync (ms) | update (ms) | over ddp |\n");
+        printf("|--------|------------------|-----------|----------------|-------------|----------|\n");
+        FILE* f = NULL;
+        if (*csv) {
+            f = fopen(csv, "a");
+            if (!f) fail("--csv: cannot open %s", csv);
+            fseek(f, 0, SEEK_END);
+            if (ftell(f) == 0) fprintf(f, "model,context,batch,ranks,precision,backend,run,bucket_mb,collectives,step_ms,sync_ms,update_ms,optim_bytes_rank0,peak_bytes_rank0\n");
+        }
+        for (int ri = 0; ri < nruns; ri++) {
+            char ov[32] = "";
+            if (ddp_ms > 0) snprintf(ov, sizeof ov, "%+.1f%%", 100.0 * (res[ri].ms[0] / ddp_ms - 1.0));
+            printf("| %-6s | %16d | %9.2f | %14.2f | %11.2f | %8s |\n", run_names[runs[ri]], res[ri].n_coll, res[ri].ms[0],
+                   res[ri].ms[1], res[ri].ms[2], ov);
+            if (f) fprintf(f, "%s,%d,%d,%d,%s,%s,%s,%g,%d,%.3f,%.3f,%.3f,%lld,%lld\n", model_s, context, B, W, prec_s,
+                           comm_backend_name(backend), run_names[runs[ri]], bucket_mb, res[ri].n_coll, res[ri].ms[0],
+                           res[ri].ms[1], res[ri].ms[2], res[ri].optim_meas[0], res[ri].after[0][NT]);
+        }
+        if (f) fclose(f);
+        // Memory: MiB per rank by tag after the last update, the run's peak, and the model
+        // state (params + grads + optim) beside its formula with Ψ = the parameter count.
+        const double MiB = 1048576.0, P4 = 4.0 * (double)psi;
+        printf("\n| run    | rank | params | grads | optim | acts | workspace+other | peak | state = p+g+o | formula (bytes) |\n");
+        printf("|--------|------|--------|-------|-------|------|-----------------|------|---------------|-----------------|\n");
+        for (int ri = 0; ri < nruns; ri++) {
+            for (int k = 0; k < W; k++) {
+                const long long* a = res[ri].after[k];
+                const long long state = a[MEM_PARAMS] + a[MEM_GRADS] + a[MEM_OPTIM];
+                char fm[64];
+                switch (runs[ri]) {
+                case RUN_DDP: snprintf(fm, sizeof fm, "16Psi = %.2f MiB", 4 * P4 / MiB); break;
+                case RUN_ZERO1: snprintf(fm, sizeof fm, "8Psi+8Psi/n = %.2f MiB", (2 * P4 + 2 * P4 / W) / MiB); break;
+                case RUN_ZERO2: snprintf(fm, sizeof fm, "4Psi+12Psi/n = %.2f MiB", (P4 + 3 * P4 / W) / MiB); break;
+                default: snprintf(fm, sizeof fm, "8Psi+8Psi_r = %.2f MiB", (2 * P4 + (double)res[ri].optim_formula[k]) / MiB); break;
+                }
+                printf("| %-6s | %4d | %6.2f | %5.2f | %5.2f | %4.2f | %15.2f | %4.2f | %13.2f | %15s |\n", run_names[runs[ri]], k,
+                       a[MEM_PARAMS] / MiB, a[MEM_GRADS] / MiB, a[MEM_OPTIM] / MiB, a[MEM_ACTS] / MiB,
+                       (a[MEM_WORKSPACE] + a[MEM_OTHER]) / MiB, a[NT] / MiB, state / MiB, fm);
+            }
+        }
+        printf("(MiB; params and grads include the padding to %zu elements; zero2's grads = the model's flat gradient buffer, "
+               "which its backward writes, + the kept %zu-element shard: see README)\n", t.P, t.P / W);
+    }
+    long long st_all = status;
+    comm_host_allreduce_i64(t.c, &st_all, 1, COMM_MAX);
+    if (t.gpu) model_gpu_destroy(t.m);
+    else model_cpu_destroy(&t.cpu);
+    free(res);
+    free(init);
+    free(ref);
+    free(got);
+    free(t.table);
+    free(t.in_all);
+    free(t.tg_all);
+    data_close(&t.data);
+    comm_destroy(t.c, 1);
+    return (int)st_all;
+}
