@@ -1,0 +1,141 @@
+// Stage 07, ZeRO-1 and ZeRO-2:
+// - the layout helpers: zero_shard_range (equal 64-aligned shards covering the padded
+//   buffer) and zero_assign_buckets (buckets tile the padded buffer, each n equal aligned
+//   pieces, the cap respected, the compact offsets q adding up to one shard);
+// - ZeRO-1/2 on both ToyModels (build/07_zero/zero_toy): a parameter count (902, 1350) that
+//   is not a multiple of n·64 (padding) and shard boundaries through parameters, frozen
+//   parameters, 1-4 ranks, against unsharded AdamW and PyTorch, optimizer bytes == formula;
+// - the tiny Transformer (build/07_zero/zero_train): every level and the course's version
+//   against DDP (same global batch) on 2-4 ranks, ranks bitwise identical, optimizer state per
+//   rank == 8 bytes x the trainable elements it owns (allocator, tag optim), shard boundaries
+//   through parameters (3 and 4 ranks), bad flags.
+#include <stdio.h>
+#include <string.h>
+
+#include "07_zero/zero.h"
+#include "common/gpu.h"
+#include "tests/harness.h"
+
+static char g_out[1 << 17];
+
+static int run_prog(const char* prog, int np, const char* args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/07_zero/%s %s", np, build_dir(), prog, args);
+    return run_capture(cmd, g_out, sizeof g_out);
+}
+
+// ------------------------------------------------------------------ layout
+Test(zero_layout, shards_are_equal_aligned_and_cover_the_padded_buffer) {
+    const size_t totals[] = {1, 63, 64, 902, 1350, 172352, 1000003};
+    for (size_t ti = 0; ti < sizeof totals / sizeof totals[0]; ti++)
+        for (int n = 1; n <= 8; n++) {
+            size_t P = 0, prev_end = 0;
+            for (int r = 0; r < n; r++) {
+                size_t b, e, p;
+                zero_shard_range(totals[ti], n, r, &b, &e, &p);
+                if (r == 0) P = p;
+                cr_assert_eq(p, P);
+                cr_assert_eq(b, prev_end, "total %zu, n %d: shard %d starts at %zu, not %zu", totals[ti], n, r, b, prev_end);
+                cr_assert_eq(b % ZERO_ALIGN, 0, "shard %d of %d not aligned", r, n);
+                cr_assert_eq(e - b, P / n, "unequal shards");
+                prev_end = e;
+            }
+            cr_assert_eq(prev_end, P);
+            cr_assert(P >= totals[ti] && P - totals[ti] < (size_t)n * ZERO_ALIGN, "total %zu, n %d: padded to %zu", totals[ti], n, P);
+            cr_assert_eq(zero_padded_total(totals[ti], n), P);
+        }
+}
+
+Test(zero_layout, buckets_tile_the_buffer_in_equal_aligned_pieces) {
+    const int ns[] = {1, 2, 3, 4, 7};
+    const size_t caps[] = {0, 1000, 4096, 1 << 20, (size_t)1 << 40};
+    for (size_t ni = 0; ni < 5; ni++)
+        for (size_t ci = 0; ci < 5; ci++) {
+            const int n = ns[ni];
+            const size_t P = zero_padded_total(172352, n);
+            zero_bucket_t b[4096];
+            const int nb = zero_assign_buckets(P, n, caps[ci], b, 4096);
+            cr_assert(nb >= 1 && nb <= 4096);
+            size_t hi = P, q = 0;
+            for (int k = 0; k < nb; k++) {
+                cr_assert_eq(b[k].end, hi, "n %d cap %zu: bucket %d ends at %zu, not %zu", n, caps[ci], k, b[k].end, hi);
+                cr_assert_eq(b[k].end - b[k].begin, (size_t)n * b[k].piece);
+                cr_assert_eq(b[k].piece % ZERO_ALIGN, 0);
+                cr_assert(b[k].piece * n * 4 <= caps[ci] || b[k].piece == ZERO_ALIGN, "bucket over the cap");
+                cr_assert_eq(b[k].q, q);
+                q += b[k].piece;
+                hi = b[k].begin;
+            }
+            cr_assert_eq(hi, 0, "buckets must reach the start");
+            cr_assert_eq(q, P / n, "a rank's pieces add up to one shard");
+        }
+}
+
+// ------------------------------------------------------------------ ToyModels
+Test(zero_toy, zero1_zero2_both_models_1_to_4_ranks) {
+    for (int np = 1; np <= 4; np++) {
+        const int st = run_prog("zero_toy", np, "--mode all");
+        cr_assert_eq(st, 0, "%d ranks: exit %d:\n%s", np, st, g_out);
+        cr_assert(strstr(g_out, "OK: all 6 runs"), "%d ranks:\n%s", np, g_out);
+        if (np == 3) cr_assert(strstr(g_out, "902 parameters in a buffer of 960 (58 padding)"), "%s", g_out);
+    }
+}
+
+// ------------------------------------------------------------------ the tiny Transformer
+static void against_ddp(int np, const char* args) {
+    char a[512];
+    snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 2 --warmup 1 --check-ddp 1 %s", args);
+    const int st = run_prog("zero_train", np, a);
+    cr_assert_eq(st, 0, "%d ranks, %s: exit %d:\n%s", np, args, st, g_out);
+    cr_assert(!strstr(g_out, "DIFFERENT") && !strstr(g_out, "!= the formula"), "%s", g_out);
+}
+
+static int count(const char* s, const char* what) {
+    int n = 0;
+    for (const char* q = s; (q = strstr(q, what)); q++) n++;
+    return n;
+}
+
+Test(zero_train_mpi, every_level_equals_ddp_2_3_4_ranks) {
+    for (int np = 2; np <= 4; np++) {
+        against_ddp(np, "--zero all --bucket-mb 0.05");
+        cr_assert_eq(count(g_out, "replicas bitwise identical on every rank"), 3, "%s", g_out);
+        cr_assert_eq(count(g_out, "== the formula on every rank"), 3, "%s", g_out);
+        cr_assert(strstr(g_out, "check-ddp: zero1: 0 of") && strstr(g_out, "check-ddp: zero2: 0 of"), "%s", g_out);
+        if (np >= 3) cr_assert(!strstr(g_out, " 0 shard boundaries cut"), "%d ranks: a shard boundary must cut a parameter:\n%s", np, g_out);
+        if (np == 4) cr_assert(strstr(g_out, "padding 192"), "%s", g_out);
+    }
+}
+
+Test(zero_train_mpi, course_version_equals_ddp_2_3_4_ranks) {
+    for (int np = 2; np <= 4; np++) {
+        against_ddp(np, "--zero 1 --shard course");
+        cr_assert(strstr(g_out, "check-ddp: course: 0 of"), "%s", g_out);
+        cr_assert_eq(count(g_out, "== the formula on every rank"), 2, "%s", g_out);
+    }
+}
+
+Test(zero_train_mpi, tables_and_bad_flags) {
+    int st = run_prog("zero_train", 2, "--context 16 --zero 0,2 --steps 1 --warmup 0");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "| zero2  |") && strstr(g_out, "4Psi+12Psi/n") && strstr(g_out, "16Psi"), "%s", g_out);
+    const char* cases[][2] = {
+        {"--zero 3", "--zero: '3' is not a level"},
+        {"--zero ''", "--zero: empty list"},
+        {"--shard half", "--shard"},
+        {"--check-ddp 2", "--check-ddp: 2 must be 0 or 1"},
+        {"--precision bf16 --backend mpi", "needs the GPU"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        st = run_prog("zero_train", 2, cases[i][0]);
+        cr_assert_eq(st, 2, "%s: exit %d:\n%s", cases[i][0], st, g_out);
+        cr_assert(strstr(g_out, cases[i][1]), "%s:\n%s", cases[i][0], g_out);
+        cr_assert_eq(count(g_out, "error:"), 1, "%s: one line:\n%s", cases[i][0], g_out);
+    }
+}
+
+Test(zero_train_nccl, every_level_2_gpus) {
+    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
+    against_ddp(2, "--backend nccl --zero all --bucket-mb 0.05");
+    against_ddp(2, "--backend nccl --zero 1 --shard course");
+}
