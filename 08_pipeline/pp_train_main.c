@@ -21,6 +21,7 @@
 // formula and the simulator run with the measured mean costs; peak live micro-batch-chunks
 // against the simulator's count. --check-single 1: rank 0 also trains one unpartitioned model
 // on the same global batches, gathers every stage's parameters and compares them all.
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,30 +53,38 @@ static long long slices_hash(const float* P, const size_t* b, const size_t* e, i
 }
 
 // Rank 0 trains one model on each step's whole global batch and compares every parameter with
-// the stages' (gathered into `got`). The pipeline computes the same mean-loss gradient as sums
-// over micro-batches (and replicas) in another order: equal up to fp32 rounding that AdamW's
-// normalisation g/sqrt(v) can amplify where the second moment is near zero, over a few steps:
-// rtol 1e-4, atol 1e-5 (stage 06's DDP check). With one micro-batch and one replica the
-// arithmetic is the same operation for operation, and the count of bitwise differences is 0.
-static int check_single(const model_config_t* cfg, const float* got, const data_source_t* data, int Bg, int T,
-                        int steps, const adamw_config_t* opt, uint64_t seed) {
+// the stages' (gathered into `got`), and the step-0 loss (same parameters on both sides).
+// The pipeline computes the same mean-loss gradient as sums over micro-batches (and replicas)
+// in another order, so gradients agree to fp32 rounding — except elements whose summands
+// cancel to about their rounding error, where the relative error is O(1), and AdamW, which
+// normalises every element by its own sqrt(v), turns that into a step of up to O(lr) in a
+// direction the rounding decides. Hence rtol 1e-4 with atol 2e-4 = lr/5 (for the default lr
+// 1e-3; scaled with --lr): a part of one such step is accepted (the worst seen over 35 seeds
+// and m = 2..8 was 5.7e-5), a lost or doubled micro-batch (a full O(lr) step on most elements)
+// is not. AdamW does not see a constant factor in the gradient, so the loss is checked too:
+// rtol 1e-6 (m partial means of fp32 cross-entropy, summed in double). With one micro-batch and
+// one replica the arithmetic is the same operation for operation: 0 bitwise differences.
+static int check_single(const model_config_t* cfg, const float* got, double loss0, const data_source_t* data, int Bg,
+                        int T, int steps, const adamw_config_t* opt, uint64_t seed) {
     model_cpu_t s;
     model_cpu_create(&s, cfg, Bg, T, seed);
     int32_t* in = malloc((size_t)Bg * T * sizeof(int32_t));
     int32_t* tg = malloc((size_t)Bg * T * sizeof(int32_t));
     if (!in || !tg) DIE("out of host memory");
-    float loss = NAN;
+    float loss = NAN, single0 = NAN;
     for (int k = 0; k < steps; k++) {
         sample_batch(data, Bg, T, k, in, tg);
         loss = model_cpu_forward(&s, in, tg, Bg, T);
+        if (k == 0) single0 = loss;
         model_cpu_backward(&s, NULL, NULL);
         model_cpu_adamw_step(&s, opt);
     }
     const size_t n = s.layout.total;
     size_t bad = 0, unequal = 0, worst = 0;
     double worst_err = 0;
+    const double atol = 0.2 * opt->lr;
     for (size_t i = 0; i < n; i++) {
-        const double e = fabs((double)got[i] - s.params[i]), tol = 1e-5 + 1e-4 * fabs((double)s.params[i]);
+        const double e = fabs((double)got[i] - s.params[i]), tol = atol + 1e-4 * fabs((double)s.params[i]);
         if (!(e <= tol)) bad++;
         if (memcmp(&got[i], &s.params[i], sizeof(float)) != 0) unequal++;
         if (!(e <= worst_err)) { worst_err = e; worst = i; }
@@ -83,15 +92,17 @@ static int check_single(const model_config_t* cfg, const float* got, const data_
     // The hash of the gathered parameters: the same for every schedule and every p at one m
     // (each block's arithmetic does not depend on where the model is cut; the tests check it).
     const size_t b0 = 0;
-    printf("check-single: %zu of %zu parameters differ beyond rtol 1e-4, atol 1e-5; %zu not bitwise equal "
-           "(max |diff| %.3g at %zu: %.8g vs %.8g); single-process loss at the last step %.6f; pipeline parameters "
-           "hash %016llx\n",
-           bad, n, unequal, worst_err, worst, (double)got[worst], (double)s.params[worst], (double)loss,
+    const int loss_ok = fabs(loss0 - single0) <= 1e-6 * fabs((double)single0);
+    printf("check-single: step-0 loss %.7f, single-process %.7f (%s within rtol 1e-6); last-step single-process loss %.6f\n",
+           loss0, (double)single0, loss_ok ? "equal" : "NOT equal", (double)loss);
+    printf("check-single: %zu of %zu parameters differ beyond rtol 1e-4, atol %.3g; %zu not bitwise equal "
+           "(max |diff| %.3g at %zu: %.8g vs %.8g); pipeline parameters hash %016llx\n",
+           bad, n, atol, unequal, worst_err, worst, (double)got[worst], (double)s.params[worst],
            (unsigned long long)slices_hash(got, &b0, &n, 1));
     model_cpu_destroy(&s);
     free(in);
     free(tg);
-    return bad ? 1 : 0;
+    return bad || !loss_ok ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
@@ -198,7 +209,7 @@ int main(int argc, char** argv) {
     if (!in_all || !tg_all) DIE("out of host memory");
     const size_t rep_rows = (size_t)Bg / D * T;  // one replica's share of the global batch
     double acc[TM_N] = {0};
-    double dp_s = 0;
+    double dp_s = 0, loss0 = NAN;
     const int measured = steps - warmup;
     for (int k = 0; k < steps; k++) {
         sample_batch(&data, Bg, T, k, in_all, tg_all);
@@ -208,6 +219,7 @@ int main(int argc, char** argv) {
         const double dps = pp_exec_dp_allreduce(x, D);
         pp_exec_adamw(x, &opt);
         comm_host_allreduce_f64(c, &loss, 1, COMM_SUM);  // only the head ranks' terms are non-zero
+        if (k == 0) loss0 = loss;
         if (wr == 0) {
             printf("step %3d  loss %.6f\n", k, loss);
             fflush(stdout);
@@ -281,7 +293,7 @@ int main(int argc, char** argv) {
         if (!h) DIE("out of host memory");
         // Max of h and of -h per pipeline rank: equal magnitudes iff every replica has the same.
         const long long mine = slices_hash(model.params, sb, se, v);
-        for (int q = 0; q < 2 * p; q++) h[q] = -(1LL << 62);
+        for (int q = 0; q < 2 * p; q++) h[q] = LLONG_MIN;
         h[r] = mine;
         h[p + r] = -mine;
         comm_host_allreduce_i64(c, h, 2 * p, COMM_MAX);
@@ -307,7 +319,7 @@ int main(int argc, char** argv) {
                 else rq[k++] = comm_irecv(c, got + b, e - b, COMM_F32, sched_rank_of(&sched, st), NULL);
             }
             comm_waitall(c, rq, k);
-            status |= check_single(&cfg, got, &data, Bg, T, steps, &opt, (uint64_t)seed);
+            status |= check_single(&cfg, got, loss0, &data, Bg, T, steps, &opt, (uint64_t)seed);
             free(got);
             free(rq);
         } else if (d == 0) {
