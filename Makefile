@@ -5,7 +5,9 @@
 #   make test       every test (GPU tests skip with a reason on a machine without a GPU)
 #   make test-NN    one stage's tests (make test-03); make test-common for common/
 #   make bench-NN   one stage's benchmark (writes tables under results/)
-#   make grade      every stage's tests, with a per-stage score report (results/grade.md)
+#   make grade      the handout's problems with their points (results/grade.md, grade.json)
+#   make student DEST=dir [STAGES=01,02]   the student edition: solution regions become stubs
+#   make check-markers                     the solution-region markers are well formed
 #   make fuzz       the .npy reader under libFuzzer for FUZZ_SECONDS (default 60)
 #   make clean
 #
@@ -193,8 +195,21 @@ $(foreach s,$(STAGES),$(eval $(call STAGE_RULES,$(s),$(firstword $(subst _, ,$(s
 .SECONDARY:
 
 # ---------------------------------------------------------------- top-level targets
-.PHONY: all deps setup run test tests-only test-common grade fuzz clean
-all: deps $(COMMON_LIB) $(ALL_PROGS) $(TEST_BINS)
+.PHONY: all deps setup run test tests-only test-common grade fuzz clean student check-markers test-student
+all: deps check-markers $(COMMON_LIB) $(ALL_PROGS) $(TEST_BINS)
+
+# The student edition (scripts/student.py; README "For instructors"). The marker check runs with
+# every build: a nested, unclosed or unlisted region fails it.
+check-markers:
+	@python3 scripts/student.py check
+
+student:
+	@test -n "$(DEST)" || { echo "make student: error: give the place for the student tree: make student DEST=dir [STAGES=01,02]"; exit 2; }
+	@python3 scripts/student.py make "$(DEST)" $(if $(STAGES),--stages $(STAGES))
+
+# The student edition's heavy checks (build a student tree's stage, grade it): CI runs this.
+test-student: all
+	@STUDENT_FULL=1 BUILD=$(BUILD) scripts/run_tests.sh $(COMMON_TEST_BIN)
 
 deps:
 	@$(DEPS_REPORT)
@@ -215,7 +230,7 @@ test-common: deps $(COMMON_TEST_BIN) $(COMMON_PROGS)
 	@BUILD=$(BUILD) scripts/run_tests.sh $(COMMON_TEST_BIN)
 
 grade: all
-	@BUILD=$(BUILD) scripts/run_tests.sh --grade results/grade.md $(TEST_BINS)
+	@python3 scripts/grade.py --build $(BUILD) --out results $(if $(STAGES),--stages $(STAGES))
 
 run: setup
 	@$(MAKE) --no-print-directory -j$(JOBS) all

@@ -10,6 +10,7 @@
 
 // out[ACC_NCASES]: one thread, n sequential adds per case (the point is the rounding, not speed)
 __global__ void accum_kernel(int n, float value, float* out) {
+    // STUDENT-BEGIN(01.accum_kernel): the accumulation demo on the GPU: one thread, __hadd for fp16/bf16 sums, fp32 sums of widened halves | see 01_benchmarking/README.md §Accumulation in low precision | test: test_01 accumulation/gpu_sums_match_cpu_bit_for_bit
     float s = 0.0f;
     for (int i = 0; i < n; i++) s += value;
     out[ACC_F32_F32] = s;
@@ -33,9 +34,11 @@ __global__ void accum_kernel(int n, float value, float* out) {
     s = 0.0f;
     for (int i = 0; i < n; i++) s += __bfloat162float(xb);
     out[ACC_F32_BF16] = s;
+    // STUDENT-END(01.accum_kernel)
 }
 
 extern "C" int accum_gpu(int n, float value, float* out) {
+    // STUDENT-BEGIN(01.accum_gpu): launch accum_kernel<<<1, 1>>> on an out buffer poisoned with NaN, copy the ACC_NCASES sums back (-1 without a GPU) | see 01_benchmarking/README.md §Accumulation in low precision | test: test_01 accumulation/gpu_sums_match_cpu_bit_for_bit
     if (gpu_count() == 0) return -1;
     float* d_out = NULL;  // (ACC_NCASES)
     CUDA_CHECK(cudaMalloc((void**)&d_out, ACC_NCASES * sizeof(float)));
@@ -45,4 +48,5 @@ extern "C" int accum_gpu(int n, float value, float* out) {
     CUDA_CHECK(cudaMemcpy(out, d_out, ACC_NCASES * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaFree(d_out));
     return 0;
+    // STUDENT-END(01.accum_gpu)
 }

@@ -324,6 +324,7 @@ static void run_cuda(const args_t* a, result_t* r) {
 
 // ---------------------------------------------------------------- CPU reference
 static void run_cpu(const args_t* a, result_t* r) {
+    // STUDENT-BEGIN(01.run_cpu): the CPU benchmark loop: warm-up steps, then time forward / backward / optimizer per step with time_now_s(), mean and std per phase (stats_compute), peak memory | see 01_benchmarking/README.md §Timing done right | test: test_01 benchmark/cpu_*
     snprintf(r->gpu, sizeof r->gpu, "cpu");
     model_cpu_t m;
     model_cpu_create(&m, &a->cfg, a->batch, a->context, (uint64_t)a->seed);
@@ -374,6 +375,7 @@ static void run_cpu(const args_t* a, result_t* r) {
     free(in);
     free(tg);
     model_cpu_destroy(&m);
+    // STUDENT-END(01.run_cpu)
 }
 
 // The CPU reference is for --model tiny. Sizes it can never hold are refused up front (with the

@@ -12,7 +12,7 @@
 #include "common/check.h"
 #include "common/rng.h"
 
-constexpr int WARPS = WS_THREADS / 32;
+[[maybe_unused]] constexpr int WARPS = WS_THREADS / 32;  // maybe unused: in the student edition
 
 // ================================================================ forward
 // Block b owns rows [b * ROWS_TILE, min((b + 1) * ROWS_TILE, ROWS)) of x. Each of its 8 warps
@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(WS_THREADS)
                       const T* __restrict__ w,  // [D]
                       T* __restrict__ y,        // [ROWS]
                       int64_t ROWS, int64_t D, int ROWS_TILE) {
+    // STUDENT-BEGIN(02.forward_kernel): one block per ROWS tile, each warp a row: VEC-wide coalesced loads of x and w over D tiles of D_TILE, skip d >= D, warp-shuffle sum, y[r] in T | see 02_weighted_sum/README.md §How the grid maps to the data | test: test_02 ws_cuda/*
     constexpr int U = D_TILE / (32 * VEC);
     static_assert(U >= 1 && U * 32 * VEC == D_TILE,
                   "D_TILE must be a multiple of 32 lanes times the vector width");
@@ -63,6 +64,7 @@ __global__ void __launch_bounds__(WS_THREADS)
         acc = warp_sum(acc);
         if (lane == 0) y[r] = from_f32<T>(acc);
     }
+    // STUDENT-END(02.forward_kernel)
 }
 
 // ================================================================ backward
@@ -87,6 +89,7 @@ __global__ void __launch_bounds__(WS_THREADS)
                        int64_t sgx,
                        float* __restrict__ gw_out,    // partials [n_row_tiles, D] or acc [D]
                        int64_t ROWS, int64_t D, int ROWS_TILE, int atomic) {
+    // STUDENT-BEGIN(02.backward_kernel): grid (row tiles, D tiles): grad_x = grad_y[r] w[d]; grad_w partial sums per row tile into partials[row_tile, d] (or atomicAdd in WS_GRADW_ATOMIC) | see 02_weighted_sum/README.md §Why partial sums and not atomics | test: test_02 ws_cuda/*
     constexpr int TX = (D_TILE / VEC < WS_THREADS) ? D_TILE / VEC : WS_THREADS;
     constexpr int TY = WS_THREADS / TX;
     constexpr int U = D_TILE / (VEC * TX);
@@ -167,6 +170,7 @@ __global__ void __launch_bounds__(WS_THREADS)
         else
             gw_out[row_tile * D + c] = s;
     }
+    // STUDENT-END(02.backward_kernel)
 }
 
 // grad_w[d] = sum over the n rows of partials[:, d]. Block of 32 x 32 threads: 32 consecutive
@@ -180,6 +184,7 @@ __global__ void __launch_bounds__(32 * RED_TY)
     ws_reduce_kernel(const float* __restrict__ partials,  // [n, D]
                      T* __restrict__ grad_w,              // [D]
                      int64_t n, int64_t D) {
+    // STUDENT-BEGIN(02.reduce_kernel): grad_w[d] = sum over the n rows of partials[:, d]: 32 columns per block, 32 threads per column, a 32-way sum in shared memory | see 02_weighted_sum/README.md §Why partial sums and not atomics | test: test_02 ws_cuda/*
     __shared__ float red[RED_TY][33];
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
     const int64_t d = (int64_t)blockIdx.x * 32 + tx;
@@ -194,6 +199,7 @@ __global__ void __launch_bounds__(32 * RED_TY)
         for (int k = 1; k < RED_TY; k++) s += red[k][tx];
         grad_w[d] = from_f32<T>(s);
     }
+    // STUDENT-END(02.reduce_kernel)
 }
 
 // ================================================================ launchers
@@ -201,6 +207,7 @@ __global__ void __launch_bounds__(32 * RED_TY)
 template <typename T, int VEC>
 static void launch_forward_v(const T* x, int64_t sx, const T* w, T* y, int64_t ROWS, int64_t D,
                              const ws_plan_t* p, cudaStream_t s) {
+    // STUDENT-BEGIN(02.launch_forward): launch ws_forward_kernel<T, VEC, D_TILE> for p->d_tile in {128, 256, 512, 1024} on grid n_row_tiles, then CUDA_CHECK_LAST | see 02_weighted_sum/README.md §How the grid maps to the data | test: test_02 ws_cuda/*
     const dim3 grid((unsigned)p->n_row_tiles), block(WS_THREADS);
     switch (p->d_tile) {
 #define WS_FWD_CASE(DT)                                                                          \
@@ -216,12 +223,14 @@ static void launch_forward_v(const T* x, int64_t sx, const T* w, T* y, int64_t R
         default: DIE("weighted_sum: D_TILE %d is not one of " WS_D_TILE_CHOICES, p->d_tile);
     }
     CUDA_CHECK_LAST();
+    // STUDENT-END(02.launch_forward)
 }
 
 template <typename T, int VEC>
 static void launch_backward_v(const T* x, int64_t sx, const T* w, const T* gy, T* gx, int64_t sgx,
                               float* gw_out, int64_t ROWS, int64_t D, const ws_plan_t* p,
                               int atomic, cudaStream_t s) {
+    // STUDENT-BEGIN(02.launch_backward): launch ws_backward_kernel<T, VEC, D_TILE> on grid (n_row_tiles, n_d_tiles) for each D_TILE, then CUDA_CHECK_LAST | see 02_weighted_sum/README.md §Why partial sums and not atomics | test: test_02 ws_cuda/*
     const dim3 grid((unsigned)p->n_row_tiles, (unsigned)p->n_d_tiles), block(WS_THREADS);
     switch (p->d_tile) {
 #define WS_BWD_CASE(DT)                                                                          \
@@ -237,6 +246,7 @@ static void launch_backward_v(const T* x, int64_t sx, const T* w, const T* gy, T
         default: DIE("weighted_sum: D_TILE %d is not one of " WS_D_TILE_CHOICES, p->d_tile);
     }
     CUDA_CHECK_LAST();
+    // STUDENT-END(02.launch_backward)
 }
 
 extern "C" int ws_uses_vector_path(dtype_t dt, int d_tile, const void* const* ptrs, int nptrs,

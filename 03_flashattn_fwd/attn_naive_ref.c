@@ -12,6 +12,7 @@
 
 void attn_naive_forward_cpu(const float* q, const float* k, const float* v, float* o, float* lse,
                             int BH, int Nq, int Nk, int d, int causal, float scale) {
+    // STUDENT-BEGIN(03.naive_fwd_cpu): naive attention: S = scale Q K^T (masked -1e6 above the diagonal when causal), P = softmax(S), O = P V, L = logsumexp of each row of S | see 03_flashattn_fwd/README.md §The maths | test: test_03 ref/naive_*
     if (BH <= 0 || Nq <= 0 || Nk <= 0 || d <= 0) DIE("attn_naive_forward_cpu: bad sizes");
 #pragma omp parallel
     {
@@ -53,4 +54,5 @@ void attn_naive_forward_cpu(const float* q, const float* k, const float* v, floa
         free(S);
         free(acc);
     }
+    // STUDENT-END(03.naive_fwd_cpu)
 }

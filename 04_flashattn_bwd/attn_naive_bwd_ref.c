@@ -10,6 +10,7 @@
 void attn_naive_backward_cpu(const float* q, const float* k, const float* v, const float* o,
                              const float* dout, const float* lse, float* dq, float* dk, float* dv,
                              int BH, int Nq, int Nk, int d, int causal, float scale) {
+    // STUDENT-BEGIN(04.naive_bwd_cpu): naive backward: P = exp(S - L); dV = P^T dO; dP = dO V^T; dS = P o (dP - rowsum(dP o P)); dQ = scale dS K; dK = scale dS^T Q | see 04_flashattn_bwd/README.md §The maths | test: test_04 bwd_ref/naive_*
     if (BH <= 0 || Nq <= 0 || Nk <= 0 || d <= 0) DIE("attn_naive_backward_cpu: bad sizes");
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < BH; bh++) {
@@ -63,4 +64,5 @@ void attn_naive_backward_cpu(const float* q, const float* k, const float* v, con
         free(dK);
         free(dV);
     }
+    // STUDENT-END(04.naive_bwd_cpu)
 }

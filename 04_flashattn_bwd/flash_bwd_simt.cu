@@ -12,12 +12,14 @@ constexpr int kThreads = 128;
 constexpr int kBq = 32;         // query-tile rows
 constexpr int kBk = 32;         // key-tile rows
 constexpr int kMaxD = 128;
-constexpr int kMaxPerThread = kBk * kMaxD / kThreads;  // (row, col) accumulators per thread
+// [[maybe_unused]]: the student edition stubs the kernels and the launcher that use these two.
+[[maybe_unused]] constexpr int kMaxPerThread = kBk * kMaxD / kThreads;  // (row, col) accumulators per thread
 static_assert(kBq == kBk, "the accumulator split below assumes square tiles");
 
 // D_r = rowsum(dO_r o O_r): one warp per row, lanes stride over the head dim.
 template <typename T>
 __global__ void bwd_prepass_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.prepass_kernel): the D pre-pass: D_i = rowsum(O_i o dO_i) for every query row, in fp32 | see 04_flashattn_bwd/README.md §The maths | test: test_04 bwd_cuda/*f32*
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // bh*Nq + r
     if (row >= (int64_t)p.B * p.H * p.Nq) return;
@@ -28,6 +30,7 @@ __global__ void bwd_prepass_kernel(BwdParams p) {
     for (int c = lane; c < p.d; c += 32) acc += to_f(O[c]) * to_f(dO[c]);
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0) p.D[row] = acc;
+    // STUDENT-END(04.prepass_kernel)
 }
 
 // dq = dq_accum (already scaled), cast to T and written through dq's strides.
@@ -57,6 +60,7 @@ __device__ void load_tile_f32(float* tile, int ld, const T* base, int64_t row_st
 // tiles i that see key tile j. ATOMIC_DQ: also dQ_i += scale dS_ij K_j into p.dq_accum.
 template <typename T, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv_simt_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.dkdv_kernel): the key-tile-parallel kernel: one block per (key tile j, batch*head) accumulates dK_j and dV_j over the query tiles (causal: from the diagonal on) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*f32*
     extern __shared__ float smem[];
     const int d = p.d, ld = d + 1;  // odd row stride: a warp reading a column hits 32 banks
     float* K_j = smem;               // (Bk, ld)
@@ -145,12 +149,14 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_simt_kernel(BwdParams p) {
             }
         }
     }
+    // STUDENT-END(04.dkdv_kernel)
 }
 
 // Query-tile-parallel pass: block (bh, i) owns Q_i, dO_i and accumulates dQ_i over the key
 // tiles j it sees (causal: up to the diagonal), recomputing P.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) bwd_dq_simt_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.dq_kernel): the query-tile-parallel kernel: one block per (query tile i, batch*head) accumulates dQ_i = scale sum_j dS_ij K_j (no atomics) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*f32*
     extern __shared__ float smem[];
     const int d = p.d, ld = d + 1;
     float* Q_i = smem;                  // (Bq, ld)
@@ -217,14 +223,16 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_simt_kernel(BwdParams p) {
             if (q0 + r < p.Nq) dq[(int64_t)(q0 + r) * p.sdq[2] + e] = from_f<T>(dQ[m] * p.scale);
         }
     }
+    // STUDENT-END(04.dq_kernel)
 }
 
-size_t simt_smem_bytes(int d) {
+[[maybe_unused]] size_t simt_smem_bytes(int d) {
     return sizeof(float) * ((size_t)4 * kBk * (d + 1) + 2 * (size_t)kBk * (kBq + 1) + 2 * kBq);
 }
 
 template <typename T>
 void launch_simt(const BwdParams& p, bool atomic_dq, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_simt): launch bwd_dkdv_simt_kernel<T> then bwd_dq_simt_kernel<T> (or the atomic dQ path) with simt_smem_bytes(d) of shared memory | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*f32*
     const int BH = p.B * p.H;
     const size_t smem = simt_smem_bytes(p.d);
     dim3 block(kThreads);
@@ -244,6 +252,7 @@ void launch_simt(const BwdParams& p, bool atomic_dq, cudaStream_t s) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     bwd_dq_simt_kernel<T><<<grid_q, block, smem, s>>>(p);
     CUDA_CHECK_LAST();
+    // STUDENT-END(04.launch_simt)
 }
 
 }  // namespace

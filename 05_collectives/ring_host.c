@@ -8,6 +8,7 @@
 
 void ring_allreduce_host(comm_t* c, const float* sendbuf, float* recvbuf, size_t count,
                          comm_op_t op) {
+    // STUDENT-BEGIN(05.ring_host): the ring all-reduce from comm_isend/comm_irecv: n-1 reduce-scatter steps (segment ring_mod(r - s, n) goes right, add what comes from the left), then n-1 all-gather steps; avg scales once | see 05_collectives/README.md §The ring, and why busbw = algbw · 2(n−1)/n | test: test_05 collectives_mpi/every_operation_*
     if (op != COMM_SUM && op != COMM_AVG) DIE("ring all-reduce: only sum and avg");
     const int n = c->world, r = c->rank;
     const float scale = op == COMM_AVG ? 1.0f / (float)n : 1.0f;
@@ -45,6 +46,7 @@ void ring_allreduce_host(comm_t* c, const float* sendbuf, float* recvbuf, size_t
         comm_waitall(c, q, 2);
     }
     free(tmp);
+    // STUDENT-END(05.ring_host)
 }
 
 void ring_allreduce(comm_t* c, const float* sendbuf, float* recvbuf, size_t count, comm_op_t op,

@@ -91,6 +91,7 @@ static void emit(ddp_bucket_t b, ddp_bucket_t* out, int max_out, int* nb) {
 
 int ddp_assign_buckets(const ddp_param_t* p, int n, size_t bucket_bytes, ddp_bucket_t* out,
                        int max_out) {
+    // STUDENT-BEGIN(06.assign_buckets): buckets in reverse parameter order, each slice [begin, end) at most bucket_bytes (padding counts), a tensor over the cap alone, a frozen parameter closes the bucket; returns the count even past max_out | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 buckets*/*
     if (ddp_check_params(p, n, SIZE_MAX, NULL, 0)) return -1;
     int nb = 0, open = 0;
     ddp_bucket_t cur = {0, 0, 0, 0};
@@ -118,6 +119,7 @@ int ddp_assign_buckets(const ddp_param_t* p, int n, size_t bucket_bytes, ddp_buc
     }
     if (open) emit(cur, out, max_out, &nb);
     return nb;
+    // STUDENT-END(06.assign_buckets)
 }
 
 size_t ddp_bucket_bytes(double bucket_mb) {
@@ -128,20 +130,24 @@ size_t ddp_bucket_bytes(double bucket_mb) {
 
 // One slice per trainable parameter (naive and overlap), in reverse order like the buckets.
 static int per_parameter_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
+    // STUDENT-BEGIN(06.per_parameter_plan): naive and overlap: one slice per trainable parameter, in reverse order | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_naive
     int nb = 0;
     for (int i = n - 1; i >= 0; i--)
         if (p[i].trainable) out[nb++] = (ddp_bucket_t){p[i].offset, p[i].offset + p[i].numel, i, i};
     return nb;
+    // STUDENT-END(06.per_parameter_plan)
 }
 
 // The flat variant's one slice: from the first trainable parameter to the end of the last.
 static int flat_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
+    // STUDENT-BEGIN(06.flat_plan): flat: one slice from the first trainable parameter to the end of the last | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_flat
     int lo = -1, hi = -1;
     for (int i = 0; i < n; i++)
         if (p[i].trainable) { if (lo < 0) lo = i; hi = i; }
     if (lo < 0) return 0;
     out[0] = (ddp_bucket_t){p[lo].offset, p[hi].offset + p[hi].numel, lo, hi};
     return 1;
+    // STUDENT-END(06.flat_plan)
 }
 
 static void make_plan(ddp_t* d, double bucket_mb) {
@@ -262,6 +268,7 @@ void ddp_broadcast_params(ddp_t* d) {
 static int starts_in_hook(ddp_variant_t v) { return v == DDP_OVERLAP || v == DDP_BUCKETED; }
 
 static void start_bucket(ddp_t* d, int k) {
+    // STUDENT-BEGIN(06.start_bucket): start slice k's all-reduce (average): naive/flat blocking after the backward; overlap/bucketed non-blocking, on the comm stream after an event on the compute stream (NCCL) | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*
     float* g = d->grads + d->b[k].begin;
     const size_t count = d->b[k].end - d->b[k].begin;
     if (!starts_in_hook(d->v)) {
@@ -292,15 +299,18 @@ static void start_bucket(ddp_t* d, int k) {
     d->started[k] = 1;
     d->st.allreduce_calls++;
     d->st.bytes_reduced += (long long)(count * sizeof(float));
+    // STUDENT-END(06.start_bucket)
 }
 
 // Parameter i's gradient is final: count it off its bucket; in the early variants, the
 // bucket's all-reduce starts with its last member.
 static void param_final(ddp_t* d, int i) {
+    // STUDENT-BEGIN(06.param_final): a parameter's gradient is final: mark it fired, count it off its bucket; in overlap/bucketed start the bucket when its last member arrives | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_overlap
     d->fired[i] = 1;
     const int k = d->bucket_of[i];
     if (k < 0) return;
     if (--d->left[k] == 0 && starts_in_hook(d->v)) start_bucket(d, k);
+    // STUDENT-END(06.param_final)
 }
 
 void ddp_grad_ready(void* ddp, int param_idx) {
