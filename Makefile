@@ -209,7 +209,7 @@ student:
 
 # The student edition's heavy checks (build a student tree's stage, grade it): CI runs this.
 test-student: all
-	@STUDENT_FULL=1 BUILD=$(BUILD) scripts/run_tests.sh $(COMMON_TEST_BIN)
+	@STUDENT_FULL=1 BUILD=$(BUILD) $(COMMON_TEST_BIN) --filter 'student/student_tree_builds_and_grades' --jobs 1
 
 deps:
 	@$(DEPS_REPORT)

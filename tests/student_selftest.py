@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Checks of the student edition (issue 20), one step per call; tests/test_student.c runs them.
+
+    tests/student_selftest.py markers   the checker refuses nested, unclosed, unlisted, unmarked regions
+    tests/student_selftest.py tree      the student tree: byte-identical outside the regions, no
+                                        solution line inside, no .git, round trip back to the solution
+    tests/student_selftest.py stages    STAGES=01,02 releases 01-02 and leaves 03-08 out
+    tests/student_selftest.py compile   the stubbed C files compile with the build's warnings as errors
+    tests/student_selftest.py full      build the student tree's stages 01-06 (no warnings), its CPU
+                                        tests fail with the task messages, its grade is 0 for every problem
+                                        with a region and full for the rest, the solution grades full on
+                                        every CPU-testable problem (minutes: make test-student, CI)
+Exit 0 when the step holds; otherwise one line per problem and exit 1.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import student  # noqa: E402
+
+PROBLEMS = []
+
+
+def bad(msg):
+    PROBLEMS.append(msg)
+    print("FAIL: " + msg)
+
+
+def run(cmd, cwd=REPO, env=None, timeout=1800):
+    e = dict(os.environ)
+    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
+        e.pop(k, None)
+    if env:
+        e.update(env)
+    p = subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+GOOD = """#include "common/check.h"
+int f(int a, const float* b) {
+    // STUDENT-BEGIN(02.f): write f | see README.md §x | test: test_02 x/*
+    return a + (int)b[0];
+    // STUDENT-END(02.f)
+}
+"""
+
+
+def fake_root(tmp, name, text, manifest="02.f\t02_x/a.c\tf\n"):
+    root = os.path.join(tmp, name)
+    os.makedirs(os.path.join(root, "02_x"))
+    os.makedirs(os.path.join(root, "scripts"))
+    open(os.path.join(root, "02_x", "a.c"), "w").write(text)
+    open(os.path.join(root, student.MANIFEST), "w").write(manifest)
+    return root
+
+
+def step_markers():
+    cases = {
+        "good": (GOOD, None, None),
+        "nested": (GOOD.replace("    return a", "    // STUDENT-BEGIN(02.g): x | see y | test: z\n    return a"),
+                   None, "do not nest"),
+        "unclosed": (GOOD.replace("    // STUDENT-END(02.f)\n", ""), None, "never closed"),
+        "end_without_begin": (GOOD + "// STUDENT-END(02.f)\n", None, "without a STUDENT-BEGIN"),
+        "wrong_end": (GOOD.replace("STUDENT-END(02.f)", "STUDENT-END(02.g)"), None, "closes region 02.f"),
+        "no_task": (GOOD.replace(": write f | see README.md §x | test: test_02 x/*", ""), None, "task"),
+        "wrong_stage": (GOOD.replace("02.f", "03.f"), "03.f\t02_x/a.c\tf\n", "stage"),
+        "not_a_body": (GOOD.replace("int f(int a, const float* b) {\n", "int f(int a, const float* b) {\n    int z = 0;\n"),
+                       None, "follow the line that opens a function body"),
+        # the solution-like cases: a listed function whose markers are gone, a kernel outside a region
+        "unmarked": (GOOD.replace("    // STUDENT-BEGIN(02.f): write f | see README.md §x | test: test_02 x/*\n", "")
+                     .replace("    // STUDENT-END(02.f)\n", ""), None, "not marked in the source"),
+        "unlisted": (GOOD, "# empty\n", "not listed"),
+        "kernel_outside": (GOOD + "__global__ void k(float* p) {\n    p[0] = 1.0f;\n}\n", None, "kernel k is outside"),
+        "malformed": (GOOD.replace("// STUDENT-END(02.f)", "// STUDENT-END 02.f"), None, "malformed"),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (text, manifest, want) in cases.items():
+            root = fake_root(tmp, name, text, manifest or "02.f\t02_x/a.c\tf\n")
+            rc, out = run([sys.executable, os.path.join(REPO, "scripts", "student.py"), "check", "--root", root])
+            if want is None and rc != 0:
+                bad(f"markers/{name}: a good file was refused: {out.strip()}")
+            elif want is not None and (rc != 2 or want not in out):
+                bad(f"markers/{name}: want exit 2 and '{want}', got exit {rc}: {out.strip()}")
+    rc, out = run([sys.executable, "scripts/student.py", "check"])
+    if rc != 0:
+        bad(f"markers: the repository's own markers fail the check: {out.strip()}")
+
+
+def outside(lines, regions):
+    """The file with every region's inside cut out (markers kept)."""
+    keep, k = [], 0
+    for r in sorted(regions, key=lambda r: r.begin):
+        keep.extend(lines[k:r.begin + 1])
+        k = r.end
+    keep.extend(lines[k:])
+    return keep
+
+
+def make_tree(dest, stages=None):
+    cmd = [sys.executable, "scripts/student.py", "make", dest] + (["--stages", stages] if stages else [])
+    rc, out = run(cmd)
+    if rc != 0:
+        bad(f"student.py make failed (exit {rc}): {out.strip()}")
+    return out
+
+
+def step_tree():
+    regions = student.check(REPO, quiet=True)
+    by_file = {}
+    for r in regions:
+        by_file.setdefault(r.path, []).append(r)
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "student")
+        make_tree(dest)
+        if os.path.exists(os.path.join(dest, ".git")):
+            bad("tree: the student tree has a .git")
+        files = student.rel_files(REPO)
+        for f in files:
+            src, dst = os.path.join(REPO, f), os.path.join(dest, f)
+            if not os.path.exists(dst):
+                bad(f"tree: {f} is missing from the student tree")
+                continue
+            if f not in by_file:
+                if open(src, "rb").read() != open(dst, "rb").read():
+                    bad(f"tree: {f} differs though it has no region")
+                continue
+            sl = open(src, encoding="utf-8").read().splitlines(keepends=True)
+            dl = open(dst, encoding="utf-8").read().splitlines(keepends=True)
+            dregions, _ = student.find_regions(f, "".join(dl))
+            if [r.id for r in dregions] != [r.id for r in by_file[f]]:
+                bad(f"tree: {f}: the student copy's regions differ from the solution's")
+                continue
+            if outside(sl, by_file[f]) != outside(dl, dregions):
+                bad(f"tree: {f}: a line outside the regions changed")
+            # no solution line survives: a region line found nowhere else in the solution file
+            inside = set()
+            for r in by_file[f]:
+                inside.update(range(r.begin + 1, r.end))
+            rest = {sl[i].strip() for i in range(len(sl)) if i not in inside}
+            dset = {x.strip() for x in dl}
+            for i in sorted(inside):
+                s = sl[i].strip()
+                if len(s) > 3 and s not in rest and s in dset:
+                    bad(f"tree: {f}:{i + 1}: a solution line survived: {s}")
+            for r in dregions:
+                body = "".join(dl[r.begin + 1:r.end])
+                if not r.kernel and "is yours to write — see " not in body:
+                    bad(f"tree: {f}: region {r.id}'s stub does not fail naming the task")
+        extra = set(student._walk(dest)) - set(files) - {".student-edition"}
+        if extra:
+            bad(f"tree: files in the student tree that are not in the solution: {sorted(extra)[:5]}")
+        # round trip: fill the regions back from the solution: byte-identical files
+        rc, out = run([sys.executable, "scripts/student.py", "fill", dest])
+        if rc != 0:
+            bad(f"tree: fill failed: {out.strip()}")
+        for f in by_file:
+            if open(os.path.join(REPO, f), "rb").read() != open(os.path.join(dest, f), "rb").read():
+                bad(f"tree: round trip: {f} is not byte-identical to the solution after fill")
+
+
+def step_stages():
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "s")
+        out = make_tree(dest, "01,02")
+        for d in os.listdir(REPO):
+            if re.match(r"^0[3-8]_", d) and os.path.exists(os.path.join(dest, d)):
+                bad(f"stages: {d} is in a tree that releases 01,02")
+        if "left out (not released yet)" not in out:
+            bad(f"stages: make does not say what it left out: {out.strip()}")
+        for f in ("02_weighted_sum/weighted_sum_ref.c", "01_benchmarking/accumulation_cpu.c"):
+            if "is yours to write" not in open(os.path.join(dest, f), encoding="utf-8").read():
+                bad(f"stages: {f} was not stubbed")
+        rc, out = run([sys.executable, "scripts/student.py", "make", os.path.join(tmp, "x"), "--stages", "1x"])
+        if rc == 0 or "not a stage number" not in out:
+            bad(f"stages: a bad --stages is accepted: {out.strip()}")
+        rc, out = run([sys.executable, "scripts/student.py", "make", dest])
+        if rc == 0 or "not empty" not in out:
+            bad(f"stages: make into a non-empty directory is accepted: {out.strip()}")
+
+
+def make_flags(name):
+    rc, out = run(["make", "-s", "--no-print-directory", "-pn", "deps"], timeout=120)
+    m = re.search(rf"^{name} := (.*)$", out, re.M)
+    return m.group(1).split() if m else []
+
+
+def step_compile():
+    cppflags = make_flags("CPPFLAGS")
+    if not cppflags:
+        bad("compile: could not read CPPFLAGS from the Makefile")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "s")
+        make_tree(dest)
+        cfiles = sorted({r.path for r in student.all_regions(dest) if r.path.endswith(".c")})
+        for f in cfiles:
+            rc, out = run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-fopenmp",
+                           "-fsyntax-only"] + cppflags + [f], cwd=dest, timeout=300)
+            if rc != 0 or out.strip():
+                bad(f"compile: the stubbed {f} does not compile cleanly: {out.strip()[:800]}")
+        print(f"compile: {len(cfiles)} stubbed C files compile with -Wall -Wextra -Werror")
+
+
+def grade_of(tree, build, stages):
+    out_dir = os.path.join(build, "grade-selftest")
+    rc, out = run([sys.executable, "scripts/grade.py", "--build", build, "--out", out_dir, "--stages", stages],
+                  cwd=tree, timeout=3600)
+    if rc != 0:
+        bad(f"grade in {tree} failed (exit {rc}): {out[-2000:]}")
+        return None
+    return json.load(open(os.path.join(out_dir, "grade.json")))
+
+
+def step_full():
+    build = os.environ.get("BUILD", "build")
+    stages = "01,02,03,04,05,06"
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "student")
+        make_tree(dest)
+        # The solution's objects come along (their time stamps are older than the stubbed files,
+        # which make rebuilds): only the files with regions compile again.
+        shutil.copytree(os.path.join(REPO, build), os.path.join(dest, "build"), symlinks=True)
+        targets = [f"build-{s}" for s in stages.split(",")]
+        rc, out = run(["make", "-j2", "BUILD=build"] + targets, cwd=dest, timeout=3000)
+        noise = [x for x in out.splitlines() if x.strip() and not re.match(r"^(  (CC|NVCC|AR|LD) |[✓✗] |  GPU arch)", x)]
+        if rc != 0 or noise:
+            bad(f"full: the student tree does not build cleanly (exit {rc}): " + "\n".join(noise[:30]))
+            return
+        # its CPU tests fail with the task messages, not crashes
+        rc, out = run(["build/02_weighted_sum/test_02", "--jobs", "2", "--filter", "ws_ref/*"], cwd=dest, timeout=600)
+        if rc == 0 or "02: weighted_sum_forward_ref is yours to write — see 02_weighted_sum/README.md" not in out \
+                or "Crashing: 0" not in out:
+            bad(f"full: the student's ws_ref tests do not fail with the task message: {out[-1500:]}")
+        sg = grade_of(dest, "build", stages)
+        if sg:
+            for p in sg["problems"]:
+                if p["regions"] and p["earned"] != 0:
+                    bad(f"full: student tree: {p['problem']} has regions but earned {p['earned']}")
+                if p["regions"] and p["status"] == "pass":
+                    bad(f"full: student tree: {p['problem']} has regions but passed")
+                if not p["regions"] and p["status"] == "fail":
+                    bad(f"full: student tree: {p['problem']} has no region but failed: {p['detail'][:3]}")
+            if not sg["tasks_left"]:
+                bad("full: the student grade lists no task left")
+            print(f"full: student tree grades {sg['total']['earned']:g} / {sg['total']['possible']:g}")
+    solg = grade_of(REPO, build, stages)
+    if solg:
+        for p in solg["problems"]:
+            if p["status"] == "fail":
+                bad(f"full: solution: {p['problem']} fails: {p['detail'][:3]}")
+        print(f"full: the solution grades {solg['total']['earned']:g} / {solg['total']['possible']:g} "
+              f"({solg['total']['not_run']:g} points not run here)")
+
+
+def main():
+    steps = {"markers": step_markers, "tree": step_tree, "stages": step_stages, "compile": step_compile,
+             "full": step_full}
+    if len(sys.argv) != 2 or sys.argv[1] not in steps:
+        print(__doc__)
+        return 2
+    steps[sys.argv[1]]()
+    if PROBLEMS:
+        return 1
+    print(f"{sys.argv[1]}: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

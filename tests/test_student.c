@@ -1,0 +1,34 @@
+// The student edition (issue 20): `make student` and `make grade`. The checks themselves live in
+// tests/student_selftest.py (one step per test here); the minutes-long one (build a student tree
+// of stages 01-06, grade it and the solution) runs under `make test-student`, which CI runs.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tests/harness.h"
+
+static char out[1 << 16];
+
+static void step(const char* name) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "python3 tests/student_selftest.py %s", name);
+    const int rc = run_capture(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s: exit %d:\n%s", cmd, rc, out);
+}
+
+// nested, unclosed, unlisted, malformed, unmarked-but-listed regions and kernels outside a region
+Test(student, marker_checker_refuses_bad_regions, .timeout = 120) { step("markers"); }
+
+// byte-identical outside the regions, no solution line inside, no .git, round trip to the solution
+Test(student, tree_is_exact_and_fills_back, .timeout = 120) { step("tree"); }
+
+// STAGES=01,02 stubs 01-02 and leaves the later stages out
+Test(student, stages_are_released_one_at_a_time, .timeout = 120) { step("stages"); }
+
+// the stubbed C files compile under the build's -Wall -Wextra -Werror
+Test(student, stubs_compile_without_warnings, .timeout = 300) { step("compile"); }
+
+// the student tree builds, its tests fail with the task messages, grades 0 where it has regions
+Test(student, student_tree_builds_and_grades, .timeout = 3600) {
+    if (!getenv("STUDENT_FULL")) cr_skip_test("minutes of build and grading: make test-student runs it (CI does)");
+    step("full");
+}
