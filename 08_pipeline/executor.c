@@ -97,7 +97,6 @@ pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg) {
         fail("executor: ranks %d..%d are not all in a world of %d", cfg->world_base, cfg->world_base + x->p - 1, cfg->c->world);
     if (cfg->Bmb < 1 || cfg->T < 1 || cfg->Bmb > m->B || cfg->T > m->T)
         fail("executor: micro-batch %d x %d does not fit the model's %d x %d", cfg->Bmb, cfg->T, m->B, m->T);
-    if (schedule_check_structure(s, err, sizeof err) != 0) fail("executor: %s", err);
     x->span_b = calloc((size_t)x->v, sizeof(size_t));
     x->span_e = calloc((size_t)x->v, sizeof(size_t));
     x->pool = calloc((size_t)x->v, sizeof(pool_t));
@@ -114,14 +113,24 @@ pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg) {
         x->pool[c].slot_of = malloc((size_t)x->m * sizeof(int));
         if (!x->pool[c].slot_of) DIE("out of host memory");
     }
+    pp_exec_schedule_changed(x);
+    return x;
+}
+
+void pp_exec_schedule_changed(pp_exec_t* x) {
+    const schedule_t* s = x->cfg.sched;
+    char err[256];
+    if (s->p != x->p || s->m != x->m || s->v != x->v || (s->kind == SCHED_ZBH1) != x->split)
+        fail("executor: the new schedule has another shape (p %d, m %d, v %d, %s)", s->p, s->m, s->v, sched_name(s->kind));
+    if (schedule_check_structure(s, err, sizeof err) != 0) fail("executor: %s", err);
     int longest = 1;
-    for (int i = 0; i < s->n_actions[cfg->rank]; i++) {
-        const int g = schedule_group_len(s, cfg->rank, i);
+    for (int i = 0; i < s->n_actions[x->cfg.rank]; i++) {
+        const int g = schedule_group_len(s, x->cfg.rank, i);
         longest = g > longest ? g : longest;
     }
+    free(x->reqs);
     x->reqs = calloc((size_t)longest, sizeof(comm_req_t*));
     if (!x->reqs) DIE("out of host memory");
-    return x;
 }
 
 void pp_exec_destroy(pp_exec_t* x) {

@@ -77,6 +77,10 @@ double pp_exec_dp_allreduce(pp_exec_t* x, int D);
 // AdamW (model_cpu_adamw_step's semantics: t = ++m->adam_t) over this rank's slices only.
 void pp_exec_adamw(pp_exec_t* x, const adamw_config_t* cfg);
 
+// The schedule cfg.sched points to was rebuilt in place (same kind, p, m, v; re-planned with
+// other costs): re-reads it, keeping the activation sets already allocated.
+void pp_exec_schedule_changed(pp_exec_t* x);
+
 // Slice [*begin, *end) of the flat buffer that chunk c owns.
 void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end);
 

@@ -110,8 +110,7 @@ static int check_single(const model_config_t* cfg, const float* got, double loss
 // where each W goes; planned with the real costs, an eager run meets the formula (simulate.h),
 // planned with unit costs (F = B = BI = W) it does not. Rank 0 averages and broadcasts, so every
 // rank builds the same lists from the same bits.
-static pp_exec_t* replan(comm_t* c, pp_exec_t* x, pp_exec_config_t* ec, schedule_t* sched, const pp_timing_t* tm,
-                         int speak) {
+static void replan(comm_t* c, pp_exec_t* x, schedule_t* sched, const pp_timing_t* tm, int speak) {
     double sums[8];
     for (int z = 0; z < 4; z++) sums[z] = tm->t_kind[z], sums[4 + z] = tm->n_kind[z];
     comm_host_allreduce_f64(c, sums, 8, COMM_SUM);
@@ -134,9 +133,7 @@ static pp_exec_t* replan(comm_t* c, pp_exec_t* x, pp_exec_config_t* ec, schedule
             printf("# lists planned again with the warm-up's mean costs: F %.3f, B %.3f ms\n", 1e3 * plan.f, 1e3 * plan.b);
         fflush(stdout);
     }
-    pp_exec_destroy(x);
-    ec->die_after = -1;
-    return pp_exec_create(ec);
+    pp_exec_schedule_changed(x);  // the activation sets already allocated are kept
 }
 
 int main(int argc, char** argv) {
@@ -259,7 +256,7 @@ int main(int argc, char** argv) {
             fflush(stdout);
         }
         if (!isfinite(loss)) comm_fatal(c, 1, "loss is %g at step %d", loss, k);
-        if (k + 1 == warmup) x = replan(c, x, &ec, &sched, &tm, wr == 0);
+        if (k + 1 == warmup) replan(c, x, &sched, &tm, wr == 0);
         if (k < warmup) continue;
         dp_s += dps;
         const double row[TM_N] = {tm.wall, tm.busy, tm.comm, tm.t_kind[ACT_F], tm.t_kind[ACT_B], tm.t_kind[ACT_BI],
