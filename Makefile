@@ -76,7 +76,7 @@ ifeq ($(HAVE_NVCC),)
 $(error CUDA toolkit not found at $(CUDA_HOME) (no nvcc). Install it or set CUDA_HOME=/path/to/cuda)
 endif
 
-STAGES := $(if $(HAVE_MPI),$(STAGES_ALL),$(filter-out $(STAGES_MPI),$(STAGES_ALL)))
+STAGE_DIRS := $(if $(HAVE_MPI),$(STAGES_ALL),$(filter-out $(STAGES_MPI),$(STAGES_ALL)))
 
 # ---------------------------------------------------------------- flags
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
@@ -189,7 +189,7 @@ bench-$(2): deps build-$(2)
 
 STAGE_LIBS_SO_FAR := $$($(1)_LIB) $$(STAGE_LIBS_SO_FAR)
 endef
-$(foreach s,$(STAGES),$(eval $(call STAGE_RULES,$(s),$(firstword $(subst _, ,$(s))))))
+$(foreach s,$(STAGE_DIRS),$(eval $(call STAGE_RULES,$(s),$(firstword $(subst _, ,$(s))))))
 
 # keep objects of programs (make would delete them as intermediates and relink every time)
 .SECONDARY:

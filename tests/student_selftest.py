@@ -208,7 +208,7 @@ def step_compile():
 
 
 def grade_of(tree, build, stages):
-    out_dir = os.path.join(build, "grade-selftest")
+    out_dir = os.path.join(tree, build, "grade-selftest")
     rc, out = run([sys.executable, "scripts/grade.py", "--build", build, "--out", out_dir, "--stages", stages],
                   cwd=tree, timeout=3600)
     if rc != 0:
