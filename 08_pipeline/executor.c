@@ -249,7 +249,7 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
     for (int c = 0; c < x->v; c++) {
         memset(m->grads + x->span_b[c], 0, (x->span_e[c] - x->span_b[c]) * sizeof(float));
         for (int mb = 0; mb < x->m; mb++) x->pool[c].slot_of[mb] = -1;
-        memset(x->pool[c].in_use, 0, (size_t)x->pool[c].n * sizeof(int));
+        for (int k = 0; k < x->pool[c].n; k++) x->pool[c].in_use[k] = 0;  // (in_use is NULL before the first step)
     }
     x->n_deferred = 0;
     x->live = x->peak_live = 0;
