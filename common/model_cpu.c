@@ -1,6 +1,9 @@
-// The CPU reference of the Transformer LM: the model's forward and backward passes, written
-// as the sequence of operations in common/ops_cpu.h, one line per step of the maths in
-// common/model.h. fp32 throughout, no cleverness: this is the ground truth for the GPU code.
+// The CPU reference of the Transformer LM: creation, the whole-model forward and backward, and
+// AdamW. The passes themselves live in common/model_cpu_range.c — the sequence of operations of
+// common/ops_cpu.h, one line per step of the maths in common/model.h, over a range of blocks —
+// and the whole model is the range [0, L) with the embedding and the head, so the pipeline
+// stages of 08_pipeline run this very code. fp32 throughout, no cleverness: this is the ground
+// truth for the GPU code.
 #include "common/model_cpu.h"
 
 #include <math.h>
@@ -112,13 +115,6 @@ void model_cpu_destroy(model_cpu_t* m) {
     param_layout_free(&m->layout);
 }
 
-// Pointer to parameter `kind` of `layer` inside a flat buffer (params or grads).
-static float* param_ptr(const model_cpu_t* m, float* flat, param_kind_t kind, int layer) {
-    const int i = param_index(&m->layout, kind, layer);
-    if (i < 0) DIE("model_cpu: no parameter of kind %d in layer %d", (int)kind, layer);
-    return flat + m->layout.p[i].offset;
-}
-
 static void check_tokens(const int32_t* x, int B, int T, int V, const char* what) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -127,6 +123,21 @@ static void check_tokens(const int32_t* x, int B, int T, int V, const char* what
                 fail("%s token id %d at [%d, %d] is out of range [0, %d) (vocab %d)", what, id, b,
                      t, V, V);
         }
+}
+
+// The whole model is the block range [0, L) with the embedding and the head: one code path
+// (common/model_cpu_range.c) serves it and the pipeline stages of 08_pipeline. This view
+// points the range's activations at the model's own buffers (nothing is allocated).
+static model_cpu_range_acts_t whole_model_view(model_cpu_t* m) {
+    model_cpu_range_acts_t w;
+    memset(&w, 0, sizeof w);
+    w.r = (model_range_t){0, m->c.n_layers, 1, 1};
+    w.B = m->B;
+    w.T = m->T;
+    w.inputs = m->inputs;
+    w.targets = m->targets;
+    w.a = m->a;
+    return w;
 }
 
 float model_cpu_forward(model_cpu_t* m, const int32_t* inputs, const int32_t* targets, int B,
@@ -141,136 +152,24 @@ float model_cpu_forward(model_cpu_t* m, const int32_t* inputs, const int32_t* ta
     check_tokens(inputs, B, T, c->vocab, "input");
     if (targets) check_tokens(targets, B, T, c->vocab, "target");
 
-    const int L = c->n_layers, C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
-    const int HS = C / NH, N = B * T;
-    const size_t NC = (size_t)N * C;
+    model_cpu_range_acts_t w = whole_model_view(m);
+    const float loss = model_cpu_range_forward(m, &w, inputs, targets, 1.0f, B, T);
     m->cur_B = B;
     m->cur_T = T;
-    memcpy(m->inputs, inputs, (size_t)N * sizeof(int32_t));
     m->have_targets = targets != NULL;
-    if (targets) memcpy(m->targets, targets, (size_t)N * sizeof(int32_t));
-
-    model_cpu_acts_t* a = &m->a;
-    // x = E[inputs]
-    embedding_fwd_cpu(a->res, inputs, param_ptr(m, m->params, PK_EMBED, -1), N, C);
-    for (int l = 0; l < L; l++) {
-        float* x = a->res + (size_t)l * NC;              // (B, T, C) layer input
-        float* ln1 = a->ln1 + (size_t)l * NC;            // (B, T, C)
-        float* ln1_rstd = a->ln1_rstd + (size_t)l * N;   // (B, T)
-        float* qkv = a->qkv + (size_t)l * NC * 3;        // (B, T, 3C)
-        float* att = a->att + (size_t)l * B * NH * T * T;  // (B, NH, T, T)
-        float* atty = a->atty + (size_t)l * NC;          // (B, T, C)
-        float* mid = a->res_mid + (size_t)l * NC;        // (B, T, C)
-        float* ln2 = a->ln2 + (size_t)l * NC;            // (B, T, C)
-        float* ln2_rstd = a->ln2_rstd + (size_t)l * N;   // (B, T)
-        float* h13 = a->h13 + (size_t)l * N * 2 * F;     // (B, T, 2F)
-        float* gate = a->gate + (size_t)l * N * F;       // (B, T, F)
-        float* out = a->res + (size_t)(l + 1) * NC;      // (B, T, C) layer output
-
-        // Attention block: x_mid = x + Wo · Attn(RoPE(q), RoPE(k), v), q|k|v = Wqkv · RMSNorm1(x)
-        rmsnorm_fwd_cpu(ln1, ln1_rstd, x, param_ptr(m, m->params, PK_LN1, l), N, C);
-        // q_proj, k_proj, v_proj are adjacent: together one (3C, C) weight.
-        matmul_fwd_cpu(qkv, ln1, param_ptr(m, m->params, PK_Q, l), N, C, 3 * C);
-        rope_fwd_cpu(qkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // q
-        rope_fwd_cpu(qkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // k
-        attention_fwd_cpu(atty, att, qkv, B, T, C, NH);
-        matmul_fwd_cpu(mid, atty, param_ptr(m, m->params, PK_O, l), N, C, C);
-        for (size_t i = 0; i < NC; i++) mid[i] += x[i];
-
-        // FFN block: out = x_mid + W2 · (SiLU(W1 · RMSNorm2(x_mid)) * W3 · RMSNorm2(x_mid))
-        rmsnorm_fwd_cpu(ln2, ln2_rstd, mid, param_ptr(m, m->params, PK_LN2, l), N, C);
-        // w1 and w3 are adjacent: together one (2F, C) weight.
-        matmul_fwd_cpu(h13, ln2, param_ptr(m, m->params, PK_W1, l), N, C, 2 * F);
-        swiglu_fwd_cpu(gate, h13, N, F);
-        matmul_fwd_cpu(out, gate, param_ptr(m, m->params, PK_W2, l), N, F, C);
-        for (size_t i = 0; i < NC; i++) out[i] += mid[i];
-    }
-    // logits = lm_head · RMSNorm_final(x_L)
-    rmsnorm_fwd_cpu(a->lnf, a->lnf_rstd, a->res + (size_t)L * NC,
-                    param_ptr(m, m->params, PK_LNF, -1), N, C);
-    matmul_fwd_cpu(a->logits, a->lnf, param_ptr(m, m->params, PK_HEAD, -1), N, C, V);
-    if (!targets) return NAN;
-    return cross_entropy_fwd_cpu(a->lse, a->logits, targets, N, V);
-}
-
-static void ready(const model_cpu_t* m, grad_ready_fn hook, void* ctx, param_kind_t kind,
-                  int layer) {
-    if (hook) hook(ctx, param_index(&m->layout, kind, layer));
+    return loss;
 }
 
 void model_cpu_backward(model_cpu_t* m, grad_ready_fn hook, void* ctx) {
     if (!m->have_targets) DIE("model_cpu_backward: the last forward had no targets (no loss)");
-    const model_config_t* c = &m->c;
-    const int B = m->cur_B, T = m->cur_T;
-    const int L = c->n_layers, C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
-    const int HS = C / NH, N = B * T;
-    const size_t NC = (size_t)N * C;
-    model_cpu_acts_t* a = &m->a;
-    model_cpu_scratch_t* s = &m->s;
-    float* P = m->params;
-    float* G = m->grads;
-    // Padding stays 0; every parameter's gradient is overwritten below.
-    memset(G, 0, m->layout.total * sizeof(float));
-
-    // Loss -> logits -> lm_head and the final norm.
-    cross_entropy_bwd_cpu(s->dlogits, a->logits, a->lse, m->targets, N, V);
-    matmul_bwd_cpu(s->dln, param_ptr(m, G, PK_HEAD, -1), s->dlogits, a->lnf,
-                   param_ptr(m, P, PK_HEAD, -1), N, C, V);
-    ready(m, hook, ctx, PK_HEAD, -1);
-    memset(s->dres, 0, NC * sizeof(float));
-    rmsnorm_bwd_cpu(s->dres, param_ptr(m, G, PK_LNF, -1), s->dln, a->res + (size_t)L * NC,
-                    param_ptr(m, P, PK_LNF, -1), a->lnf_rstd, N, C);
-    ready(m, hook, ctx, PK_LNF, -1);
-
-    for (int l = L - 1; l >= 0; l--) {
-        const float* x = a->res + (size_t)l * NC;
-        const float* ln1 = a->ln1 + (size_t)l * NC;
-        const float* ln1_rstd = a->ln1_rstd + (size_t)l * N;
-        const float* qkv = a->qkv + (size_t)l * NC * 3;
-        const float* att = a->att + (size_t)l * B * NH * T * T;
-        const float* atty = a->atty + (size_t)l * NC;
-        const float* mid = a->res_mid + (size_t)l * NC;
-        const float* ln2 = a->ln2 + (size_t)l * NC;
-        const float* ln2_rstd = a->ln2_rstd + (size_t)l * N;
-        const float* h13 = a->h13 + (size_t)l * N * 2 * F;
-        const float* gate = a->gate + (size_t)l * N * F;
-        // Here s->dres (B, T, C) is the gradient of this layer's output.
-
-        // FFN block, in reverse. The skip path passes dres through unchanged, so dres
-        // becomes the gradient of x_mid once the norm's contribution is added.
-        matmul_bwd_cpu(s->dgate, param_ptr(m, G, PK_W2, l), s->dres, gate,
-                       param_ptr(m, P, PK_W2, l), N, F, C);
-        ready(m, hook, ctx, PK_W2, l);
-        swiglu_bwd_cpu(s->dh13, s->dgate, h13, N, F);
-        // One (2F, C) product gives dW1 and dW3 (adjacent) and dRMSNorm2 in one go.
-        matmul_bwd_cpu(s->dln, param_ptr(m, G, PK_W1, l), s->dh13, ln2,
-                       param_ptr(m, P, PK_W1, l), N, C, 2 * F);
-        ready(m, hook, ctx, PK_W3, l);
-        ready(m, hook, ctx, PK_W1, l);
-        rmsnorm_bwd_cpu(s->dres, param_ptr(m, G, PK_LN2, l), s->dln, mid,
-                        param_ptr(m, P, PK_LN2, l), ln2_rstd, N, C);
-        ready(m, hook, ctx, PK_LN2, l);
-
-        // Attention block, in reverse; afterwards dres is the gradient of the layer input.
-        matmul_bwd_cpu(s->datty, param_ptr(m, G, PK_O, l), s->dres, atty,
-                       param_ptr(m, P, PK_O, l), N, C, C);
-        ready(m, hook, ctx, PK_O, l);
-        attention_bwd_cpu(s->dqkv, s->datty, qkv, att, B, T, C, NH);
-        rope_bwd_cpu(s->dqkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // dq
-        rope_bwd_cpu(s->dqkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // dk
-        // One (3C, C) product: dWq, dWk, dWv (adjacent) and dRMSNorm1.
-        matmul_bwd_cpu(s->dln, param_ptr(m, G, PK_Q, l), s->dqkv, ln1, param_ptr(m, P, PK_Q, l),
-                       N, C, 3 * C);
-        ready(m, hook, ctx, PK_V, l);
-        ready(m, hook, ctx, PK_K, l);
-        ready(m, hook, ctx, PK_Q, l);
-        rmsnorm_bwd_cpu(s->dres, param_ptr(m, G, PK_LN1, l), s->dln, x,
-                        param_ptr(m, P, PK_LN1, l), ln1_rstd, N, C);
-        ready(m, hook, ctx, PK_LN1, l);
-    }
-    // dres is now the gradient of the embedding output.
-    embedding_bwd_cpu(param_ptr(m, G, PK_EMBED, -1), s->dres, m->inputs, N, C, V);
-    ready(m, hook, ctx, PK_EMBED, -1);
+    model_cpu_range_acts_t w = whole_model_view(m);
+    w.cur_B = m->cur_B;
+    w.cur_T = m->cur_T;
+    w.loss_scale = 1.0f;
+    w.have_loss = 1;
+    // WRITE: every gradient (and the padding, as 0) is overwritten.
+    const model_cpu_grad_sink_t sink = {m->grads, 0, hook, ctx};
+    model_cpu_range_backward(m, &w, &sink);
 }
 
 void model_cpu_adamw_step(model_cpu_t* m, const adamw_config_t* cfg) {
