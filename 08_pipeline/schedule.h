@@ -1,7 +1,7 @@
 // Pipeline schedules as data: for p ranks, m micro-batches and v model chunks per rank, each
 // rank's ordered list of actions (compute and point-to-point communication). The generator is
 // pure C and needs no GPU; the simulator (simulate.h) runs the lists with costs, and an executor
-// runs them over the communicator's send/recv (not yet built; see README "Executor").
+// runs them over the communicator's send/recv (executor.h; see README "Executor").
 //
 // Letters (used everywhere in this stage):
 //   p  pipeline ranks            r     a rank, 0..p-1
