@@ -363,13 +363,12 @@ int main(int argc, char** argv) {
     // Backends.
     const backend_entry_t* chosen[N_BACKENDS];
     int nchosen = 0;
-    const int gpus = gpu_count();
     if (strcmp(backends_s, "auto") == 0) {
         const char* const gpu_set[] = {"nccl", "nccl-direct", "ring-nccl"};
         const char* const cpu_set[] = {"mpi", "ring-mpi"};
-        const char* local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        int local_n = local ? atoi(local) : 1;
-        int use_gpu = HAVE_NCCL && gpus >= local_n && gpus > 0;
+        comm_backend_t kind;
+        comm_backend_choose("auto", &kind);
+        const int use_gpu = kind == COMM_NCCL;
         for (int i = 0; i < (use_gpu ? 3 : 2); i++) chosen[nchosen++] = find_backend(use_gpu ? gpu_set[i] : cpu_set[i]);
     } else {
         char buf[256];

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     const char* backend_s = "auto";
     cli_opt_t opts[] = {
         {"np", CLI_INT, &np, "2", "ranks to start when run without mpirun", NULL},
-        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", "auto|mpi|nccl"},
+        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", COMM_BACKEND_AUTO_CHOICES},
     };
     comm_cli_parse(argc, argv, "All-reduce by the library and by the ring (stage 05's demo).", opts, CLI_COUNT(opts));
     if (np < 1 || np > 64) fail("--np: %d is out of range (1..64)", np);
@@ -30,12 +30,8 @@ int main(int argc, char** argv) {
         execv(args[0], args);
         perror("demo: cannot start scripts/mpirun.sh");  // then go on as a world of one
     }
-    comm_backend_t backend = COMM_MPI;
-    if (strcmp(backend_s, "nccl") == 0) backend = COMM_NCCL;
-    if (strcmp(backend_s, "auto") == 0) {
-        const char* ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        backend = (HAVE_NCCL && gpu_count() >= (ls ? atoi(ls) : 1) && gpu_count() > 0) ? COMM_NCCL : COMM_MPI;
-    }
+    comm_backend_t backend;
+    comm_backend_choose(backend_s, &backend);  // the flag's choices were checked by the parser
     comm_t* c = comm_init(backend, 0);
     const size_t count = (size_t)1 << 22;  // 16 MiB of fp32
     float* h = malloc(count * sizeof(float));

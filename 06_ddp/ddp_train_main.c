@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
         {"bucket-mb", CLI_STR, &bucket_s, "25", "bucket caps in MiB for bucketed (comma list: one run each)", NULL},
         {"steps", CLI_INT, &steps, "5", "measured steps per run", NULL},
         {"warmup", CLI_INT, &warmup, "2", "steps before measuring (each run)", NULL},
-        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", "auto|mpi|nccl"},
+        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", COMM_BACKEND_AUTO_CHOICES},
         {"check-single", CLI_INT, &check, "0", "1: rank 0 also trains one model on the whole batch and compares (one variant)", NULL},
         {"seed", CLI_INT, &seed, "1", "rank r initialises from seed + r, data from seed", NULL},
         {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
@@ -259,12 +259,8 @@ int main(int argc, char** argv) {
     }
     if (check && nruns != 1) BAD("--check-single: give one variant (got %d runs)", nruns);
 
-    comm_backend_t backend = COMM_MPI;
-    if (strcmp(backend_s, "nccl") == 0) backend = COMM_NCCL;
-    if (strcmp(backend_s, "auto") == 0) {
-        const char* ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        backend = (HAVE_NCCL && gpu_count() > 0 && gpu_count() >= (ls ? atoi(ls) : 1)) ? COMM_NCCL : COMM_MPI;
-    }
+    comm_backend_t backend;
+    comm_backend_choose(backend_s, &backend);  // the flag's choices were checked by the parser
     model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");

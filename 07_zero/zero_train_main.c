@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
         {"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "bucket cap in MiB (DDP's buckets, ZeRO-2's buckets)", NULL},
         {"steps", CLI_INT, &steps, "5", "measured steps per run", NULL},
         {"warmup", CLI_INT, &warmup, "2", "steps before measuring (each run)", NULL},
-        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", "auto|mpi|nccl"},
+        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", COMM_BACKEND_AUTO_CHOICES},
         {"check-ddp", CLI_INT, &check, "0", "1: run ddp too and compare every run's parameters with its own (rtol 1e-4, atol 1e-5)", NULL},
         {"seed", CLI_INT, &seed, "1", "rank r initialises from seed + r (rank 0's are broadcast), data from seed", NULL},
         {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
@@ -302,12 +302,8 @@ int main(int argc, char** argv) {
             if (want[k]) runs[nruns++] = (run_kind_t)k;
     }
 
-    comm_backend_t backend = COMM_MPI;
-    if (strcmp(backend_s, "nccl") == 0) backend = COMM_NCCL;
-    if (strcmp(backend_s, "auto") == 0) {
-        const char* ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        backend = (HAVE_NCCL && gpu_count() > 0 && gpu_count() >= (ls ? atoi(ls) : 1)) ? COMM_NCCL : COMM_MPI;
-    }
+    comm_backend_t backend;
+    comm_backend_choose(backend_s, &backend);  // the flag's choices were checked by the parser
     const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");

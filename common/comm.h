@@ -148,6 +148,10 @@ void comm_fatal(comm_t* c, int status, const char* fmt, ...);
 int comm_env_rank(void);
 // cli_parse (common/cli.h) for every rank, with --help and errors printed by rank 0 only.
 void comm_cli_parse(int argc, char** argv, const char* summary, cli_opt_t* opts, int nopts);
+// A --backend flag's value: "mpi", "nccl", or "auto" (NCCL when this build has it and this
+// node has a GPU for each of its ranks, else MPI). 0, or -1 for anything else.
+int comm_backend_choose(const char* s, comm_backend_t* out);
+#define COMM_BACKEND_AUTO_CHOICES "auto|mpi|nccl"
 // The --comm-timeout flag's value (0: COMM_TIMEOUT from the environment, else the default).
 double comm_timeout_flag(double flag_s);
 #define COMM_TIMEOUT_HELP "seconds any communication may wait before the job ends (0: $COMM_TIMEOUT, else 60)"

@@ -2,11 +2,13 @@
 // line for a bad flag, not one per rank). See comm.h.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
+#include "common/gpu.h"
 
 int comm_env_rank(void) {
     // Set by mpirun before MPI_Init (OpenMPI; PMI_RANK for MPICH-style launchers).
@@ -37,4 +39,15 @@ void comm_cli_parse(int argc, char** argv, const char* summary, cli_opt_t* opts,
 double comm_timeout_flag(double flag_s) {
     if (flag_s < 0) fail("--comm-timeout: %g is negative: give seconds > 0 (0: COMM_TIMEOUT or %.0f s)", flag_s, COMM_TIMEOUT_DEFAULT_S);
     return flag_s > 0 ? flag_s : comm_timeout_from_env();
+}
+
+int comm_backend_choose(const char* s, comm_backend_t* out) {
+    if (s && strcmp(s, "auto") == 0) {
+        // Every rank of this node needs a GPU of its own (mpirun tells how many share the node).
+        const char* ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        const int local = ls ? atoi(ls) : 1, gpus = gpu_count();
+        *out = (HAVE_NCCL && gpus > 0 && gpus >= local) ? COMM_NCCL : COMM_MPI;
+        return 0;
+    }
+    return comm_backend_parse(s, out);
 }
