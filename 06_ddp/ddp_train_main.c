@@ -20,6 +20,7 @@
 
 #include "04_flashattn_bwd/flash_bwd.h"
 #include "06_ddp/ddp.h"
+#include "06_ddp/replica.h"
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
@@ -43,47 +44,37 @@ typedef struct {
 } run_t;
 
 typedef struct {
-    comm_t* c;
-    int gpu;
-    model_config_t cfg;
-    int B, T, steps, warmup;
+    replica_t rep;          // the model, its parameter table and the data (replica.h)
+    int steps, warmup;
     adamw_config_t opt;
-    data_source_t data;
-    int32_t *in_all, *tg_all;  // (B·world, T) the global batch of a step
-    model_cpu_t cpu;           // CPU backend
-    model_gpu_t* m;            // GPU backend
-    const param_layout_t* lay;
-    ddp_param_t* table;
     int adam_step;
 } trainer_t;
 
-static const float* params_of(trainer_t* t) { return t->gpu ? model_gpu_params(t->m) : t->cpu.params; }
+static const float* params_of(trainer_t* t) { return t->rep.gpu ? model_gpu_params(t->rep.m) : t->rep.cpu.params; }
 
 // One training step on this rank's slice of the global batch `step`. d NULL: no DDP (each rank
 // trains alone: the baseline's timing). Returns the rank's loss; fills the phase times (ms).
 static float train_step(trainer_t* t, ddp_t* d, int64_t step, double* step_ms, double* exposed_ms,
                         double* comm_ms) {
-    const int W = t->c->world, r = t->c->rank;
-    sample_batch(&t->data, t->B * W, t->T, step, t->in_all, t->tg_all);
-    const int32_t* in = t->in_all + (size_t)r * t->B * t->T;
-    const int32_t* tg = t->tg_all + (size_t)r * t->B * t->T;
+    const int32_t *in, *tg;
+    replica_batch(&t->rep, step, &in, &tg);
     float loss;
     char err[256];
-    if (t->gpu) {
-        cudaStream_t s = model_gpu_stream(t->m);
+    if (t->rep.gpu) {
+        cudaStream_t s = model_gpu_stream(t->rep.m);
         cudaEvent_t e0, e_bwd, e_comm, e_end;
         CUDA_CHECK(cudaEventCreate(&e0));
         CUDA_CHECK(cudaEventCreate(&e_bwd));
         CUDA_CHECK(cudaEventCreate(&e_comm));
         CUDA_CHECK(cudaEventCreate(&e_end));
-        model_gpu_set_tokens(t->m, in, tg);
+        model_gpu_set_tokens(t->rep.m, in, tg);
         CUDA_CHECK(cudaEventRecord(e0, s));
         // NVTX ranges (--nvtx) mark the launches of each phase for anyone with Nsight Systems.
         nvtx_push("forward");
-        model_gpu_forward_async(t->m, model_gpu_inputs(t->m), model_gpu_targets(t->m));
+        model_gpu_forward_async(t->rep.m, model_gpu_inputs(t->rep.m), model_gpu_targets(t->rep.m));
         nvtx_pop();
         nvtx_push("backward (all-reduces start in its hook)");
-        if (model_gpu_backward(t->m, d ? ddp_grad_ready : NULL, d, err, sizeof err) != 0) fail("%s", err);
+        if (model_gpu_backward(t->rep.m, d ? ddp_grad_ready : NULL, d, err, sizeof err) != 0) fail("%s", err);
         nvtx_pop();
         CUDA_CHECK(cudaEventRecord(e_bwd, s));
         nvtx_push("ddp_finish_grads");
@@ -91,29 +82,29 @@ static float train_step(trainer_t* t, ddp_t* d, int64_t step, double* step_ms, d
         nvtx_pop();
         CUDA_CHECK(cudaEventRecord(e_comm, s));
         nvtx_push("optimizer");
-        if (model_gpu_adamw(t->m, &t->opt, ++t->adam_step, err, sizeof err) != 0) fail("%s", err);
+        if (model_gpu_adamw(t->rep.m, &t->opt, ++t->adam_step, err, sizeof err) != 0) fail("%s", err);
         nvtx_pop();
         CUDA_CHECK(cudaEventRecord(e_end, s));
-        comm_stream_sync(t->c, s, "the training step");
+        comm_stream_sync(t->rep.c, s, "the training step");
         float a = 0, b = 0;
         CUDA_CHECK(cudaEventElapsedTime(&a, e0, e_end));
         CUDA_CHECK(cudaEventElapsedTime(&b, e_bwd, e_comm));
         *step_ms = a;
         *exposed_ms = b;
         *comm_ms = d ? ddp_comm_ms(d) : 0.0;
-        loss = model_gpu_loss(t->m);
+        loss = model_gpu_loss(t->rep.m);
         CUDA_CHECK(cudaEventDestroy(e0));
         CUDA_CHECK(cudaEventDestroy(e_bwd));
         CUDA_CHECK(cudaEventDestroy(e_comm));
         CUDA_CHECK(cudaEventDestroy(e_end));
     } else {
         double t0 = time_now_s();
-        loss = model_cpu_forward(&t->cpu, in, tg, t->B, t->T);
-        model_cpu_backward(&t->cpu, d ? ddp_grad_ready : NULL, d);
+        loss = model_cpu_forward(&t->rep.cpu, in, tg, t->rep.B, t->rep.T);
+        model_cpu_backward(&t->rep.cpu, d ? ddp_grad_ready : NULL, d);
         double t1 = time_now_s();
         if (d) ddp_finish_grads(d);
         double t2 = time_now_s();
-        model_cpu_adamw_step(&t->cpu, &t->opt);
+        model_cpu_adamw_step(&t->rep.cpu, &t->opt);
         *step_ms = 1e3 * (time_now_s() - t0);
         *exposed_ms = 1e3 * (t2 - t1);  // the CPU's overlap is partial: what is left after the backward
         *comm_ms = *exposed_ms;
@@ -124,10 +115,10 @@ static float train_step(trainer_t* t, ddp_t* d, int64_t step, double* step_ms, d
 // FNV-1a over the parameter bytes: equal on every rank iff the replicas are bitwise identical
 // (up to a 2^-64 chance).
 static unsigned long long params_hash(trainer_t* t) {
-    const size_t n = t->lay->total;
+    const size_t n = t->rep.lay->total;
     float* h = malloc(n * sizeof(float));
     if (!h) DIE("out of host memory");
-    if (t->gpu) model_gpu_get_params(t->m, h);
+    if (t->rep.gpu) model_gpu_get_params(t->rep.m, h);
     else memcpy(h, params_of(t), n * sizeof(float));
     unsigned long long x = 1469598103934665603ull;
     const unsigned char* p = (const unsigned char*)h;
@@ -141,20 +132,20 @@ static unsigned long long params_hash(trainer_t* t) {
 // then averaged), so equal up to fp32 rounding that AdamW's normalisation can amplify for
 // near-zero second moments over a few steps: rtol 1e-4, atol 1e-5.
 static int check_single(trainer_t* t, int steps, uint64_t seed) {
-    const int W = t->c->world;
-    const size_t n = t->lay->total;
+    const int W = t->rep.c->world;
+    const size_t n = t->rep.lay->total;
     float* got = malloc(n * sizeof(float));
     float* want = malloc(n * sizeof(float));
     if (!got || !want) DIE("out of host memory");
-    if (t->gpu) model_gpu_get_params(t->m, got);
-    else memcpy(got, t->cpu.params, n * sizeof(float));
-    if (t->gpu) {
+    if (t->rep.gpu) model_gpu_get_params(t->rep.m, got);
+    else memcpy(got, t->rep.cpu.params, n * sizeof(float));
+    if (t->rep.gpu) {
         char err[256];
-        model_gpu_t* s = model_gpu_create(&t->cfg, t->B * W, t->T, MP_FP32, NULL, seed, err, sizeof err);
+        model_gpu_t* s = model_gpu_create(&t->rep.cfg, t->rep.B * W, t->rep.T, MP_FP32, NULL, seed, err, sizeof err);
         if (!s) fail("--check-single: %s", err);
         for (int k = 0; k < steps; k++) {
-            sample_batch(&t->data, t->B * W, t->T, k, t->in_all, t->tg_all);
-            model_gpu_set_tokens(s, t->in_all, t->tg_all);
+            sample_batch(&t->rep.data, t->rep.B * W, t->rep.T, k, t->rep.in_all, t->rep.tg_all);
+            model_gpu_set_tokens(s, t->rep.in_all, t->rep.tg_all);
             model_gpu_forward_async(s, model_gpu_inputs(s), model_gpu_targets(s));
             if (model_gpu_backward(s, NULL, NULL, err, sizeof err) || model_gpu_adamw(s, &t->opt, k + 1, err, sizeof err))
                 fail("--check-single: %s", err);
@@ -163,10 +154,10 @@ static int check_single(trainer_t* t, int steps, uint64_t seed) {
         model_gpu_destroy(s);
     } else {
         model_cpu_t s;
-        model_cpu_create(&s, &t->cfg, t->B * W, t->T, seed);
+        model_cpu_create(&s, &t->rep.cfg, t->rep.B * W, t->rep.T, seed);
         for (int k = 0; k < steps; k++) {
-            sample_batch(&t->data, t->B * W, t->T, k, t->in_all, t->tg_all);
-            model_cpu_forward(&s, t->in_all, t->tg_all, t->B * W, t->T);
+            sample_batch(&t->rep.data, t->rep.B * W, t->rep.T, k, t->rep.in_all, t->rep.tg_all);
+            model_cpu_forward(&s, t->rep.in_all, t->rep.tg_all, t->rep.B * W, t->rep.T);
             model_cpu_backward(&s, NULL, NULL);
             model_cpu_adamw_step(&s, &t->opt);
         }
@@ -221,7 +212,8 @@ int main(int argc, char** argv) {
     const int speak = comm_env_rank() == 0;
 #define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
     trainer_t t = {0};
-    if (model_config_by_name(model_s, context, &t.cfg) != 0) BAD("--model: unknown size '%s'", model_s);
+    model_config_t cfg;
+    if (model_config_by_name(model_s, context, &cfg) != 0) BAD("--model: unknown size '%s'", model_s);
     if (context < 1 || context > 65536) BAD("--context: %d is out of range (1..65536)", context);
     if (B < 1 || B > 4096) BAD("--batch: %d is out of range (1..4096)", B);
     if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
@@ -267,51 +259,23 @@ int main(int argc, char** argv) {
     if (*timeline && backend == COMM_MPI) BAD("--timeline needs the GPU (NCCL) backend (it draws CUDA streams)");
     if (*timeline && !profiler_available()) BAD("--timeline needs CUPTI and a GPU");
     nvtx_enable(nvtx);
-    t.c = comm_init(backend, comm_timeout_flag(timeout_s));
-    t.gpu = backend == COMM_NCCL;
-    t.B = B;
-    t.T = context;
+    comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
+    const int W = c->world, r = c->rank;
+    replica_create(&t.rep, c, &cfg, B, context, prec, strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL, seed);
     t.steps = steps;
     t.warmup = warmup;
     t.opt = adamw_default();
     t.opt.lr = (float)lr;
-    const int W = t.c->world, r = t.c->rank;
-    data_open_random(&t.data, t.cfg.vocab, (uint64_t)seed);
-    t.in_all = malloc((size_t)B * W * context * sizeof(int32_t));
-    t.tg_all = malloc((size_t)B * W * context * sizeof(int32_t));
-    if (!t.in_all || !t.tg_all) DIE("out of host memory");
-
-    char err[512];
-    if (t.gpu) {
-        const attention_impl_t* attn = strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL;
-        t.m = model_gpu_create(&t.cfg, B, context, prec, attn, (uint64_t)(seed + r), err, sizeof err);
-        if (!t.m) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
-        t.lay = model_gpu_layout(t.m);
-        // Gradients are allocated at the first backward: one untimed forward + backward (no
-        // optimizer step, so nothing changes) gives the DDP layer its gradient buffer.
-        sample_batch(&t.data, B * W, context, -1, t.in_all, t.tg_all);
-        model_gpu_set_tokens(t.m, t.in_all, t.tg_all);
-        model_gpu_forward_async(t.m, model_gpu_inputs(t.m), model_gpu_targets(t.m));
-        if (model_gpu_backward(t.m, NULL, NULL, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
-        comm_stream_sync(t.c, model_gpu_stream(t.m), "the first backward");
-    } else {
-        model_cpu_create(&t.cpu, &t.cfg, B, context, (uint64_t)(seed + r));
-        t.lay = &t.cpu.layout;
-    }
-    t.table = calloc((size_t)t.lay->n, sizeof(ddp_param_t));
-    if (!t.table) DIE("out of host memory");
-    for (int i = 0; i < t.lay->n; i++)
-        t.table[i] = (ddp_param_t){t.lay->p[i].name, t.lay->p[i].offset, t.lay->p[i].numel, 1};
-    float* P = t.gpu ? model_gpu_params(t.m) : t.cpu.params;
-    float* G = t.gpu ? model_gpu_grads(t.m) : t.cpu.grads;
-    cudaStream_t cs = t.gpu ? model_gpu_stream(t.m) : NULL;
+    float* P = t.rep.gpu ? model_gpu_params(t.rep.m) : t.rep.cpu.params;
+    float* G = t.rep.gpu ? model_gpu_grads(t.rep.m) : t.rep.cpu.grads;
+    cudaStream_t cs = t.rep.gpu ? model_gpu_stream(t.rep.m) : NULL;
 
     if (r == 0) {
         gpu_info_t gi = {0};
-        if (t.gpu) gpu_info(t.c->device, &gi);
+        if (t.rep.gpu) gpu_info(t.rep.c->device, &gi);
         printf("# ddp_train: %s, context %d, batch %d per rank x %d ranks, %s, %s backend%s%s, %zu parameters (%.2f GB fp32)\n",
-               model_s, context, B, W, prec_s, comm_backend_name(backend), t.gpu ? ", GPU " : "",
-               t.gpu ? gi.name : "", param_count(t.lay), 4e-9 * (double)param_count(t.lay));
+               model_s, context, B, W, prec_s, comm_backend_name(backend), t.rep.gpu ? ", GPU " : "",
+               t.rep.gpu ? gi.name : "", param_count(t.rep.lay), 4e-9 * (double)param_count(t.rep.lay));
         printf("# per run: %d warm-up steps, then the median of %d; exposed = from the end of the backward to the last all-reduce's end\n\n",
                warmup, steps);
     }
@@ -324,14 +288,14 @@ int main(int argc, char** argv) {
     for (int ri = 0; ri < nruns; ri++) {
         const run_t* run = &runs[ri];
         ddp_t* d = strcmp(run->name, "none") == 0 ? NULL
-                 : ddp_create(t.c, t.table, t.lay->n, P, G, t.lay->total, run->v, run->bucket_mb, cs);
+                 : ddp_create(t.rep.c, t.rep.table, t.rep.lay->n, P, G, t.rep.lay->total, run->v, run->bucket_mb, cs);
         // Rank 0's parameters everywhere at the start of every run (a run without communication
         // before it lets the replicas drift apart).
         {
-            ddp_t* d0 = d ? d : ddp_create(t.c, t.table, t.lay->n, P, G, t.lay->total, DDP_FLAT, 0, cs);
+            ddp_t* d0 = d ? d : ddp_create(t.rep.c, t.rep.table, t.rep.lay->n, P, G, t.rep.lay->total, DDP_FLAT, 0, cs);
             ddp_broadcast_params(d0);
             if (!d) ddp_destroy(d0);
-            if (t.gpu) model_gpu_params_changed(t.m);
+            if (t.rep.gpu) model_gpu_params_changed(t.rep.m);
         }
         double* st = malloc((size_t)steps * 3 * sizeof(double));
         if (!st) DIE("out of host memory");
@@ -342,12 +306,12 @@ int main(int argc, char** argv) {
             if (k >= warmup) { st[k - warmup] = a; st[steps + k - warmup] = b; st[2 * steps + k - warmup] = c2; }
             if (r == 0 && check)
                 printf("  %-8s step %3d  loss %.5f (rank 0)  %.1f ms\n", run->name, k, loss, a);
-            if (!isfinite(loss)) comm_fatal(t.c, 1, "loss is %g at step %d", loss, k);
+            if (!isfinite(loss)) comm_fatal(t.rep.c, 1, "loss is %g at step %d", loss, k);
         }
         double med[3];
         for (int q = 0; q < 3; q++) {
             med[q] = stats_compute(st + q * steps, steps).median;
-            comm_host_allreduce_f64(t.c, &med[q], 1, COMM_MAX);  // the slowest rank
+            comm_host_allreduce_f64(t.rep.c, &med[q], 1, COMM_MAX);  // the slowest rank
         }
         free(st);
         memcpy(med_all[ri], med, sizeof med);
@@ -385,7 +349,7 @@ int main(int argc, char** argv) {
             checked = 1;
             unsigned long long h = params_hash(&t);
             long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
-            comm_host_allreduce_i64(t.c, v, 2, COMM_MAX);
+            comm_host_allreduce_i64(t.rep.c, v, 2, COMM_MAX);
             const int same = v[0] == -v[1];
             if (r == 0) printf("replicas: %s\n", same ? "bitwise identical on every rank" : "DIFFERENT across ranks");
             if (!same) status = 1;
@@ -418,13 +382,8 @@ int main(int argc, char** argv) {
     }
     if (check && r == 0) status |= check_single(&t, steps + warmup, (uint64_t)seed);
     long long st_all = status;
-    comm_host_allreduce_i64(t.c, &st_all, 1, COMM_MAX);
-    if (t.gpu) model_gpu_destroy(t.m);
-    else model_cpu_destroy(&t.cpu);
-    free(t.table);
-    free(t.in_all);
-    free(t.tg_all);
-    data_close(&t.data);
-    comm_destroy(t.c, 1);
+    comm_host_allreduce_i64(t.rep.c, &st_all, 1, COMM_MAX);
+    replica_destroy(&t.rep);
+    comm_destroy(c, 1);
     return (int)st_all;
 }

@@ -30,6 +30,7 @@
 
 #include "04_flashattn_bwd/flash_bwd.h"
 #include "06_ddp/ddp.h"
+#include "06_ddp/replica.h"
 #include "07_zero/sharded_optim.h"
 #include "07_zero/zero.h"
 #include "common/alloc.h"
@@ -54,17 +55,8 @@ typedef enum { RUN_DDP = 0, RUN_ZERO1, RUN_ZERO2, RUN_COURSE, N_RUN_KINDS } run_
 static const char* const run_names[N_RUN_KINDS] = {"ddp", "zero1", "zero2", "course"};
 
 typedef struct {
-    comm_t* c;
-    int gpu;
-    model_config_t cfg;
-    int B, T;
+    replica_t rep;              // the model, its parameter table and the data (06_ddp/replica.h)
     adamw_config_t opt;
-    data_source_t data;
-    int32_t *in_all, *tg_all;  // (B·world, T) the global batch of a step
-    model_cpu_t cpu;
-    model_gpu_t* m;
-    const param_layout_t* lay;
-    ddp_param_t* table;
     size_t total, P;            // layout elements, padded elements
     float *params, *grads;      // (P) the flat buffers (host or device)
     cudaStream_t cs;            // NCCL: the model's stream
@@ -83,16 +75,16 @@ typedef struct {
 static void layer_create(trainer_t* t, layer_t* L, run_kind_t kind, double bucket_mb) {
     memset(L, 0, sizeof *L);
     L->kind = kind;
-    const int n = t->lay->n;
+    const int n = t->rep.lay->n;
     if (kind == RUN_DDP || kind == RUN_COURSE)
-        L->d = ddp_create(t->c, t->table, n, t->params, t->grads, t->total, DDP_BUCKETED, bucket_mb, t->cs);
+        L->d = ddp_create(t->rep.c, t->rep.table, n, t->params, t->grads, t->total, DDP_BUCKETED, bucket_mb, t->cs);
     if (kind == RUN_DDP) {
         optim_init(&L->opt, OPT_ADAMW, &t->opt, t->dev);
-        for (int i = 0; i < n; i++) optim_add_range(&L->opt, t->table[i].offset, t->table[i].offset, t->table[i].numel);
+        for (int i = 0; i < n; i++) optim_add_range(&L->opt, t->rep.table[i].offset, t->rep.table[i].offset, t->rep.table[i].numel);
     } else if (kind == RUN_COURSE) {
-        L->so = sharded_optim_create(t->c, t->table, n, t->params, t->grads, t->total, OPT_ADAMW, &t->opt, 0, t->cs);
+        L->so = sharded_optim_create(t->rep.c, t->rep.table, n, t->params, t->grads, t->total, OPT_ADAMW, &t->opt, 0, t->cs);
     } else {
-        L->z = zero_create(t->c, kind == RUN_ZERO1 ? 1 : 2, t->table, n, t->params, t->grads, t->total, bucket_mb, &t->opt, t->cs);
+        L->z = zero_create(t->rep.c, kind == RUN_ZERO1 ? 1 : 2, t->rep.table, n, t->params, t->grads, t->total, bucket_mb, &t->opt, t->cs);
     }
 }
 
@@ -121,22 +113,22 @@ static void layer_update(trainer_t* t, layer_t* L) {
     if (L->z) zero_step(L->z);
     else if (L->so) sharded_optim_step(L->so);
     else optim_step(&L->opt, t->params, t->grads, t->cs);
-    if (t->gpu) model_gpu_params_changed(t->m);  // the bf16 copy is remade at the next forward
+    if (t->rep.gpu) model_gpu_params_changed(t->rep.m);  // the bf16 copy is remade at the next forward
 }
 
 // The trainable elements of the table inside [lo, hi): the formula, counted apart from the
 // layers so that the allocator's optim bytes are checked against something independent.
 static size_t trainable_in(const trainer_t* t, size_t lo, size_t hi) {
     size_t n = 0;
-    for (int i = 0; i < t->lay->n; i++) {
-        const size_t a = t->table[i].offset, e = a + t->table[i].numel;
-        if (t->table[i].trainable && a < hi && lo < e) n += (e < hi ? e : hi) - (a > lo ? a : lo);
+    for (int i = 0; i < t->rep.lay->n; i++) {
+        const size_t a = t->rep.table[i].offset, e = a + t->rep.table[i].numel;
+        if (t->rep.table[i].trainable && a < hi && lo < e) n += (e < hi ? e : hi) - (a > lo ? a : lo);
     }
     return n;
 }
 
 static size_t owned_elems(const trainer_t* t, const layer_t* L) {
-    const int W = t->c->world, r = t->c->rank;
+    const int W = t->rep.c->world, r = t->rep.c->rank;
     switch (L->kind) {
     case RUN_DDP: return trainable_in(t, 0, t->total);
     case RUN_ZERO1: {
@@ -154,8 +146,8 @@ static size_t owned_elems(const trainer_t* t, const layer_t* L) {
     }
     default: {
         size_t n = 0;
-        for (int i = 0; i < t->lay->n; i++)
-            if (sharded_optim_owner(L->so, i) == r) n += t->table[i].numel;
+        for (int i = 0; i < t->rep.lay->n; i++)
+            if (sharded_optim_owner(L->so, i) == r) n += t->rep.table[i].numel;
         return n;
     }
     }
@@ -163,35 +155,33 @@ static size_t owned_elems(const trainer_t* t, const layer_t* L) {
 
 // One step on this rank's slice of global batch `step`; phase times in ms.
 static float train_step(trainer_t* t, layer_t* L, int64_t step, double* ms) {
-    const int W = t->c->world, r = t->c->rank;
-    sample_batch(&t->data, t->B * W, t->T, step, t->in_all, t->tg_all);
-    const int32_t* in = t->in_all + (size_t)r * t->B * t->T;
-    const int32_t* tg = t->tg_all + (size_t)r * t->B * t->T;
+    const int32_t *in, *tg;
+    replica_batch(&t->rep, step, &in, &tg);
     char err[256];
-    if (t->gpu) {
+    if (t->rep.gpu) {
         cudaEvent_t e[4];
         for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&e[i]));
-        model_gpu_set_tokens(t->m, in, tg);
+        model_gpu_set_tokens(t->rep.m, in, tg);
         CUDA_CHECK(cudaEventRecord(e[0], t->cs));
-        model_gpu_forward_async(t->m, model_gpu_inputs(t->m), model_gpu_targets(t->m));
-        if (model_gpu_backward(t->m, layer_hook, L, err, sizeof err) != 0) fail("%s", err);
+        model_gpu_forward_async(t->rep.m, model_gpu_inputs(t->rep.m), model_gpu_targets(t->rep.m));
+        if (model_gpu_backward(t->rep.m, layer_hook, L, err, sizeof err) != 0) fail("%s", err);
         CUDA_CHECK(cudaEventRecord(e[1], t->cs));
         layer_finish(L);
         CUDA_CHECK(cudaEventRecord(e[2], t->cs));
         layer_update(t, L);
         CUDA_CHECK(cudaEventRecord(e[3], t->cs));
-        comm_stream_sync(t->c, t->cs, "the training step");
+        comm_stream_sync(t->rep.c, t->cs, "the training step");
         float a = 0, b = 0, c = 0;
         CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[3]));
         CUDA_CHECK(cudaEventElapsedTime(&b, e[1], e[2]));
         CUDA_CHECK(cudaEventElapsedTime(&c, e[2], e[3]));
         ms[0] = a, ms[1] = b, ms[2] = c;
         for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventDestroy(e[i]));
-        return model_gpu_loss(t->m);
+        return model_gpu_loss(t->rep.m);
     }
     const double t0 = time_now_s();
-    const float loss = model_cpu_forward(&t->cpu, in, tg, t->B, t->T);
-    model_cpu_backward(&t->cpu, layer_hook, L);
+    const float loss = model_cpu_forward(&t->rep.cpu, in, tg, t->rep.B, t->rep.T);
+    model_cpu_backward(&t->rep.cpu, layer_hook, L);
     const double t1 = time_now_s();
     layer_finish(L);
     const double t2 = time_now_s();
@@ -202,13 +192,13 @@ static float train_step(trainer_t* t, layer_t* L, int64_t step, double* ms) {
 }
 
 static void get_params(trainer_t* t, float* host) {  // the layout's elements
-    if (t->gpu) model_gpu_get_params(t->m, host);
+    if (t->rep.gpu) model_gpu_get_params(t->rep.m, host);
     else memcpy(host, t->params, t->total * sizeof(float));
 }
 static void set_params(trainer_t* t, const float* host) {
-    if (t->gpu) {
+    if (t->rep.gpu) {
         CUDA_CHECK(cudaMemcpy(t->params, host, t->P * sizeof(float), cudaMemcpyHostToDevice));
-        model_gpu_params_changed(t->m);
+        model_gpu_params_changed(t->rep.m);
     } else {
         memcpy(t->params, host, t->P * sizeof(float));
     }
@@ -274,7 +264,8 @@ int main(int argc, char** argv) {
     const int speak = comm_env_rank() == 0;
 #define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
     trainer_t t = {0};
-    if (model_config_by_name(model_s, context, &t.cfg) != 0) BAD("--model: unknown size '%s'", model_s);
+    model_config_t cfg;
+    if (model_config_by_name(model_s, context, &cfg) != 0) BAD("--model: unknown size '%s'", model_s);
     if (context < 1 || context > 65536) BAD("--context: %d is out of range (1..65536)", context);
     if (B < 1 || B > 4096) BAD("--batch: %d is out of range (1..4096)", B);
     if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
@@ -307,72 +298,50 @@ int main(int argc, char** argv) {
     const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
-    t.c = comm_init(backend, comm_timeout_flag(timeout_s));
-    const int W = t.c->world, r = t.c->rank;
-    if (W > 64) comm_fatal(t.c, EXIT_BAD_INPUT, "at most 64 ranks (got %d)", W);
-    t.gpu = backend == COMM_NCCL;
-    t.dev = t.gpu ? DEV_CUDA : DEV_CPU;
-    t.B = B;
-    t.T = context;
+    comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
+    const int W = c->world, r = c->rank;
+    if (W > 64) comm_fatal(c, EXIT_BAD_INPUT, "at most 64 ranks (got %d)", W);
+    replica_create(&t.rep, c, &cfg, B, context, prec, strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL, seed);
+    t.dev = t.rep.gpu ? DEV_CUDA : DEV_CPU;
     t.opt = adamw_default();
     t.opt.lr = (float)lr;
-    data_open_random(&t.data, t.cfg.vocab, (uint64_t)seed);
-    t.in_all = malloc((size_t)B * W * context * sizeof(int32_t));
-    t.tg_all = malloc((size_t)B * W * context * sizeof(int32_t));
-    if (!t.in_all || !t.tg_all) DIE("out of host memory");
-
-    char err[512];
-    if (t.gpu) {
-        const attention_impl_t* attn = strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL;
-        t.m = model_gpu_create(&t.cfg, B, context, prec, attn, (uint64_t)(seed + r), err, sizeof err);
-        if (!t.m) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
-        t.lay = model_gpu_layout(t.m);
-        // Gradients exist after the first backward (untimed, no optimizer step: nothing changes).
-        sample_batch(&t.data, B * W, context, -1, t.in_all, t.tg_all);
-        model_gpu_set_tokens(t.m, t.in_all, t.tg_all);
-        model_gpu_forward_async(t.m, model_gpu_inputs(t.m), model_gpu_targets(t.m));
-        if (model_gpu_backward(t.m, NULL, NULL, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
-        t.P = zero_padded_total(t.lay->total, W);
-        if (model_gpu_pad_flat(t.m, t.P, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
-        t.params = model_gpu_params(t.m);
-        t.grads = model_gpu_grads(t.m);
-        t.cs = model_gpu_stream(t.m);
+    // The flat buffers padded so that they split into W equal, aligned shards.
+    t.P = zero_padded_total(t.rep.lay->total, W);
+    if (t.rep.gpu) {
+        char err[512];
+        if (model_gpu_pad_flat(t.rep.m, t.P, err, sizeof err) != 0) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        t.params = model_gpu_params(t.rep.m);
+        t.grads = model_gpu_grads(t.rep.m);
+        t.cs = model_gpu_stream(t.rep.m);
     } else {
-        model_cpu_create(&t.cpu, &t.cfg, B, context, (uint64_t)(seed + r));
-        t.lay = &t.cpu.layout;
-        t.P = zero_padded_total(t.lay->total, W);
-        pad_cpu_model(&t.cpu, t.P);
-        t.params = t.cpu.params;
-        t.grads = t.cpu.grads;
+        pad_cpu_model(&t.rep.cpu, t.P);
+        t.params = t.rep.cpu.params;
+        t.grads = t.rep.cpu.grads;
     }
-    t.total = t.lay->total;
-    t.table = calloc((size_t)t.lay->n, sizeof(ddp_param_t));
-    if (!t.table) DIE("out of host memory");
-    for (int i = 0; i < t.lay->n; i++)
-        t.table[i] = (ddp_param_t){t.lay->p[i].name, t.lay->p[i].offset, t.lay->p[i].numel, 1};
-    const size_t psi = param_count(t.lay);
+    t.total = t.rep.lay->total;
+    const size_t psi = param_count(t.rep.lay);
 
     // Rank 0's parameters everywhere (the whole padded buffer), kept as every run's start.
-    comm_broadcast(t.c, t.params, t.params, t.P, COMM_F32, 0, t.cs);
-    comm_stream_sync(t.c, t.cs, "the first broadcast");
+    comm_broadcast(t.rep.c, t.params, t.params, t.P, COMM_F32, 0, t.cs);
+    comm_stream_sync(t.rep.c, t.cs, "the first broadcast");
     float* init = malloc(t.P * sizeof(float));
     float* ref = malloc(t.total * sizeof(float));
     float* got = malloc(t.total * sizeof(float));
     if (!init || !ref || !got) DIE("out of host memory");
-    if (t.gpu) CUDA_CHECK(cudaMemcpy(init, t.params, t.P * sizeof(float), cudaMemcpyDeviceToHost));
+    if (t.rep.gpu) CUDA_CHECK(cudaMemcpy(init, t.params, t.P * sizeof(float), cudaMemcpyDeviceToHost));
     else memcpy(init, t.params, t.P * sizeof(float));
 
     if (r == 0) {
         gpu_info_t gi = {0};
-        if (t.gpu) gpu_info(t.c->device, &gi);
+        if (t.rep.gpu) gpu_info(t.rep.c->device, &gi);
         size_t s0, s1;
         zero_shard_range(t.total, W, 0, &s0, &s1, NULL);
         int cuts = 0;  // shard boundaries strictly inside a parameter
         for (int k = 1; k < W; k++)
-            for (int i = 0; i < t.lay->n; i++)
-                cuts += t.table[i].offset < k * s1 && k * s1 < t.table[i].offset + t.table[i].numel;
+            for (int i = 0; i < t.rep.lay->n; i++)
+                cuts += t.rep.table[i].offset < k * s1 && k * s1 < t.rep.table[i].offset + t.rep.table[i].numel;
         printf("# zero_train: %s, context %d, batch %d per rank x %d ranks, %s, %s backend%s%s, %zu parameters (%.2f GB fp32)\n",
-               model_s, context, B, W, prec_s, comm_backend_name(backend), t.gpu ? ", GPU " : "", t.gpu ? gi.name : "", psi,
+               model_s, context, B, W, prec_s, comm_backend_name(backend), t.rep.gpu ? ", GPU " : "", t.rep.gpu ? gi.name : "", psi,
                4e-9 * (double)psi);
         printf("# shards: %d x %zu elements, padded total %zu (layout %zu, padding %zu); %d shard boundar%s cut%s through a parameter\n",
                W, s1, t.P, t.total, t.P - t.total, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
@@ -398,12 +367,12 @@ int main(int argc, char** argv) {
             const float loss = train_step(&t, &L, k, ms);
             if (k >= warmup)
                 for (int q = 0; q < 3; q++) st[q * steps + k - warmup] = ms[q];
-            if (!isfinite(loss)) comm_fatal(t.c, 1, "%s: loss is %g at step %d", run_names[runs[ri]], loss, k);
+            if (!isfinite(loss)) comm_fatal(t.rep.c, 1, "%s: loss is %g at step %d", run_names[runs[ri]], loss, k);
             if (r == 0 && check) printf("  %-7s step %3d  loss %.5f (rank 0)  %.1f ms\n", run_names[runs[ri]], k, loss, ms[0]);
         }
         for (int q = 0; q < 3; q++) {
             R->ms[q] = stats_compute(st + q * steps, steps).median;
-            comm_host_allreduce_f64(t.c, &R->ms[q], 1, COMM_MAX);  // the slowest rank
+            comm_host_allreduce_f64(t.rep.c, &R->ms[q], 1, COMM_MAX);  // the slowest rank
         }
         free(st);
         // Memory of every rank, by tag, after the last update; optimizer state vs the formula.
@@ -412,16 +381,16 @@ int main(int argc, char** argv) {
         R->after[r][NT] = (long long)ms.peak;
         R->optim_meas[r] = (long long)(ms.live_by_tag[MEM_OPTIM] - optim0);
         R->optim_formula[r] = (long long)(2 * sizeof(float) * owned_elems(&t, &L));
-        comm_host_allreduce_i64(t.c, &R->after[0][0], 64 * (NT + 1), COMM_SUM);
-        comm_host_allreduce_i64(t.c, R->optim_meas, 64, COMM_SUM);
-        comm_host_allreduce_i64(t.c, R->optim_formula, 64, COMM_SUM);
+        comm_host_allreduce_i64(t.rep.c, &R->after[0][0], 64 * (NT + 1), COMM_SUM);
+        comm_host_allreduce_i64(t.rep.c, R->optim_meas, 64, COMM_SUM);
+        comm_host_allreduce_i64(t.rep.c, R->optim_formula, 64, COMM_SUM);
         layer_destroy(&L);
 
         // Replicas bitwise identical (the layout's elements; padding is never a parameter).
         get_params(&t, got);
         const unsigned long long h = hash_bytes(got, t.total * sizeof(float));
         long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
-        comm_host_allreduce_i64(t.c, v, 2, COMM_MAX);
+        comm_host_allreduce_i64(t.rep.c, v, 2, COMM_MAX);
         const int same = v[0] == -v[1];
         int optim_ok = 1;
         long long optim_sum = 0;
@@ -503,17 +472,12 @@ int main(int argc, char** argv) {
                "which its backward writes, + the kept %zu-element shard: see README)\n", t.P, t.P / W);
     }
     long long st_all = status;
-    comm_host_allreduce_i64(t.c, &st_all, 1, COMM_MAX);
-    if (t.gpu) model_gpu_destroy(t.m);
-    else model_cpu_destroy(&t.cpu);
+    comm_host_allreduce_i64(t.rep.c, &st_all, 1, COMM_MAX);
+    replica_destroy(&t.rep);
     free(res);
     free(init);
     free(ref);
     free(got);
-    free(t.table);
-    free(t.in_all);
-    free(t.tg_all);
-    data_close(&t.data);
-    comm_destroy(t.c, 1);
+    comm_destroy(c, 1);
     return (int)st_all;
 }

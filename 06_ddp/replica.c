@@ -1,0 +1,58 @@
+// See replica.h.
+#include "06_ddp/replica.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+
+void replica_create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T,
+                    model_precision_t prec, const attention_impl_t* attn, int seed) {
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    x->gpu = c->backend == COMM_NCCL;
+    x->cfg = *cfg;
+    x->B = B;
+    x->T = T;
+    const int W = c->world, r = c->rank;
+    data_open_random(&x->data, cfg->vocab, (uint64_t)seed);
+    x->in_all = malloc((size_t)B * W * T * sizeof(int32_t));
+    x->tg_all = malloc((size_t)B * W * T * sizeof(int32_t));
+    if (!x->in_all || !x->tg_all) DIE("out of host memory");
+    char err[512];
+    if (x->gpu) {
+        x->m = model_gpu_create(cfg, B, T, prec, attn, (uint64_t)(seed + r), err, sizeof err);
+        if (!x->m) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        x->lay = model_gpu_layout(x->m);
+        // Gradients are allocated at the first backward.
+        sample_batch(&x->data, B * W, T, -1, x->in_all, x->tg_all);
+        model_gpu_set_tokens(x->m, x->in_all, x->tg_all);
+        model_gpu_forward_async(x->m, model_gpu_inputs(x->m), model_gpu_targets(x->m));
+        if (model_gpu_backward(x->m, NULL, NULL, err, sizeof err) != 0) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        comm_stream_sync(c, model_gpu_stream(x->m), "the first backward");
+    } else {
+        model_cpu_create(&x->cpu, cfg, B, T, (uint64_t)(seed + r));
+        x->lay = &x->cpu.layout;
+    }
+    x->table = calloc((size_t)x->lay->n, sizeof(ddp_param_t));
+    if (!x->table) DIE("out of host memory");
+    for (int i = 0; i < x->lay->n; i++)
+        x->table[i] = (ddp_param_t){x->lay->p[i].name, x->lay->p[i].offset, x->lay->p[i].numel, 1};
+}
+
+void replica_batch(replica_t* x, int64_t step, const int32_t** inputs, const int32_t** targets) {
+    const size_t slice = (size_t)x->c->rank * x->B * x->T;
+    sample_batch(&x->data, x->B * x->c->world, x->T, step, x->in_all, x->tg_all);
+    *inputs = x->in_all + slice;
+    *targets = x->tg_all + slice;
+}
+
+void replica_destroy(replica_t* x) {
+    if (x->gpu) model_gpu_destroy(x->m);
+    else model_cpu_destroy(&x->cpu);
+    free(x->table);
+    free(x->in_all);
+    free(x->tg_all);
+    data_close(&x->data);
+    memset(x, 0, sizeof *x);
+}
