@@ -123,51 +123,6 @@ static void load_params(const toy_model_t* m, const fixture_t* fx, const char* s
 }
 
 // ------------------------------------------------------------------ checks
-typedef struct {
-    comm_t* c;
-    const char* run;  // "toy bucketed 0.0016 MiB", names the run in failure lines
-    int bad;          // failed checks on this rank
-} checker_t;
-
-// Parameter by parameter: |got - want| <= atol + rtol·|want| (NaN fails). Prints one line per
-// failing parameter (this rank); returns the largest |got - want| (NaN if any is NaN).
-static double check_close(checker_t* k, const toy_model_t* m, const float* got, const float* want,
-                          double rtol, double atol, const char* what, int step) {
-    double worst = 0;
-    for (int i = 0; i < m->n_params; i++) {
-        const toy_param_t* p = &m->p[i];
-        size_t nbad = 0, first = 0;
-        for (size_t j = p->offset; j < p->offset + p->numel; j++) {
-            const double d = fabs((double)got[j] - (double)want[j]);
-            if (isnan(d) || isnan(worst)) worst = NAN;
-            else if (d > worst) worst = d;
-            if (!(d <= atol + rtol * fabs((double)want[j])) && nbad++ == 0) first = j;
-        }
-        if (nbad) {
-            k->bad++;
-            fprintf(stderr, "rank %d: %s: step %d: %s: %s: %zu of %zu elements differ (rtol %g, "
-                    "atol %g); first [%zu] got %.9g want %.9g\n", k->c->rank, k->run, step,
-                    what, p->name, nbad, p->numel, rtol, atol, first - p->offset,
-                    (double)got[first], (double)want[first]);
-        }
-    }
-    return worst;
-}
-
-// Parameters selected by `which` (0 frozen, 1 trainable, -1 all) must be bitwise equal.
-static void check_equal(checker_t* k, const toy_model_t* m, const float* got, const float* want,
-                        int which, const char* what, int step) {
-    for (int i = 0; i < m->n_params; i++) {
-        const toy_param_t* p = &m->p[i];
-        if (which >= 0 && p->trainable != which) continue;
-        if (memcmp(got + p->offset, want + p->offset, p->numel * sizeof(float)) != 0) {
-            k->bad++;
-            fprintf(stderr, "rank %d: %s: step %d: %s: %s is not bitwise equal\n", k->c->rank,
-                    k->run, step, what, p->name);
-        }
-    }
-}
-
 // ------------------------------------------------------------------ one run
 typedef struct {
     toy_kind_t kind;
@@ -285,7 +240,7 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
     snprintf(name, sizeof name, "%s %s", toy_kind_name(cfg->kind), ddp_variant_name(cfg->variant));
     if (cfg->variant == DDP_BUCKETED)
         snprintf(name + strlen(name), sizeof name - strlen(name), " %g MiB", cfg->bucket_mb);
-    checker_t k = {c, name, 0};
+    toy_checker_t k = {c->rank, name, 0};
 
     toy_model_t dm, ref;  // the DDP replica on this rank; the single-process model
     make_model(&dm, cfg);
@@ -324,7 +279,7 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
         print_plan(d, &dm);
     }
     mirror_broadcast(&x);
-    check_equal(&k, &dm, dm.params, init, -1, "after the broadcast, equal to rank 0's", 0);
+    toy_check_bitwise(&k, &dm, dm.params, init, -1, "after the broadcast, equal to rank 0's", 0);
     if (R > 0)
         for (int i = 0; i < dm.n_params; i++) {
             const toy_param_t* p = &dm.p[i];
@@ -363,11 +318,11 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
 
         double g[3];  // the global loss (rows-weighted mean), and the worst differences
         g[0] = (double)loss_local * n_local / ROWS;
-        g[1] = check_close(&k, &dm, dm.params, ref.params, RTOL_SINGLE, ATOL_SINGLE,
+        g[1] = toy_check_close(&k, &dm, dm.params, ref.params, RTOL_SINGLE, ATOL_SINGLE,
                            "DDP vs single process", s + 1);
         load_params(&dm, fx, "sgd", s, want);
-        g[2] = check_close(&k, &dm, dm.params, want, RTOL_TORCH, ATOL_TORCH, "DDP vs PyTorch", s + 1);
-        check_equal(&k, &dm, dm.params, init, 0, "frozen parameter changed", s + 1);
+        g[2] = toy_check_close(&k, &dm, dm.params, want, RTOL_TORCH, ATOL_TORCH, "DDP vs PyTorch", s + 1);
+        toy_check_bitwise(&k, &dm, dm.params, init, 0, "frozen parameter changed", s + 1);
         if (!(fabs(loss_ref - loss_torch[s]) <= ATOL_TORCH + RTOL_TORCH * fabs(loss_torch[s]))) {
             k.bad++;
             fprintf(stderr, "rank %d: %s: step %d: single-process loss %.9g, PyTorch's %.9g\n", R,
@@ -384,7 +339,7 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
     // 3. Replicas identical: the same averaged gradients and the same update on every rank.
     memcpy(rank0, dm.params, bytes);
     comm_host_bcast(c, rank0, bytes, 0);
-    check_equal(&k, &dm, dm.params, rank0, -1, "final parameters vs rank 0's", cfg->steps);
+    toy_check_bitwise(&k, &dm, dm.params, rank0, -1, "final parameters vs rank 0's", cfg->steps);
 
     const ddp_stats_t st = ddp_stats(d);
     long long bad = k.bad;

@@ -239,3 +239,39 @@ void toy_sgd_step(toy_model_t* m, float lr) {
 }
 
 void toy_zero_grads(toy_model_t* m) { memset(m->grads, 0, m->total * sizeof(float)); }
+
+double toy_check_close(toy_checker_t* k, const toy_model_t* m, const float* got, const float* want,
+                       double rtol, double atol, const char* what, int step) {
+    double worst = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const toy_param_t* p = &m->p[i];
+        size_t nbad = 0, first = 0;
+        for (size_t j = p->offset; j < p->offset + p->numel; j++) {
+            const double d = fabs((double)got[j] - (double)want[j]);
+            if (isnan(d) || isnan(worst)) worst = NAN;
+            else if (d > worst) worst = d;
+            if (!(d <= atol + rtol * fabs((double)want[j])) && nbad++ == 0) first = j;
+        }
+        if (nbad) {
+            k->bad++;
+            fprintf(stderr, "rank %d: %s: step %d: %s: %s: %zu of %zu elements differ (rtol %g, "
+                    "atol %g); first [%zu] got %.9g want %.9g\n", k->rank, k->run, step, what,
+                    p->name, nbad, p->numel, rtol, atol, first - p->offset, (double)got[first],
+                    (double)want[first]);
+        }
+    }
+    return worst;
+}
+
+void toy_check_bitwise(toy_checker_t* k, const toy_model_t* m, const float* got, const float* want,
+                       int which, const char* what, int step) {
+    for (int i = 0; i < m->n_params; i++) {
+        const toy_param_t* p = &m->p[i];
+        if (which >= 0 && p->trainable != which) continue;
+        if (memcmp(got + p->offset, want + p->offset, p->numel * sizeof(float)) != 0) {
+            k->bad++;
+            fprintf(stderr, "rank %d: %s: step %d: %s: %s is not bitwise equal\n", k->rank, k->run,
+                    step, what, p->name);
+        }
+    }
+}

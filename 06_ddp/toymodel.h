@@ -110,6 +110,21 @@ void toy_sgd_step(toy_model_t* m, float lr);
 // Every gradient slot to 0 (optimizer.zero_grad with set_to_none=False).
 void toy_zero_grads(toy_model_t* m);
 
+// Checks of flat buffers in a toy's layout, parameter by parameter, for the programs that
+// replay the course's tests (ddp_toy, zero_toy). Each failing parameter is one line on stderr
+// naming the rank, the run, the step and the parameter, and counts in `bad`.
+typedef struct {
+    int rank;
+    const char* run;  // names the run in failure lines ("toy bucketed 0.0016 MiB")
+    int bad;          // failed checks so far
+} toy_checker_t;
+// |got - want| <= atol + rtol·|want| (NaN fails); returns the largest |got - want| (NaN if any).
+double toy_check_close(toy_checker_t* k, const toy_model_t* m, const float* got, const float* want,
+                       double rtol, double atol, const char* what, int step);
+// The parameters selected by `which` (0 frozen, 1 trainable, -1 all) bitwise equal.
+void toy_check_bitwise(toy_checker_t* k, const toy_model_t* m, const float* got, const float* want,
+                       int which, const char* what, int step);
+
 #ifdef __cplusplus
 }
 #endif

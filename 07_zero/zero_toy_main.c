@@ -88,47 +88,6 @@ static void load_params(const toy_model_t* m, const char* dir, const char* sub, 
     if (toy_load_params(m, path, step, dst, err, sizeof err)) bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
 }
 
-typedef struct {
-    comm_t* c;
-    const char* run;
-    int bad;
-} checker_t;
-
-// Per parameter: |got − want| <= atol + rtol·|want| (NaN fails); one line per failing one.
-static double check_close(checker_t* k, const toy_model_t* m, const float* got, const float* want,
-                          double rtol, double atol, const char* what, int step) {
-    double worst = 0;
-    for (int i = 0; i < m->n_params; i++) {
-        const toy_param_t* p = &m->p[i];
-        size_t nbad = 0, first = 0;
-        for (size_t j = p->offset; j < p->offset + p->numel; j++) {
-            const double d = fabs((double)got[j] - (double)want[j]);
-            if (isnan(d) || isnan(worst)) worst = NAN;
-            else if (d > worst) worst = d;
-            if (!(d <= atol + rtol * fabs((double)want[j])) && nbad++ == 0) first = j;
-        }
-        if (nbad) {
-            k->bad++;
-            fprintf(stderr, "rank %d: %s: step %d: %s: %s: %zu of %zu elements differ (rtol %g, atol %g); first [%zu] got %.9g want %.9g\n",
-                    k->c->rank, k->run, step, what, p->name, nbad, p->numel, rtol, atol, first - p->offset,
-                    (double)got[first], (double)want[first]);
-        }
-    }
-    return worst;
-}
-
-static void check_bitwise(checker_t* k, const toy_model_t* m, const float* got, const float* want,
-                          int which, const char* what, int step) {
-    for (int i = 0; i < m->n_params; i++) {
-        const toy_param_t* p = &m->p[i];
-        if (which >= 0 && p->trainable != which) continue;
-        if (memcmp(got + p->offset, want + p->offset, p->numel * sizeof(float)) != 0) {
-            k->bad++;
-            fprintf(stderr, "rank %d: %s: step %d: %s: %s is not bitwise equal\n", k->c->rank, k->run, step, what, p->name);
-        }
-    }
-}
-
 // The trainable elements of the toy's table inside [lo, hi): the formula's count, written
 // apart from zero.c so that the measured optimizer bytes are checked against something else.
 static size_t trainable_in(const toy_model_t* m, size_t lo, size_t hi) {
@@ -155,7 +114,7 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* rc) {
     char name[128];
     snprintf(name, sizeof name, "%s %s %s%s", toy_kind_name(rc->kind), mode_names[rc->mode], opt_kind_name(rc->opt),
              rc->groups == 2 ? " (2 groups)" : "");
-    checker_t k = {c, name, 0};
+    toy_checker_t k = {c->rank, name, 0};
     const adamw_config_t cfg = {0.1f, 0.9f, 0.999f, 1e-8f, 0.1f};  // the course's test
 
     toy_model_t zm, ref;  // the sharded run on this rank; the unsharded reference
@@ -245,13 +204,13 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* rc) {
             zero_step(z);
         }
         double g[2] = {0, 0};
-        if (rc->mode == MODE_COURSE) check_bitwise(&k, &zm, zm.params, ref.params, -1, "sharded vs unsharded (bitwise)", s + 1);
-        else g[0] = check_close(&k, &zm, zm.params, ref.params, ZERO_RTOL, ZERO_ATOL, "ZeRO vs unsharded", s + 1);
+        if (rc->mode == MODE_COURSE) toy_check_bitwise(&k, &zm, zm.params, ref.params, -1, "sharded vs unsharded (bitwise)", s + 1);
+        else g[0] = toy_check_close(&k, &zm, zm.params, ref.params, ZERO_RTOL, ZERO_ATOL, "ZeRO vs unsharded", s + 1);
         if (rc->opt == OPT_ADAMW) {
             load_params(&zm, fx->dir, "adamw", s, want);
-            g[1] = check_close(&k, &zm, zm.params, want, RTOL_TORCH, ATOL_TORCH, "sharded vs PyTorch", s + 1);
+            g[1] = toy_check_close(&k, &zm, zm.params, want, RTOL_TORCH, ATOL_TORCH, "sharded vs PyTorch", s + 1);
         }
-        check_bitwise(&k, &zm, zm.params, init, 0, "frozen parameter changed", s + 1);
+        toy_check_bitwise(&k, &zm, zm.params, init, 0, "frozen parameter changed", s + 1);
         comm_host_allreduce_f64(c, g, 2, COMM_MAX);
         if (R == 0)
             printf("step %2d  loss %.6f  max|sharded - unsharded| %.1e  max|sharded - torch| %.1e\n", s + 1, (double)loss, g[0], g[1]);

@@ -201,23 +201,6 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
     return cross_entropy_fwd_cpu(a->lse, a->logits, targets, N, V);
 }
 
-// dinp (N, din) = dy (N, dout) · W (dout, din): the input half of matmul_bwd_cpu alone, for
-// the input pass of a split backward. The same loop as in common/ops_cpu.c (same pragmas, same
-// order), hence the same bits as the fused call.
-static void matmul_dinp_cpu(float* dinp, const float* dy, const float* W, int N, int din, int dout) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float* dx = dinp + (size_t)n * din;       // (din)
-        const float* g = dy + (size_t)n * dout;  // (dout)
-        memset(dx, 0, (size_t)din * sizeof(float));
-        for (int o = 0; o < dout; o++) {
-            const float* w = W + (size_t)o * din;
-            const float go = g[o];
-#pragma omp simd
-            for (int k = 0; k < din; k++) dx[k] += go * w[k];
-        }
-    }
-}
 
 // Gradient writes through the sink: WRITE goes straight into the flat buffer; ADD computes
 // into `tmp` and adds (the ops overwrite their dW outputs, as PyTorch's autograd would into a

@@ -32,23 +32,25 @@ void matmul_fwd_cpu(float* out, const float* inp, const float* W, int N, int din
     }
 }
 
-void matmul_bwd_cpu(float* dinp, float* dW, const float* dy, const float* inp, const float* W,
-                    int N, int din, int dout) {
+void matmul_dinp_cpu(float* dinp, const float* dy, const float* W, int N, int din, int dout) {
     // dinp[n, :] = Σ_o dy[n, o] · W[o, :]   (rows of W scaled and added: contiguous)
-    if (dinp) {
 #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            float* dx = dinp + (size_t)n * din;       // (din)
-            const float* g = dy + (size_t)n * dout;  // (dout)
-            memset(dx, 0, (size_t)din * sizeof(float));
-            for (int o = 0; o < dout; o++) {
-                const float* w = W + (size_t)o * din;
-                const float go = g[o];
+    for (int n = 0; n < N; n++) {
+        float* dx = dinp + (size_t)n * din;       // (din)
+        const float* g = dy + (size_t)n * dout;  // (dout)
+        memset(dx, 0, (size_t)din * sizeof(float));
+        for (int o = 0; o < dout; o++) {
+            const float* w = W + (size_t)o * din;
+            const float go = g[o];
 #pragma omp simd
-                for (int k = 0; k < din; k++) dx[k] += go * w[k];
-            }
+            for (int k = 0; k < din; k++) dx[k] += go * w[k];
         }
     }
+}
+
+void matmul_bwd_cpu(float* dinp, float* dW, const float* dy, const float* inp, const float* W,
+                    int N, int din, int dout) {
+    if (dinp) matmul_dinp_cpu(dinp, dy, W, N, din, dout);
     // dW[o, :] = Σ_n dy[n, o] · inp[n, :]   (one thread owns row o: no races)
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < dout; o++) {

@@ -18,6 +18,10 @@ extern "C" {
 
 // out (N, dout) = inp (N, din) · W (dout, din)ᵀ
 void matmul_fwd_cpu(float* out, const float* inp, const float* W, int N, int din, int dout);
+// dinp (N, din) = dy (N, dout) · W (dout, din)      (overwritten): the input half alone, what the
+// input pass of a split (zero-bubble) backward needs; matmul_bwd_cpu calls it, so both give the
+// same bits.
+void matmul_dinp_cpu(float* dinp, const float* dy, const float* W, int N, int din, int dout);
 // dinp (N, din) = dy (N, dout) · W (dout, din)      (skipped when dinp is NULL)
 // dW (dout, din) = dyᵀ · inp                           (both overwritten)
 void matmul_bwd_cpu(float* dinp, float* dW, const float* dy, const float* inp, const float* W,
