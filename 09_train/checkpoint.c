@@ -1,0 +1,358 @@
+// Checkpoints: atomic sharded save, full check, newest-complete search, re-sharding readers
+// (checkpoint.h).
+#include "09_train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/fileio.h"
+
+#define ERR(...) (snprintf(err, errlen, __VA_ARGS__), -1)
+#define MANIFEST_MAGIC "cs336-checkpoint 1"
+
+uint64_t ckpt_fnv(uint64_t h, const void* p, size_t n) {
+    const unsigned char* b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+// ------------------------------------------------------------------ small file-system helpers
+static int rm_one(const char* p, const struct stat* st, int flag, struct FTW* f) {
+    (void)st, (void)flag, (void)f;
+    return remove(p);
+}
+static int rm_rf(const char* path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+// A rename or a new entry is durable only once its directory is fsynced.
+static int fsync_dir(const char* dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return -1;
+    int r = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return r == 0 || errno == EINVAL ? 0 : -1;
+}
+
+// Writes n floats to path atomically (afile: temporary, fsync, rename) and returns the checksum.
+static int write_floats(const char* path, const float* a, size_t n, uint64_t* fnv, char* err, size_t errlen) {
+    FILE* f = afile_open(path);
+    if (!f) return ERR("%s: cannot create: %s", path, strerror(errno));
+    if (n && fwrite(a, sizeof *a, n, f) != n) {
+        int e = errno;
+        afile_abort(f);
+        return ERR("%s: write failed: %s", path, strerror(e));
+    }
+    if (afile_commit(f) != 0) return ERR("%s: cannot write (flush, fsync or rename failed): %s", path, strerror(errno));
+    *fnv = ckpt_fnv(CKPT_FNV_INIT, a, n * sizeof *a);
+    return 0;
+}
+
+// ------------------------------------------------------------------ manifest text
+static void manifest_text(const ckpt_manifest_t* m, char* buf, size_t len) {
+    size_t k = 0;
+#define PUT(...) (k += (size_t)snprintf(buf + k, k < len ? len - k : 0, __VA_ARGS__))
+    PUT("%s\n", MANIFEST_MAGIC);
+    PUT("step %lld\nworld %d\nzero %d\ntotal %llu\nglobal_batch %lld\n", (long long)m->step, m->world, m->zero,
+        (unsigned long long)m->total, (long long)m->global_batch);
+    PUT("model T %d vocab %d d_model %d n_layers %d n_heads %d d_ff %d\n", m->T, m->vocab, m->d_model, m->n_layers,
+        m->n_heads, m->d_ff);
+    PUT("sampler seed %llu counter %lld\n", (unsigned long long)m->seed, (long long)m->sampler_counter);
+    for (int i = 0; i < m->n_files; i++) {
+        const ckpt_file_t* f = &m->files[i];
+        PUT("file %s bytes %llu fnv64 %016llx range %llu %llu\n", f->name, (unsigned long long)f->bytes,
+            (unsigned long long)f->fnv, (unsigned long long)f->lo, (unsigned long long)f->hi);
+    }
+    const uint64_t h = ckpt_fnv(CKPT_FNV_INIT, buf, k);
+    PUT("end fnv64 %016llx\n", (unsigned long long)h);
+#undef PUT
+    if (k >= len) DIE("manifest longer than %zu bytes", len);
+}
+
+static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    const char* end = strstr(text, "end fnv64 ");
+    if (strncmp(text, MANIFEST_MAGIC "\n", strlen(MANIFEST_MAGIC) + 1) != 0) return ERR("manifest.txt: not a checkpoint manifest");
+    if (!end) return ERR("manifest.txt: no final checksum line (truncated)");
+    unsigned long long want;
+    if (sscanf(end, "end fnv64 %llx", &want) != 1) return ERR("manifest.txt: unreadable final checksum line");
+    const uint64_t got = ckpt_fnv(CKPT_FNV_INIT, text, (size_t)(end - text));
+    if (got != want) return ERR("manifest.txt: checksum %016llx, its last line says %016llx (damaged)", (unsigned long long)got, want);
+    long long step, gb, ctr;
+    unsigned long long total, seed;
+    const char* p = text + strlen(MANIFEST_MAGIC) + 1;
+    int n = 0;
+    if (sscanf(p, "step %lld\nworld %d\nzero %d\ntotal %llu\nglobal_batch %lld\n%n", &step, &m->world, &m->zero, &total, &gb, &n) != 5)
+        return ERR("manifest.txt: unreadable header");
+    p += n;
+    if (sscanf(p, "model T %d vocab %d d_model %d n_layers %d n_heads %d d_ff %d\n%n", &m->T, &m->vocab, &m->d_model,
+               &m->n_layers, &m->n_heads, &m->d_ff, &n) != 6)
+        return ERR("manifest.txt: unreadable model line");
+    p += n;
+    if (sscanf(p, "sampler seed %llu counter %lld\n%n", &seed, &ctr, &n) != 2) return ERR("manifest.txt: unreadable sampler line");
+    p += n;
+    m->step = step;
+    m->total = total;
+    m->global_batch = gb;
+    m->seed = seed;
+    m->sampler_counter = ctr;
+    while (p < end) {
+        if (m->n_files == CKPT_MAX_FILES) return ERR("manifest.txt: more than %d files", CKPT_MAX_FILES);
+        ckpt_file_t* f = &m->files[m->n_files];
+        unsigned long long b, h, lo, hi;
+        if (sscanf(p, "file %31s bytes %llu fnv64 %llx range %llu %llu\n%n", f->name, &b, &h, &lo, &hi, &n) != 5)
+            return ERR("manifest.txt: unreadable file line");
+        if (strchr(f->name, '/') || f->name[0] == '.') return ERR("manifest.txt: bad file name '%s'", f->name);
+        f->bytes = b, f->fnv = h, f->lo = lo, f->hi = hi;
+        m->n_files++;
+        p += n;
+    }
+    if (m->world < 1 || m->step < 0 || m->total == 0) return ERR("manifest.txt: impossible values (world %d, step %lld)", m->world, step);
+    return 0;
+}
+
+// ------------------------------------------------------------------ save
+static void check_io(comm_t* c, int rc, const char* err) {
+    // Agree first, so that every rank stops at the same place when one rank's disk failed.
+    long long bad = rc != 0;
+    comm_host_allreduce_i64(c, &bad, 1, COMM_MAX);
+    if (rc != 0) comm_fatal(c, EXIT_FAILURE_RT, "checkpoint: %s", err);
+    if (bad) comm_fatal(c, EXIT_FAILURE_RT, "checkpoint: another rank could not write its shard");
+}
+
+static int is_step_dir(const char* name, long long* step) {
+    int n = 0;
+    return sscanf(name, "step_%lld%n", step, &n) == 1 && name[n] == 0 && *step >= 0;
+}
+
+// Step numbers of DIR's step_* directories, newest first. Returns the count (at most max).
+static int list_steps(const char* dir, long long* steps, int max) {
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent* e; (e = readdir(d));) {
+        long long s;
+        if (is_step_dir(e->d_name, &s) && n < max) steps[n++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)  // insertion sort, descending
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            long long t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    return n;
+}
+
+void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params, const float* m,
+               const float* v, size_t lo, size_t hi, int has_state, const float* hist, int keep, char* out,
+               size_t outlen) {
+    const int r = c->rank, W = c->world;
+    char tmp[1024], fin[1024], p[1100], err[4096] = "";
+    const size_t errlen = sizeof err;  // for ERR()
+    snprintf(tmp, sizeof tmp, "%s/.tmp.step_%09lld", dir, (long long)meta->step);
+    snprintf(fin, sizeof fin, "%s/step_%09lld", dir, (long long)meta->step);
+    snprintf(out, outlen, "%s", fin);
+    int rc = 0;
+    if (r == 0) {
+        if (mkdir_p(dir) != 0) rc = ERR("cannot create %s: %s", dir, strerror(errno));
+        else if (rm_rf(tmp) != 0 || mkdir_p(tmp) != 0) rc = ERR("cannot create %s: %s", tmp, strerror(errno));
+    }
+    check_io(c, rc, err);
+
+    // Each rank's files, and their records: [bytes, fnv, lo, hi] per rank, gathered by a sum
+    // over ranks of arrays that are zero except in the rank's own row (exact for any bits).
+    long long* rec = calloc((size_t)W * 4, sizeof *rec);
+    if (!rec) DIE("out of host memory");
+    if (has_state) {
+        snprintf(p, sizeof p, "%s/optim_r%d.bin", tmp, r);
+        float* mv = malloc(2 * (hi - lo) * sizeof *mv + 1);
+        if (!mv) DIE("out of host memory");
+        memcpy(mv, m, (hi - lo) * sizeof *mv);
+        memcpy(mv + (hi - lo), v, (hi - lo) * sizeof *mv);
+        uint64_t h = 0;
+        rc = write_floats(p, mv, 2 * (hi - lo), &h, err, sizeof err);
+        free(mv);
+        rec[4 * r + 0] = (long long)(2 * (hi - lo) * sizeof(float));
+        rec[4 * r + 1] = (long long)h;
+        rec[4 * r + 2] = (long long)lo;
+        rec[4 * r + 3] = (long long)hi;
+        rec[4 * r + 0] |= 1ll << 62;  // marks "this rank wrote a file" (a file may be empty)
+    }
+    check_io(c, rc, err);
+    comm_host_allreduce_i64(c, rec, 4 * W, COMM_SUM);
+
+    if (r == 0) {
+        meta->n_files = 0;
+        uint64_t h = 0;
+        snprintf(p, sizeof p, "%s/params.bin", tmp);
+        rc = write_floats(p, params, meta->total, &h, err, sizeof err);
+        meta->files[meta->n_files++] = (ckpt_file_t){"params.bin", meta->total * sizeof(float), h, 0, 0};
+        if (rc == 0) {
+            snprintf(p, sizeof p, "%s/history.bin", tmp);
+            rc = write_floats(p, hist, (size_t)meta->step * CKPT_HIST, &h, err, sizeof err);
+            meta->files[meta->n_files++] = (ckpt_file_t){"history.bin", (uint64_t)meta->step * CKPT_HIST * sizeof(float), h, 0, 0};
+        }
+        for (int k = 0; k < W && rc == 0; k++) {
+            if (!(rec[4 * k] >> 62)) continue;
+            if (meta->n_files == CKPT_MAX_FILES) DIE("more than %d checkpoint files", CKPT_MAX_FILES);
+            ckpt_file_t* f = &meta->files[meta->n_files++];
+            snprintf(f->name, sizeof f->name, "optim_r%d.bin", k);
+            f->bytes = (uint64_t)(rec[4 * k] & ~(1ll << 62));
+            f->fnv = (uint64_t)rec[4 * k + 1];
+            f->lo = (uint64_t)rec[4 * k + 2];
+            f->hi = (uint64_t)rec[4 * k + 3];
+        }
+        if (rc == 0) {
+            static char text[64 * CKPT_MAX_FILES + 1024];
+            manifest_text(meta, text, sizeof text);
+            snprintf(p, sizeof p, "%s/manifest.txt", tmp);
+            FILE* f = afile_open(p);
+            if (!f) rc = ERR("%s: cannot create: %s", p, strerror(errno));
+            else if (fputs(text, f) < 0) { afile_abort(f); rc = ERR("%s: write failed", p); }
+            else if (afile_commit(f) != 0) rc = ERR("%s: cannot write: %s", p, strerror(errno));
+        }
+        // The commit: the directory becomes step_N in one rename. A checkpoint of the same step
+        // already there (a run resumed at its last step) is moved aside first and removed after.
+        char old[1100];
+        snprintf(old, sizeof old, "%s/.old.step_%09lld", dir, (long long)meta->step);
+        if (rc == 0 && fsync_dir(tmp) != 0) rc = ERR("cannot fsync %s: %s", tmp, strerror(errno));
+        if (rc == 0) {
+            struct stat st;
+            int had = stat(fin, &st) == 0;
+            if (had && (rm_rf(old) != 0 || rename(fin, old) != 0)) rc = ERR("cannot move %s aside: %s", fin, strerror(errno));
+            else if (rename(tmp, fin) != 0) rc = ERR("cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+            else if (fsync_dir(dir) != 0) rc = ERR("cannot fsync %s: %s", dir, strerror(errno));
+            else if (had) rm_rf(old);
+        }
+        // Only now, with the new checkpoint complete and durable: drop the oldest beyond `keep`.
+        if (rc == 0) {
+            long long steps[4096];
+            int n = list_steps(dir, steps, 4096);
+            for (int i = keep; i < n; i++) {
+                snprintf(p, sizeof p, "%s/step_%09lld", dir, steps[i]);
+                if (rm_rf(p) != 0) fprintf(stderr, "checkpoint: warning: cannot remove the old %s: %s\n", p, strerror(errno));
+            }
+        }
+    }
+    free(rec);
+    check_io(c, rc, err);
+}
+
+// ------------------------------------------------------------------ check and find
+static int read_all(const char* path, char** buf, size_t* len, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return ERR("%s: missing (%s)", strrchr(path, '/') + 1, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return ERR("%s: cannot seek", path); }
+    long n = ftell(f);
+    rewind(f);
+    *buf = malloc((size_t)n + 1);
+    if (!*buf) DIE("out of host memory (%ld bytes)", n);
+    size_t got = fread(*buf, 1, (size_t)n, f);
+    fclose(f);
+    if (got != (size_t)n) { free(*buf); return ERR("%s: read failed", path); }
+    (*buf)[n] = 0;
+    *len = (size_t)n;
+    return 0;
+}
+
+int ckpt_validate(const char* path, ckpt_manifest_t* out, char* err, size_t errlen) {
+    char p[1100], e2[600];
+    char* text;
+    size_t len;
+    snprintf(p, sizeof p, "%s/manifest.txt", path);
+    if (read_all(p, &text, &len, err, errlen) != 0) return -1;
+    int rc = manifest_parse(text, out, err, errlen);
+    free(text);
+    if (rc != 0) return -1;
+    for (int i = 0; i < out->n_files; i++) {
+        const ckpt_file_t* f = &out->files[i];
+        snprintf(p, sizeof p, "%s/%s", path, f->name);
+        char* b;
+        if (read_all(p, &b, &len, e2, sizeof e2) != 0) return ERR("%s", e2);
+        uint64_t h = ckpt_fnv(CKPT_FNV_INIT, b, len);
+        free(b);
+        if (len != f->bytes)
+            return ERR("%s: %zu bytes, the manifest says %llu (%s)", f->name, len, (unsigned long long)f->bytes,
+                       len < f->bytes ? "truncated" : "too long");
+        if (h != f->fnv)
+            return ERR("%s: checksum %016llx, the manifest says %016llx (damaged)", f->name, (unsigned long long)h,
+                       (unsigned long long)f->fnv);
+    }
+    return 0;
+}
+
+int ckpt_find(const char* dir, ckpt_manifest_t* out, char* path, size_t pathlen, char* err, size_t errlen) {
+    long long steps[4096];
+    int n = list_steps(dir, steps, 4096);
+    if (n == 0) return ERR("no checkpoint in %s", dir);
+    for (int i = 0; i < n; i++) {
+        char e[1024];
+        snprintf(path, pathlen, "%s/step_%09lld", dir, steps[i]);
+        if (ckpt_validate(path, out, e, sizeof e) == 0) return 0;
+        fprintf(stderr, "checkpoint %s: refused: %s%s\n", path, e, i + 1 < n ? "; trying the one before" : "");
+    }
+    return ERR("none of the %d checkpoints in %s is complete (reasons above)", n, dir);
+}
+
+// ------------------------------------------------------------------ readers
+static int read_range(const char* path, size_t off_bytes, void* dst, size_t bytes, char* err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return ERR("%s: cannot open: %s", path, strerror(errno));
+    size_t done = 0;
+    while (done < bytes) {
+        ssize_t k = pread(fd, (char*)dst + done, bytes - done, (off_t)(off_bytes + done));
+        if (k <= 0) {
+            int e = errno;
+            close(fd);
+            return ERR("%s: %s", path, k == 0 ? "shorter than its manifest says" : strerror(e));
+        }
+        done += (size_t)k;
+    }
+    close(fd);
+    return 0;
+}
+
+int ckpt_read_params(const char* path, const ckpt_manifest_t* mf, float* params, char* err, size_t errlen) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/params.bin", path);
+    return read_range(p, 0, params, mf->total * sizeof(float), err, errlen);
+}
+
+int ckpt_read_history(const char* path, const ckpt_manifest_t* mf, float* hist, char* err, size_t errlen) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/history.bin", path);
+    return read_range(p, 0, hist, (size_t)mf->step * CKPT_HIST * sizeof(float), err, errlen);
+}
+
+int ckpt_read_state(const char* path, const ckpt_manifest_t* mf, size_t lo, size_t hi, float* m, float* v, char* err,
+                    size_t errlen) {
+    size_t covered = 0;
+    for (int i = 0; i < mf->n_files; i++) {
+        const ckpt_file_t* f = &mf->files[i];
+        if (strncmp(f->name, "optim_r", 7) != 0) continue;
+        const size_t a = lo > f->lo ? lo : f->lo, b = hi < f->hi ? hi : f->hi;
+        if (a >= b) continue;
+        const size_t n = f->hi - f->lo;  // the file holds m[f->lo, f->hi) then v[f->lo, f->hi)
+        char p[1100];
+        snprintf(p, sizeof p, "%s/%s", path, f->name);
+        if (read_range(p, (a - f->lo) * sizeof(float), m + (a - lo), (b - a) * sizeof(float), err, errlen) != 0 ||
+            read_range(p, (n + a - f->lo) * sizeof(float), v + (a - lo), (b - a) * sizeof(float), err, errlen) != 0)
+            return -1;
+        covered += b - a;  // shards never overlap (one owner per element), so this counts exactly
+    }
+    if (covered != hi - lo)
+        return ERR("%s: the optimizer shards hold %zu of the %zu elements [%zu, %zu) this rank needs", path, covered, hi - lo, lo, hi);
+    return 0;
+}
