@@ -19,6 +19,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # Containers often forbid the cross-memory attach that OpenMPI's shared-memory transport
 # tries first; copying through shared memory always works.
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+# Descriptors the caller left open (a test runner's own sockets, say) are not the job's business:
+# close them, so that no MPI daemon holds one after the caller is done with it.
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+done
 exec timeout -k 10 "${MPIRUN_TIMEOUT:-300}" mpirun --oversubscribe --bind-to none \
   -x NCCL_NVLS_ENABLE -x COMM_TIMEOUT -x OMP_NUM_THREADS -x OMPI_MCA_btl_vader_single_copy_mechanism \
   -np "$n" "$@"
