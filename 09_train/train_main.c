@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     const char* variant_s = "bucketed";
     const char* ckpt_dir = "";
     const char* out = "";
-    int context = 64, B = 8, A = 1, steps = 200, warmup = 20, seed = 1, dp = 0, zero = 0, vocab = 0;
+    int context = 64, B = 8, A = 1, steps = 200, warmup = -1, seed = 1, dp = 0, zero = 0, vocab = 0;
     int log_every = 10, eval_every = 50, eval_batches = 4, ckpt_every = 0, keep = 2, resume = 0;
     int kill_step = -1, signal_at = -1;
     double lr = 3e-3, min_lr = -1, clip = 1.0, wd = 0.1, val_frac = 0.1, bucket_mb = 25, timeout_s = 0;
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
         {"steps", CLI_INT, &steps, "200", "optimizer steps in all (a resumed run counts from 0 too)", NULL},
         {"lr", CLI_DOUBLE, &lr, "3e-3", "peak learning rate", NULL},
         {"min-lr", CLI_DOUBLE, &min_lr, "-1", "learning rate at the end of the cosine (-1: lr/10)", NULL},
-        {"warmup", CLI_INT, &warmup, "20", "linear warm-up steps", NULL},
+        {"warmup", CLI_INT, &warmup, "-1", "linear warm-up steps (-1: a tenth of --steps)", NULL},
         {"clip", CLI_DOUBLE, &clip, "1.0", "clip the global gradient norm to this (0: off)", NULL},
         {"wd", CLI_DOUBLE, &wd, "0.1", "AdamW weight decay", NULL},
         {"seed", CLI_INT, &seed, "1", "initialisation and data order", NULL},
@@ -234,6 +234,7 @@ int main(int argc, char** argv) {
     if (B < 1 || B > 4096) BAD("--batch: %d is out of range (1..4096)", B);
     if (A < 1 || A > 1024) BAD("--accum: %d is out of range (1..1024)", A);
     if (steps < 1 || steps > 10000000) BAD("--steps: %d is out of range (1..10000000)", steps);
+    if (warmup == -1) warmup = steps / 10;
     if (warmup < 0 || warmup > steps) BAD("--warmup: %d is out of range (0..--steps)", warmup);
     if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
     if (min_lr < 0) min_lr = lr / 10;

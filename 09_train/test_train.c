@@ -1,0 +1,336 @@
+// The trainer end to end (CPU model over MPI, under scripts/mpirun.sh): a killed job resumes
+// bit-exact (DDP, ZeRO-1, single process with SIGTERM), damaged checkpoints are refused and the
+// one before is used, optimizer state re-shards to another world size, and the loss on real
+// text falls well below the unigram entropy.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "09_train/checkpoint.h"
+#include "tests/harness.h"
+
+static char g_out[1 << 17];
+static char g_err[2048];
+
+// A byte-level corpus: the license texts every Debian and Ubuntu system ships (base-files);
+// where they are missing, the repository's own READMEs.
+static const char* corpus(void) {
+    static char path[512] = "";
+    if (path[0]) return path;
+    snprintf(path, sizeof path, "%s/corpus.bin", test_tmpdir());
+    struct stat st;
+    const char* in = stat("/usr/share/common-licenses/GPL-3", &st) == 0
+                         ? "/usr/share/common-licenses"
+                         : "README.md,01_benchmarking/README.md,03_flashattn_fwd/README.md,04_flashattn_bwd/README.md,"
+                           "05_collectives/README.md,06_ddp/README.md,07_zero/README.md,08_pipeline/README.md";
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s --out %s", build_dir(), in, path);
+    int st2 = run_capture(cmd, g_out, sizeof g_out);
+    cr_assert_eq(st2, 0, "tokenize exited %d:\n%s", st2, g_out);
+    return path;
+}
+
+static const char* dir(const char* name) {
+    static char p[8][512];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(p[k], sizeof p[k], "%s/%s", test_tmpdir(), name);
+    return p[k];
+}
+
+__attribute__((format(printf, 2, 3))) static int train(int np, const char* fmt, ...) {
+    char args[1024], cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/09_train/train --data %s %s", np, build_dir(),
+             corpus(), args);
+    return run_capture(cmd, g_out, sizeof g_out);
+}
+
+static char* slurp(const char* path, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    rewind(f);
+    char* b = malloc((size_t)len + 1);
+    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    b[len] = 0;
+    *n = (size_t)len;
+    return b;
+}
+
+static void assert_same_bytes(const char* a, const char* b, const char* what) {
+    size_t na, nb;
+    char* x = slurp(a, &na);
+    char* y = slurp(b, &nb);
+    cr_assert(na == nb && memcmp(x, y, na) == 0, "%s: %s and %s differ (%zu vs %zu bytes)", what, a, b, na, nb);
+    free(x), free(y);
+}
+
+// The loss history: every CSV column but tokens/s (a timing) must be equal, digit for digit
+// (%.9g prints every float exactly).
+static void assert_same_history(const char* a, const char* b) {
+    size_t na, nb;
+    char* x = slurp(a, &na);
+    char* y = slurp(b, &nb);
+    char *sx, *sy;
+    char* lx = strtok_r(x, "\n", &sx);
+    char* ly = strtok_r(y, "\n", &sy);
+    int line = 0;
+    for (; lx && ly; lx = strtok_r(NULL, "\n", &sx), ly = strtok_r(NULL, "\n", &sy), line++) {
+        char* cx = strrchr(lx, ',');  // eval_loss is last, tokens_per_s before it
+        char* cy = strrchr(ly, ',');
+        char* tx = cx;
+        char* ty = cy;
+        while (tx > lx && tx[-1] != ',') tx--;
+        while (ty > ly && ty[-1] != ',') ty--;
+        cr_assert(tx - lx == ty - ly && strncmp(lx, ly, (size_t)(tx - lx)) == 0 && strcmp(cx, cy) == 0,
+                  "loss history line %d differs:\n  %s\n  %s", line, lx, ly);
+    }
+    cr_assert(!lx && !ly, "loss histories of different lengths (%s, %s)", a, b);
+    cr_assert_gt(line, 10);
+    free(x), free(y);
+}
+
+// Train 20 steps straight; train again, killed (SIGKILL, every rank, after the backward of step
+// 12, before its update) with checkpoints every 5 steps; resume from step 10 to 20. Parameters
+// and loss history must be bitwise equal.
+static void resume_bitexact(int np, const char* mode, const char* tag) {
+    const char* common = "--steps 20 --context 16 --batch 4 --log-every 100 --eval-every 5 --ckpt-every 5";
+    const char* a = dir(tag);
+    char b[512];
+    snprintf(b, sizeof b, "%s_killed", a);
+    int st = train(np, "%s %s --ckpt-dir %s --out %s", common, mode, a, a);
+    cr_assert_eq(st, 0, "straight run exited %d:\n%s", st, g_out);
+    st = train(np, "%s %s --ckpt-dir %s --die-at-step 12", common, mode, b);
+    cr_assert_neq(st, 0, "the killed run exited 0:\n%s", g_out);
+    char p[700];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/step_000000010/manifest.txt", b);
+    cr_assert_eq(stat(p, &sb), 0, "no checkpoint at step 10 before the kill:\n%s", g_out);
+    snprintf(p, sizeof p, "%s/step_000000015", b);
+    cr_assert_neq(stat(p, &sb), 0, "a checkpoint at step 15 from a job killed in step 12?");
+    st = train(np, "%s %s --ckpt-dir %s --out %s --resume", common, mode, b, b);
+    cr_assert_eq(st, 0, "resumed run exited %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "resume: ") && strstr(g_out, "step_000000010: step 10"), "did not resume from step 10:\n%s", g_out);
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/step_000000020/params.bin", a);
+    snprintf(pb, sizeof pb, "%s/step_000000020/params.bin", b);
+    assert_same_bytes(pa, pb, "final parameters");
+    snprintf(pa, sizeof pa, "%s/step_000000020/optim_r0.bin", a);
+    snprintf(pb, sizeof pb, "%s/step_000000020/optim_r0.bin", b);
+    assert_same_bytes(pa, pb, "final AdamW moments (rank 0's)");
+    snprintf(pa, sizeof pa, "%s/train.csv", a);
+    snprintf(pb, sizeof pb, "%s/train.csv", b);
+    assert_same_history(pa, pb);
+}
+
+Test(train_resume, ddp_2_ranks_killed_mid_step_is_bitexact, .timeout = 120) { resume_bitexact(2, "--dp", "ddp"); }
+// ZeRO-1 with two micro-batches a step: sharded state, accumulation and clipping (the default
+// --clip 1 clips these early steps: their norms are above 1) all go through the checkpoint.
+Test(train_resume, zero1_2_ranks_accum_2_killed_mid_step_is_bitexact, .timeout = 120) {
+    resume_bitexact(2, "--zero 1 --accum 2 --batch 2", "zero1");
+}
+
+// SIGTERM (sent by rank 0 to itself after step 7): the job saves and stops cleanly (exit 0),
+// and the run resumed from that checkpoint ends where the straight run ends.
+Test(train_resume, sigterm_saves_and_resumes_bitexact, .timeout = 120) {
+    const char* common = "--steps 12 --context 16 --batch 4 --log-every 100 --eval-every 4";
+    const char* a = dir("sa");
+    const char* b = dir("sb");
+    int st = train(1, "%s --ckpt-dir %s --out %s", common, a, a);
+    cr_assert_eq(st, 0, "straight run exited %d:\n%s", st, g_out);
+    st = train(1, "%s --ckpt-dir %s --signal-at-step 7", common, b);
+    cr_assert_eq(st, 0, "the run stopped by SIGTERM exited %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "stopping at step 7: SIGTERM") && strstr(g_out, "step_000000007"), "%s", g_out);
+    st = train(1, "%s --ckpt-dir %s --out %s --resume", common, b, b);
+    cr_assert_eq(st, 0, "resumed run exited %d:\n%s", st, g_out);
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/step_000000012/params.bin", a);
+    snprintf(pb, sizeof pb, "%s/step_000000012/params.bin", b);
+    assert_same_bytes(pa, pb, "final parameters");
+    snprintf(pa, sizeof pa, "%s/train.csv", a);
+    snprintf(pb, sizeof pb, "%s/train.csv", b);
+    assert_same_history(pa, pb);
+}
+
+static void copy_dir(const char* from, const char* to) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp -r '%s' '%s/'", to, to, from, to);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+// Damage of each kind is found by the full check, named, and the checkpoint before it is used:
+// the resumed run still ends bit-exact. A directory whose only checkpoint is damaged is refused.
+Test(checkpoint, damaged_truncated_or_missing_shards_are_refused, .timeout = 120) {
+    const char* common = "--zero 1 --steps 20 --context 16 --batch 4 --log-every 100 --eval-every 5 --ckpt-every 5 --keep 3";
+    const char* a = dir("da");
+    const char* b = dir("db");
+    int st = train(2, "%s --ckpt-dir %s", common, a);
+    cr_assert_eq(st, 0, "straight run exited %d:\n%s", st, g_out);
+    st = train(2, "%s --ckpt-dir %s --die-at-step 16", common, b);
+    cr_assert_neq(st, 0, "the killed run exited 0:\n%s", g_out);
+
+    char p[800], q[800];
+    ckpt_manifest_t mf;
+    snprintf(p, sizeof p, "%s/step_000000020", a);
+    cr_assert_eq(ckpt_validate(p, &mf, g_err, sizeof g_err), 0, "a good checkpoint refused: %s", g_err);
+    cr_assert(mf.world == 2 && mf.zero == 1 && mf.step == 20 && mf.n_files == 4, "manifest: world %d zero %d step %lld files %d",
+              mf.world, mf.zero, (long long)mf.step, mf.n_files);
+    // a flipped bit
+    const char* x = dir("flip");
+    copy_dir(p, x);
+    snprintf(q, sizeof q, "%s/step_000000020/params.bin", x);
+    FILE* f = fopen(q, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 4000, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, 4000, SEEK_SET);
+    fputc(ch ^ 0x10, f);
+    fclose(f);
+    snprintf(q, sizeof q, "%s/step_000000020", x);
+    cr_assert_eq(ckpt_validate(q, &mf, g_err, sizeof g_err), -1, "a flipped bit was not detected");
+    cr_assert(strstr(g_err, "params.bin: checksum") && strstr(g_err, "damaged"), "%s", g_err);
+    // a missing shard
+    const char* y = dir("missing");
+    copy_dir(p, y);
+    snprintf(q, sizeof q, "%s/step_000000020/optim_r1.bin", y);
+    cr_assert_eq(unlink(q), 0);
+    snprintf(q, sizeof q, "%s/step_000000020", y);
+    cr_assert_eq(ckpt_validate(q, &mf, g_err, sizeof g_err), -1, "a missing shard was not detected");
+    cr_assert(strstr(g_err, "optim_r1.bin: missing"), "%s", g_err);
+    // an edited manifest
+    const char* z = dir("manifest");
+    copy_dir(p, z);
+    snprintf(q, sizeof q, "%s/step_000000020/manifest.txt", z);
+    size_t n;
+    char* text = slurp(q, &n);
+    char* w = strstr(text, "world 2");
+    cr_assert_not_null(w);
+    w[6] = '3';
+    f = fopen(q, "wb");
+    fwrite(text, 1, n, f);
+    fclose(f);
+    free(text);
+    snprintf(q, sizeof q, "%s/step_000000020", z);
+    cr_assert_eq(ckpt_validate(q, &mf, g_err, sizeof g_err), -1, "an edited manifest was not detected");
+    cr_assert(strstr(g_err, "manifest.txt: checksum"), "%s", g_err);
+    // only a damaged checkpoint: --resume refuses to start over silently
+    st = train(2, "%s --ckpt-dir %s --resume", common, x);
+    cr_assert_eq(st, 2, "resume from a damaged-only directory exited %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "refused: params.bin: checksum") && strstr(g_out, "refusing to start over"), "%s", g_out);
+
+    // The killed run's newest checkpoint (step 15) truncated: step 10 is used, and the end is
+    // still bit-exact.
+    snprintf(q, sizeof q, "%s/step_000000015/optim_r1.bin", b);
+    cr_assert_eq(truncate(q, 1000), 0);
+    st = train(2, "%s --ckpt-dir %s --resume", common, b);
+    cr_assert_eq(st, 0, "resume past a truncated checkpoint exited %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "step_000000015: refused: optim_r1.bin: 1000 bytes") && strstr(g_out, "(truncated); trying the one before"),
+              "%s", g_out);
+    cr_assert(strstr(g_out, "resume: ") && strstr(g_out, "step_000000010: step 10"), "%s", g_out);
+    snprintf(p, sizeof p, "%s/step_000000020/params.bin", a);
+    snprintf(q, sizeof q, "%s/step_000000020/params.bin", b);
+    assert_same_bytes(p, q, "final parameters after falling back to step 10");
+}
+
+// The moments are element-wise over the flat layout: a 2-rank ZeRO-1 checkpoint reads back as one
+// whole buffer, or split 3 ways across its shard boundary, and a run resumes on 1 and on 4 ranks
+// (the global batch kept: --batch 8, --batch 2). A global batch that cannot be kept is refused
+// with what to change.
+Test(checkpoint, optimizer_state_reshards_to_other_world_sizes, .timeout = 120) {
+    const char* common = "--steps 20 --context 16 --log-every 100 --eval-every 20 --ckpt-every 5";
+    const char* a = dir("ra");
+    int st = train(2, "%s --zero 1 --batch 4 --ckpt-dir %s --die-at-step 11", common, a);
+    cr_assert_neq(st, 0, "the killed run exited 0:\n%s", g_out);
+    char p[700], q[800];
+    snprintf(p, sizeof p, "%s/step_000000010", a);
+    ckpt_manifest_t mf;
+    cr_assert_eq(ckpt_validate(p, &mf, g_err, sizeof g_err), 0, "%s", g_err);
+    const size_t N = mf.total;
+    float* m = malloc(N * sizeof(float));
+    float* v = malloc(N * sizeof(float));
+    cr_assert_eq(ckpt_read_state(p, &mf, 0, N, m, v, g_err, sizeof g_err), 0, "%s", g_err);
+    // against the raw shard files: m[lo, hi) then v[lo, hi) each
+    for (int k = 0; k < 2; k++) {
+        snprintf(q, sizeof q, "%s/optim_r%d.bin", p, k);
+        size_t nb;
+        float* raw = (float*)slurp(q, &nb);
+        const ckpt_file_t* fl = &mf.files[2 + k];
+        const size_t len = fl->hi - fl->lo;
+        cr_assert_eq(nb, 2 * len * sizeof(float));
+        cr_assert(memcmp(raw, m + fl->lo, len * sizeof(float)) == 0 && memcmp(raw + len, v + fl->lo, len * sizeof(float)) == 0,
+                  "shard %d read back differently", k);
+        free(raw);
+    }
+    const size_t cut[4] = {0, N / 3, 2 * N / 3, N};  // 3 ways: the middle range crosses the shard boundary
+    float* m3 = malloc(N * sizeof(float));
+    float* v3 = malloc(N * sizeof(float));
+    for (int k = 0; k < 3; k++)
+        cr_assert_eq(ckpt_read_state(p, &mf, cut[k], cut[k + 1], m3 + cut[k], v3 + cut[k], g_err, sizeof g_err), 0, "%s", g_err);
+    cr_assert(memcmp(m, m3, N * sizeof(float)) == 0 && memcmp(v, v3, N * sizeof(float)) == 0, "3-way read differs");
+    free(m), free(v), free(m3), free(v3);
+
+    // Resumes on 1 rank (DDP-style whole state) and on 4 (ZeRO-1, 4 shards).
+    const char* b = dir("rb");
+    copy_dir(p, b);
+    st = train(1, "%s --batch 8 --ckpt-dir %s --resume", common, b);
+    cr_assert_eq(st, 0, "resume on 1 rank exited %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "written by 2 ranks with --zero 1, now 1 rank with --zero 0"), "%s", g_out);
+    const char* c = dir("rc");
+    copy_dir(p, c);
+    st = train(4, "%s --zero 1 --batch 2 --ckpt-dir %s --resume", common, c);
+    cr_assert_eq(st, 0, "resume on 4 ranks exited %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "now 4 ranks with --zero 1") && strstr(g_out, "replicas identical"), "%s", g_out);
+    st = train(3, "%s --zero 1 --batch 2 --ckpt-dir %s --resume", common, c);
+    cr_assert_eq(st, 2, "a global batch of 6 against 8 exited %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "global batch of 8 sequences") && strstr(g_out, "batch x accum x ranks = 8"), "%s", g_out);
+}
+
+// Real text, byte tokens: after 300 steps (tiny model, context 32, 8 sequences a step — about 4 s
+// on one core) the held-out loss is below 0.8 x the unigram entropy of the training split. The
+// bound: a model that learned nothing but byte frequencies scores the entropy itself (3.20 nats
+// on the license texts); measured 2.18 (0.68 x) — 0.8 leaves room for another corpus (the
+// READMEs) and another machine's rounding while still demanding what only context can give.
+Test(train_real_text, loss_falls_well_below_the_unigram_entropy, .timeout = 120) {
+    const char* o = dir("real");
+    int st = train(1, "--steps 300 --context 32 --batch 8 --log-every 50 --eval-every 100 --out %s", o);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    const char* fin = strstr(g_out, "final: step 300");
+    cr_assert_not_null(fin, "%s", g_out);
+    double ev = NAN, h = NAN;
+    const char* e = strstr(fin, "eval loss ");
+    const char* u = strstr(fin, "unigram entropy ");
+    cr_assert(e && u && sscanf(e, "eval loss %lf", &ev) == 1 && sscanf(u, "unigram entropy %lf", &h) == 1, "%s", fin);
+    cr_assert(h > 1.0, "unigram entropy %g: not text?", h);
+    cr_assert(ev < 0.8 * h, "held-out loss %.4f is not below 0.8 x the unigram entropy %.4f:\n%s", ev, h, g_out);
+    char p[700];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/train.csv", o);
+    cr_assert_eq(stat(p, &sb), 0, "no %s", p);
+}
+
+Test(train_flags, bad_flags_are_one_line_and_exit_2, .timeout = 60) {
+    int st = train(1, "--zero 2");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--zero: 2 is not supported here"), "%s", g_out);
+    st = train(2, "--steps 3");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "2 ranks need --dp or --zero 1"), "%s", g_out);
+    st = train(1, "--resume");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--resume and --ckpt-every need --ckpt-dir"), "%s", g_out);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "scripts/mpirun.sh 1 %s/09_train/train --data /nonexistent.bin", build_dir());
+    st = run_capture(cmd, g_out, sizeof g_out);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--data: /nonexistent.bin: cannot open"), "%s", g_out);
+}
