@@ -236,8 +236,16 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
             else if (fsync_dir(dir) != 0) rc = ERR("cannot fsync %s: %s", dir, strerror(errno));
             else if (had) rm_rf(old);
         }
-        // Only now, with the new checkpoint complete and durable: drop the oldest beyond `keep`.
+        // Only now, with the new checkpoint complete and durable: drop the oldest beyond `keep`,
+        // and the .tmp directories that jobs killed while saving left behind.
         if (rc == 0) {
+            DIR* dd = opendir(dir);
+            for (struct dirent* e; dd && (e = readdir(dd));)
+                if (strncmp(e->d_name, ".tmp.step_", 10) == 0) {
+                    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                    if (rm_rf(p) != 0) fprintf(stderr, "checkpoint: warning: cannot remove %s: %s\n", p, strerror(errno));
+                }
+            if (dd) closedir(dd);
             long long steps[4096];
             int n = list_steps(dir, steps, 4096);
             for (int i = keep; i < n; i++) {

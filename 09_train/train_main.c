@@ -195,6 +195,7 @@ int main(int argc, char** argv) {
     int context = 64, B = 8, A = 1, steps = 200, warmup = -1, seed = 1, dp = 0, zero = 0, vocab = 0;
     int log_every = 10, eval_every = 50, eval_batches = 4, ckpt_every = 0, keep = 2, resume = 0;
     int kill_step = -1, signal_at = -1;
+    double peak_tflops = 0;
     double lr = 3e-3, min_lr = -1, clip = 1.0, wd = 0.1, val_frac = 0.1, bucket_mb = 25, timeout_s = 0;
     cli_opt_t opts[] = {
         {"data", CLI_STR, &data, NULL, "token file: llm.c .bin or 1-D .npy (09_train/tokenize makes one from text)", NULL},
@@ -225,6 +226,7 @@ int main(int argc, char** argv) {
         {"out", CLI_STR, &out, "", "directory for train.csv and loss.png (rank 0)", NULL},
         {"die-at-step", CLI_INT, &kill_step, "-1", "test: SIGKILL every rank in this step, after the backward", NULL},
         {"signal-at-step", CLI_INT, &signal_at, "-1", "test: send SIGTERM to itself (rank 0) after this step", NULL},
+        {"peak-tflops", CLI_DOUBLE, &peak_tflops, "0", "the machine's peak TFLOP/s per rank: the log line shows MFU (0: not shown)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
     comm_cli_parse(argc, argv, "Train the Transformer LM on a token file, with checkpoints and resume (CPU, MPI).", opts, CLI_COUNT(opts));
@@ -245,6 +247,7 @@ int main(int argc, char** argv) {
     if (zero != 0 && zero != 1) BAD("--zero: %d is not supported here (0 or 1; ZeRO-2 and 3: see 09_train/README.md)", zero);
     if (log_every < 1 || eval_every < 0 || eval_batches < 1 || ckpt_every < 0 || keep < 1)
         BAD("--log-every, --eval-batches and --keep must be >= 1, --eval-every and --ckpt-every >= 0");
+    if (!(peak_tflops >= 0 && peak_tflops < 1e6)) BAD("--peak-tflops: %g is out of range [0, 1e6)", peak_tflops);
     if (vocab < 0 || vocab > 1 << 20) BAD("--vocab: %d is out of range (0..%d)", vocab, 1 << 20);
     if ((resume || ckpt_every) && !*ckpt_dir) BAD("--resume and --ckpt-every need --ckpt-dir");
     char err[2048];
@@ -383,6 +386,7 @@ int main(int argc, char** argv) {
         if (t.r == 0) printf("checkpoint: %s (%.0f ms)\n", where, 1e3 * (time_now_s() - t0_));          \
     } while (0)
 
+    const double flops_per_token = 3.0 * model_forward_flops(&cfg, 1, context) / context;
     int stopped = 0;
     double t_log = time_now_s();
     int64_t tok_log = 0;
@@ -403,8 +407,11 @@ int main(int argc, char** argv) {
         if ((eval_every && step % eval_every == 0) || step == steps) h[4] = (float)(last_eval = evaluate(&t, eval_batches));
         if (t.r == 0 && (step % log_every == 0 || step == steps)) {
             const double now = time_now_s();
-            printf("step %6lld/%d  loss %.4f  lr %.3g  |g| %.3f  %.0f tok/s", (long long)step, steps, loss, cur_lr, gnorm,
-                   tok_log / (now - t_log));
+            const double tps = tok_log / (now - t_log);
+            printf("step %6lld/%d  loss %.4f  lr %.3g  |g| %.3f  %.0f tok/s", (long long)step, steps, loss, cur_lr, gnorm, tps);
+            // MFU: model FLOPs (forward + backward = 3 forwards, as the course counts them) per
+            // second, over the peak of every rank together.
+            if (peak_tflops > 0) printf("  MFU %.1f%%", 100.0 * tps * flops_per_token / (peak_tflops * 1e12 * t.W));
             if (!isnan(h[4])) printf("  eval %.4f", h[4]);
             printf("\n");
             fflush(stdout);
