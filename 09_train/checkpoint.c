@@ -264,6 +264,7 @@ static int read_all(const char* path, char** buf, size_t* len, char* err, size_t
     if (!f) return ERR("%s: missing (%s)", strrchr(path, '/') + 1, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return ERR("%s: cannot seek", path); }
     long n = ftell(f);
+    if (n < 0) { fclose(f); return ERR("%s: cannot tell its size", path); }
     rewind(f);
     *buf = malloc((size_t)n + 1);
     if (!*buf) DIE("out of host memory (%ld bytes)", n);

@@ -313,12 +313,11 @@ int main(int argc, char** argv) {
         ckpt_manifest_t mf;
         char path[1100] = "";
         long long found = 0;
+        // Rank 0 checks (every file read once); the others learn the verdict. 1: found; 0: the
+        // directory holds no checkpoint (a first run); -1: there were some, all refused.
         if (t.r == 0) {
-            long long steps_dirs = 0;
             if (ckpt_find(ckpt_dir, &mf, path, sizeof path, err, sizeof err) == 0) found = 1;
-            else if (strstr(err, "no checkpoint in")) found = 0, steps_dirs = 0;
-            else found = -1;
-            (void)steps_dirs;
+            else found = strstr(err, "no checkpoint in") ? 0 : -1;
         }
         comm_host_allreduce_i64(t.c, &found, 1, COMM_SUM);
         if (found < 0) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s; refusing to start over (remove %s to train from scratch)", err, ckpt_dir);
