@@ -356,3 +356,47 @@ Test(train_flags, bad_flags_are_one_line_and_exit_2, .timeout = 60) {
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "--data: /nonexistent.bin: cannot open"), "%s", g_out);
 }
+
+// Gradient accumulation: 2 micro-batches of 2 sequences make the same step as one batch of 4 (the
+// sampler gives both the same 4 windows). The mean loss is summed in another grouping — (mean of
+// 2 + mean of 2) / 2 against the mean of 4 — so equal up to fp32 rounding, which AdamW's m/√v can
+// amplify for elements whose gradient is near zero over 5 steps: the tolerance of stage 06's
+// DDP-vs-single check, rtol 1e-4, atol 1e-5.
+Test(train_accum, two_micro_batches_equal_one_batch_twice_as_large, .timeout = 120) {
+    const char* common = "--steps 5 --context 16 --log-every 100 --eval-every 5";
+    const char* a = dir("acc1");
+    const char* b = dir("acc2");
+    int st = train(1, "%s --batch 4 --accum 1 --ckpt-dir %s --out %s", common, a, a);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    st = train(1, "%s --batch 2 --accum 2 --ckpt-dir %s --out %s", common, b, b);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    char p[700], q[700];
+    size_t na, nb;
+    snprintf(p, sizeof p, "%s/step_000000005/params.bin", a);
+    snprintf(q, sizeof q, "%s/step_000000005/params.bin", b);
+    float* x = (float*)slurp(p, &na);
+    float* y = (float*)slurp(q, &nb);
+    cr_assert_eq(na, nb);
+    cr_assert(memcmp(x, y, na) != 0, "bitwise equal: the accumulation path did not run?");
+    ASSERT_ALLCLOSE(y, x, na / sizeof(float), 1e-4, 1e-5, "parameters: accum 2 x batch 2 vs batch 4");
+    free(x), free(y);
+    // AdamW (and clipping to a fixed norm) would hide a gradient off by a constant factor, the
+    // logged norm before clipping does not: equal within 1e-5 (the same sum, fp32 rounding
+    // ~1e-7 an element, the norm accumulated in double).
+    snprintf(p, sizeof p, "%s/train.csv", a);
+    snprintf(q, sizeof q, "%s/train.csv", b);
+    FILE* fa = fopen(p, "r");
+    FILE* fb = fopen(q, "r");
+    cr_assert(fa && fb);
+    char la[256], lb[256];
+    cr_assert(fgets(la, sizeof la, fa) && fgets(lb, sizeof lb, fb));  // headers
+    int rows = 0;
+    while (fgets(la, sizeof la, fa) && fgets(lb, sizeof lb, fb)) {
+        double ga, gb, d;
+        cr_assert(sscanf(la, "%lf,%lf,%lf,%lf", &d, &d, &d, &ga) == 4 && sscanf(lb, "%lf,%lf,%lf,%lf", &d, &d, &d, &gb) == 4);
+        cr_assert(fabs(ga - gb) <= 1e-5 * ga, "step %d: gradient norm %.9g (batch 4) vs %.9g (accum 2)", rows + 1, ga, gb);
+        rows++;
+    }
+    cr_assert_eq(rows, 5);
+    fclose(fa), fclose(fb);
+}
