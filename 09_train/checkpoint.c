@@ -69,6 +69,8 @@ static void manifest_text(const ckpt_manifest_t* m, char* buf, size_t len) {
     PUT("model T %d vocab %d d_model %d n_layers %d n_heads %d d_ff %d\n", m->T, m->vocab, m->d_model, m->n_layers,
         m->n_heads, m->d_ff);
     PUT("sampler seed %llu counter %lld\n", (unsigned long long)m->seed, (long long)m->sampler_counter);
+    PUT("schedule lr %.17g min_lr %.17g warmup %lld steps %lld clip %.17g wd %.17g\n", m->lr, m->min_lr,
+        (long long)m->warmup, (long long)m->steps, m->clip, m->wd);
     for (int i = 0; i < m->n_files; i++) {
         const ckpt_file_t* f = &m->files[i];
         PUT("file %s bytes %llu fnv64 %016llx range %llu %llu\n", f->name, (unsigned long long)f->bytes,
@@ -102,6 +104,12 @@ static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_
     p += n;
     if (sscanf(p, "sampler seed %llu counter %lld\n%n", &seed, &ctr, &n) != 2) return ERR("manifest.txt: unreadable sampler line");
     p += n;
+    long long wu, st;
+    if (sscanf(p, "schedule lr %lf min_lr %lf warmup %lld steps %lld clip %lf wd %lf\n%n", &m->lr, &m->min_lr, &wu, &st,
+               &m->clip, &m->wd, &n) != 6)
+        return ERR("manifest.txt: unreadable schedule line");
+    p += n;
+    m->warmup = wu, m->steps = st;
     m->step = step;
     m->total = total;
     m->global_batch = gb;

@@ -9,7 +9,8 @@
 //   history.bin    rank 0: per step done, CKPT_HIST floats (loss, lr, grad norm, tokens/s, eval
 //                  loss or NaN), so that the CSV and the plot of a resumed run cover the whole run
 // The manifest names the world size, the ZeRO level, the model, the global batch, the step (=
-// the learning-rate schedule's position = AdamW's step count), the sampler's seed and counter
+// the learning-rate schedule's position = AdamW's step count), the schedule (lr, min lr, warm-up,
+// length, clip, weight decay), the sampler's seed and counter
 // (the only RNG the trainer draws from after initialisation), and for every file its byte count,
 // its FNV-1a 64 checksum and (optimizer shards) its element range; its own last line is the
 // checksum of the lines before it.
@@ -53,6 +54,10 @@ typedef struct {
     int T, vocab, d_model, n_layers, n_heads, d_ff;
     uint64_t seed;       // the sampler's (and the initialisation's) seed
     int64_t sampler_counter;
+    // The schedule the run was started with (the step is its position): a resumed run with other
+    // values is told so, as it trains a different schedule from there on.
+    double lr, min_lr, clip, wd;
+    int64_t warmup, steps;
     int n_files;
     ckpt_file_t files[CKPT_MAX_FILES];
 } ckpt_manifest_t;

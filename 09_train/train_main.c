@@ -342,6 +342,13 @@ int main(int argc, char** argv) {
             if (rc != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
             step = mf.step;
             t.smp.counter = mf.sampler_counter;
+            // Another schedule is allowed (training longer is a reason), but never silently.
+            if (t.r == 0 && (mf.lr != lr || mf.min_lr != min_lr || mf.warmup != warmup || mf.steps != steps ||
+                             mf.clip != clip || mf.wd != wd))
+                printf("resume: note: the checkpoint's schedule was --lr %g --min-lr %g --warmup %lld --steps %lld --clip %g "
+                       "--wd %g; continuing with --lr %g --min-lr %g --warmup %d --steps %d --clip %g --wd %g\n",
+                       mf.lr, mf.min_lr, (long long)mf.warmup, (long long)mf.steps, mf.clip, mf.wd, lr, min_lr, warmup,
+                       steps, clip, wd);
             if (t.r == 0)
                 printf("resume: %s: step %lld, written by %d rank%s with --zero %d, now %d rank%s with --zero %d\n", path,
                        (long long)step, mf.world, mf.world > 1 ? "s" : "", mf.zero, t.W, t.W > 1 ? "s" : "", zero);
@@ -372,6 +379,7 @@ int main(int argc, char** argv) {
     meta.world = t.W, meta.zero = zero, meta.total = t.total, meta.global_batch = (int64_t)A * t.W * B;
     meta.T = context, meta.vocab = cfg.vocab, meta.d_model = cfg.d_model, meta.n_layers = cfg.n_layers;
     meta.n_heads = cfg.n_heads, meta.d_ff = cfg.d_ff, meta.seed = (uint64_t)seed;
+    meta.lr = lr, meta.min_lr = min_lr, meta.warmup = warmup, meta.steps = steps, meta.clip = clip, meta.wd = wd;
     // Optimizer state: every ZeRO rank writes its shard; under DDP it is replicated, rank 0 writes it.
     const int has_state = zero || t.r == 0;
     char where[1100];
@@ -385,6 +393,7 @@ int main(int argc, char** argv) {
         if (t.r == 0) printf("checkpoint: %s (%.0f ms)\n", where, 1e3 * (time_now_s() - t0_));          \
     } while (0)
 
+    const int tty = isatty(STDOUT_FILENO);
     const double flops_per_token = 3.0 * model_forward_flops(&cfg, 1, context) / context;
     int stopped = 0;
     double t_log = time_now_s();
@@ -404,8 +413,15 @@ int main(int argc, char** argv) {
         step++;
         tok_log += (int64_t)A * t.W * B * context;
         if ((eval_every && step % eval_every == 0) || step == steps) h[4] = (float)(last_eval = evaluate(&t, eval_batches));
-        if (t.r == 0 && (step % log_every == 0 || step == steps)) {
+        const int log_now = step % log_every == 0 || step == steps;
+        if (t.r == 0 && tty && !log_now) {
+            // On a terminal, one line rewritten every step between the logged ones.
+            printf("\r\033[Kstep %6lld/%d  loss %.4f  lr %.3g  |g| %.3f", (long long)step, steps, loss, cur_lr, gnorm);
+            fflush(stdout);
+        }
+        if (t.r == 0 && log_now) {
             const double now = time_now_s();
+            if (tty) printf("\r\033[K");
             const double tps = tok_log / (now - t_log);
             printf("step %6lld/%d  loss %.4f  lr %.3g  |g| %.3f  %.0f tok/s", (long long)step, steps, loss, cur_lr, gnorm, tps);
             // MFU: model FLOPs (forward + backward = 3 forwards, as the course counts them) per
