@@ -253,7 +253,10 @@ int main(int argc, char** argv) {
     char err[2048];
     if (*ckpt_dir && dir_check_writable(ckpt_dir, err, sizeof err) != 0) BAD("--ckpt-dir: %s", err);
     if (*out && dir_check_writable(out, err, sizeof err) != 0) BAD("--out: %s", err);
-    const int W = comm_env_rank() >= 0 && getenv("OMPI_COMM_WORLD_SIZE") ? atoi(getenv("OMPI_COMM_WORLD_SIZE")) : 1;
+    // The world size before MPI starts (mpirun's environment), so that the flag and data checks
+    // that depend on it end the job before anything is allocated.
+    const char* ws = getenv("OMPI_COMM_WORLD_SIZE");
+    const int W = ws ? atoi(ws) : 1;
     if (W > 1 && !dp && !zero) BAD("%d ranks need --dp or --zero 1 (without them each rank would train alone)", W);
 
     trainer_t t = {0};
@@ -303,7 +306,7 @@ int main(int argc, char** argv) {
         for (int i = 0; i < t.m.layout.n; i++)
             t.table[i] = (ddp_param_t){t.m.layout.p[i].name, t.m.layout.p[i].offset, t.m.layout.p[i].numel, 1};
         ddp_variant_t v;
-        ddp_variant_parse(variant_s, &v);
+        if (ddp_variant_parse(variant_s, &v) != 0) DIE("--variant %s passed the choice check", variant_s);
         t.ddp = ddp_create(t.c, t.table, t.m.layout.n, t.m.params, t.m.grads, t.total, v, bucket_mb, NULL);
     }
 
