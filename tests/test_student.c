@@ -29,6 +29,8 @@ Test(student, stubs_compile_without_warnings, .timeout = 300) { step("compile");
 
 // the student tree builds, its tests fail with the task messages, grades 0 where it has regions
 Test(student, student_tree_builds_and_grades, .timeout = 3600) {
-    if (!getenv("STUDENT_FULL")) cr_skip_test("minutes of build and grading: make test-student runs it (CI does)");
+    // Graded test binaries abort when started below a Criterion worker, so `make test-student`
+    // (which CI runs) calls the step directly; this entry is for a manual STUDENT_FULL=1 run.
+    if (!getenv("STUDENT_FULL")) cr_skip_test("minutes of build and grading: make test-student runs it directly (CI does)");
     step("full");
 }
