@@ -325,8 +325,7 @@ int main(int argc, char** argv) {
                    "Times the communicator's collectives (and the hand-written ring) per size, as "
                    "nccl-tests does. Run under mpirun: scripts/mpirun.sh N prog.",
                    opts, CLI_COUNT(opts));
-    const int speak = comm_env_rank() == 0;
-#define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
+#define BAD(...) comm_bad_input(__VA_ARGS__)
     if (iters < 1 || iters > 100000) BAD("--iters: %d is out of range (1..100000)", iters);
     if (warmup < 0 || warmup > 10000) BAD("--warmup: %d is out of range (0..10000)", warmup);
     if (factor < 2) BAD("--stepfactor: %d must be at least 2", factor);

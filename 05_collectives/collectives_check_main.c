@@ -200,10 +200,7 @@ int main(int argc, char** argv) {
                    opts, CLI_COUNT(opts));
     int64_t counts[32];
     int ncounts = parse_size_list(counts_s, counts, 32);
-    if (ncounts < 0) {
-        if (comm_env_rank() == 0) fail("--counts: '%s' is not a comma list of sizes (e.g. 0,1,7,1M)", counts_s);
-        exit(EXIT_BAD_INPUT);
-    }
+    if (ncounts < 0) comm_bad_input("--counts: '%s' is not a comma list of sizes (e.g. 0,1,7,1M)", counts_s);
     comm_backend_t backend;
     comm_backend_parse(backend_s, &backend);
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));

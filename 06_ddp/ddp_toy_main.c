@@ -64,18 +64,6 @@
 #define RTOL_TORCH 1e-5
 #define ATOL_TORCH 1e-6
 
-// Bad input under mpirun: rank 0 prints the one line, every rank exits 2 (comm_cli_parse's rule).
-__attribute__((noreturn, format(printf, 1, 2))) static void bad_input(const char* fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (comm_env_rank() == 0) fail("%s", msg);
-    sleep(1);  // let rank 0's line out before mpirun ends the job
-    exit(EXIT_BAD_INPUT);
-}
-
 typedef struct {
     const char* dir;
     float data[ROWS * TOY_D_IN];     // (20, 10)
@@ -91,9 +79,9 @@ static int64_t load_npy(const char* dir, const char* name, int dtype, int rank,
     char path[1024], err[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     npy_array_t a;
-    if (npy_read(path, &a, err, sizeof err)) bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
-    if (npy_check(&a, dtype, rank, shape, err, sizeof err)) bad_input("%s: %s", path, err);
-    if (a.nbytes > max_bytes) bad_input("%s: %zu bytes, at most %zu expected", path, a.nbytes, max_bytes);
+    if (npy_read(path, &a, err, sizeof err)) comm_bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
+    if (npy_check(&a, dtype, rank, shape, err, sizeof err)) comm_bad_input("%s: %s", path, err);
+    if (a.nbytes > max_bytes) comm_bad_input("%s: %zu bytes, at most %zu expected", path, a.nbytes, max_bytes);
     memcpy(dst, a.data, a.nbytes);
     const int64_t n0 = a.shape[0];
     npy_array_free(&a);
@@ -109,7 +97,7 @@ static void load_fixture(const char* dir, fixture_t* fx) {
     for (int s = 0; s < fx->steps; s++)
         for (int r = 0; r < ROWS; r++)
             if (fx->order[s][r] < 0 || fx->order[s][r] >= ROWS)
-                bad_input("%s/order.npy: step %d row %d is %lld, outside [0, %d)", dir, s, r,
+                comm_bad_input("%s/order.npy: step %d row %d is %lld, outside [0, %d)", dir, s, r,
                      (long long)fx->order[s][r], ROWS);
 }
 
@@ -119,7 +107,7 @@ static void load_params(const toy_model_t* m, const fixture_t* fx, const char* s
     char path[1024], err[1024];
     snprintf(path, sizeof path, "%s/%s/%s", fx->dir, toy_kind_name(m->kind), sub);
     if (toy_load_params(m, path, step, dst, err, sizeof err))
-        bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
+        comm_bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
 }
 
 // ------------------------------------------------------------------ checks
@@ -258,7 +246,7 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
         snprintf(path, sizeof path, "%s/sgd_loss.npy", toy_kind_name(cfg->kind));
         const int64_t sh[1] = {-1};
         if (load_npy(fx->dir, path, DT_F32, 1, sh, loss_torch, sizeof loss_torch) < cfg->steps)
-            bad_input("%s/%s: fewer than %d steps", fx->dir, path, cfg->steps);
+            comm_bad_input("%s/%s: fewer than %d steps", fx->dir, path, cfg->steps);
     }
 
     // 1. Different starting points, then rank 0's everywhere.
@@ -374,12 +362,12 @@ static int parse_mb_list(const char* s, double* out) {
         const double v = strtod(p, &end);
         if (end == p || !(v >= 0) || !isfinite(v) || v > 1e6 || n == MAX_MB ||
             (*end && *end != ','))
-            bad_input("--bucket-mb: '%s': expected up to %d comma-separated sizes in MiB, each in "
+            comm_bad_input("--bucket-mb: '%s': expected up to %d comma-separated sizes in MiB, each in "
                  "[0, 1e6] (e.g. 0.0001,0.0016,0.01)", s, MAX_MB);
         out[n++] = v;
         p = *end ? end + 1 : end;
     }
-    if (n == 0) bad_input("--bucket-mb: empty list");
+    if (n == 0) comm_bad_input("--bucket-mb: empty list");
     return n;
 }
 
@@ -404,7 +392,7 @@ int main(int argc, char** argv) {
     fixture_t fx;
     load_fixture(fixture, &fx);
     if (steps < 1 || steps > fx.steps)
-        bad_input("--steps %d: the fixture holds 1..%d steps", steps, fx.steps);
+        comm_bad_input("--steps %d: the fixture holds 1..%d steps", steps, fx.steps);
 
     comm_backend_t be = COMM_MPI;
     comm_backend_parse(backend, &be);  // cannot fail: CLI_CHOICE checked it

@@ -52,17 +52,6 @@
 #define ZERO_RTOL 1e-5
 #define ZERO_ATOL 1e-6
 
-__attribute__((noreturn, format(printf, 1, 2))) static void bad_input(const char* fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (comm_env_rank() == 0) fail("%s", msg);
-    sleep(1);  // let rank 0's line out before mpirun ends the job
-    exit(EXIT_BAD_INPUT);
-}
-
 typedef enum { MODE_COURSE = 0, MODE_ZERO1, MODE_ZERO2, N_MODES } mode_t_;
 static const char* const mode_names[N_MODES] = {"course", "zero1", "zero2"};
 
@@ -75,9 +64,9 @@ typedef struct {
 static void load_f32(const char* path, float* dst, size_t n) {
     npy_array_t a;
     char err[512];
-    if (npy_read(path, &a, err, sizeof err)) bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
+    if (npy_read(path, &a, err, sizeof err)) comm_bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
     if (a.dtype != DT_F32 || a.nbytes != n * sizeof(float))
-        bad_input("%s: expected %zu float32 values, got %zu bytes of %s", path, n, a.nbytes, dtype_name(a.dtype));
+        comm_bad_input("%s: expected %zu float32 values, got %zu bytes of %s", path, n, a.nbytes, dtype_name(a.dtype));
     memcpy(dst, a.data, a.nbytes);
     npy_array_free(&a);
 }
@@ -85,7 +74,7 @@ static void load_f32(const char* path, float* dst, size_t n) {
 static void load_params(const toy_model_t* m, const char* dir, const char* sub, int step, float* dst) {
     char path[1024], err[1024];
     snprintf(path, sizeof path, "%s/%s/%s", dir, toy_kind_name(m->kind), sub);
-    if (toy_load_params(m, path, step, dst, err, sizeof err)) bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
+    if (toy_load_params(m, path, step, dst, err, sizeof err)) comm_bad_input("%s (regenerate: scripts/make_fixtures.sh toymodel)", err);
 }
 
 // The trainable elements of the toy's table inside [lo, hi): the formula's count, written
@@ -280,13 +269,13 @@ int main(int argc, char** argv) {
         {"comm-timeout", CLI_DOUBLE, &timeout, "0", COMM_TIMEOUT_HELP, NULL},
     };
     comm_cli_parse(argc, argv, "the course's sharded-optimizer test on the ToyModels, and ZeRO-1/2 on them", opts, CLI_COUNT(opts));
-    if (steps < 1 || steps > STEPS_MAX) bad_input("--steps: %d is out of range (1..%d, the fixture's steps)", steps, STEPS_MAX);
-    if (groups != 1 && groups != 2) bad_input("--groups: %d must be 1 or 2", groups);
-    if (!(bucket_mb >= 0 && bucket_mb <= 1e6)) bad_input("--bucket-mb: %g is out of range [0, 1e6]", bucket_mb);
+    if (steps < 1 || steps > STEPS_MAX) comm_bad_input("--steps: %d is out of range (1..%d, the fixture's steps)", steps, STEPS_MAX);
+    if (groups != 1 && groups != 2) comm_bad_input("--groups: %d must be 1 or 2", groups);
+    if (!(bucket_mb >= 0 && bucket_mb <= 1e6)) comm_bad_input("--bucket-mb: %g is out of range [0, 1e6]", bucket_mb);
     opt_kind_t ok = OPT_ADAMW;
     opt_kind_parse(opt, &ok);  // cannot fail: CLI_CHOICE checked it
-    if (ok == OPT_SGD && strcmp(mode, "course") != 0) bad_input("--optimizer sgd: only with --mode course (ZeRO-1/2 here shard AdamW)");
-    if (groups == 2 && strcmp(mode, "course") != 0) bad_input("--groups 2: only with --mode course (add_group is the course's optimizer's)");
+    if (ok == OPT_SGD && strcmp(mode, "course") != 0) comm_bad_input("--optimizer sgd: only with --mode course (ZeRO-1/2 here shard AdamW)");
+    if (groups == 2 && strcmp(mode, "course") != 0) comm_bad_input("--groups 2: only with --mode course (add_group is the course's optimizer's)");
     fixture_t fx = {fixture, malloc(STEPS_MAX * ROWS * TOY_D_IN * sizeof(float)), malloc(STEPS_MAX * ROWS * TOY_D_OUT * sizeof(float))};
     if (!fx.xs || !fx.ys) DIE("out of host memory");
     char path[1024];

@@ -261,8 +261,7 @@ int main(int argc, char** argv) {
     };
     comm_cli_parse(argc, argv, "Sharded-optimizer training of the Transformer LM: DDP, ZeRO-1, ZeRO-2, the course's version (run under mpirun).",
                    opts, CLI_COUNT(opts));
-    const int speak = comm_env_rank() == 0;
-#define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
+#define BAD(...) comm_bad_input(__VA_ARGS__)
     trainer_t t = {0};
     model_config_t cfg;
     if (model_config_by_name(model_s, context, &cfg) != 0) BAD("--model: unknown size '%s'", model_s);

@@ -163,8 +163,7 @@ int main(int argc, char** argv) {
     };
     comm_cli_parse(argc, argv, "Pipeline-parallel training of the Transformer LM on the CPU (run under mpirun).", opts,
                    CLI_COUNT(opts));
-    const int speak = comm_env_rank() == 0;
-#define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
+#define BAD(...) comm_bad_input(__VA_ARGS__)
     // Every check before MPI starts: the world size comes from mpirun's environment.
     const char* ws = getenv("OMPI_COMM_WORLD_SIZE");
     const int world = ws ? atoi(ws) : 1;

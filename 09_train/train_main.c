@@ -230,8 +230,7 @@ int main(int argc, char** argv) {
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
     comm_cli_parse(argc, argv, "Train the Transformer LM on a token file, with checkpoints and resume (CPU, MPI).", opts, CLI_COUNT(opts));
-    const int speak = comm_env_rank() == 0;
-#define BAD(...) do { if (speak) fail(__VA_ARGS__); exit(EXIT_BAD_INPUT); } while (0)
+#define BAD(...) comm_bad_input(__VA_ARGS__)
     if (context < 1 || context > 4096) BAD("--context: %d is out of range (1..4096)", context);
     if (B < 1 || B > 4096) BAD("--batch: %d is out of range (1..4096)", B);
     if (A < 1 || A > 1024) BAD("--accum: %d is out of range (1..1024)", A);

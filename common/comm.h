@@ -146,6 +146,9 @@ void comm_fatal(comm_t* c, int status, const char* fmt, ...);
 // ---- programs under mpirun (comm_cli.c) -------------------------------------------------
 // The rank mpirun gave this process, read from the environment before MPI_Init (0 if none).
 int comm_env_rank(void);
+// Bad input under mpirun: rank 0 prints the one line "prog: error: ..." (fail()'s form), every
+// rank exits 2 (the others a moment later, so that the line is out before mpirun ends the job).
+__attribute__((noreturn, format(printf, 1, 2))) void comm_bad_input(const char* fmt, ...);
 // cli_parse (common/cli.h) for every rank, with --help and errors printed by rank 0 only.
 void comm_cli_parse(int argc, char** argv, const char* summary, cli_opt_t* opts, int nopts);
 // A --backend flag's value: "mpi", "nccl", or "auto" (NCCL when this build has it and this

@@ -1,5 +1,6 @@
 // Flag parsing for programs started by mpirun: every rank parses, only rank 0 speaks (one
 // line for a bad flag, not one per rank). See comm.h.
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +30,18 @@ void comm_cli_parse(int argc, char** argv, const char* summary, cli_opt_t* opts,
         if (speak) cli_print_help(stdout, argc > 0 ? argv[0] : NULL, summary, opts, nopts);
         exit(0);
     }
-    if (rc != 0) {
-        if (speak) fail("%s", err);
-        sleep(1);  // let rank 0's line out before mpirun ends the job
-        exit(EXIT_BAD_INPUT);
-    }
+    if (rc != 0) comm_bad_input("%s", err);
+}
+
+void comm_bad_input(const char* fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (comm_env_rank() == 0) fail("%s", msg);
+    sleep(1);  // let rank 0's line out before mpirun ends the job
+    exit(EXIT_BAD_INPUT);
 }
 
 double comm_timeout_flag(double flag_s) {
