@@ -10,7 +10,7 @@ R=results/05_collectives
 mkdir -p "$R"
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$R/gpu_run.txt"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$R/gpu.txt"
-log "mpicc: $(command -v mpicc || echo none); mpirun: $(mpirun --version 2>/dev/null | head -1)"
+log "mpicc: $(command -v mpicc || echo none); mpirun: $(timeout 10 mpirun --version 2>/dev/null | head -1)"
 log "build"
 make -j"$(nproc)" build-05 > "$R/build.log" 2>&1 || { log "BUILD FAILED"; tail -30 "$R/build.log"; }
 log "test-05"

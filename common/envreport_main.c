@@ -11,7 +11,7 @@
 
 static void mpi_version(char* buf, size_t len) {
     snprintf(buf, len, "not found");
-    FILE* p = popen("mpirun --version 2>/dev/null | head -n 1", "r");
+    FILE* p = popen("timeout 10 mpirun --version 2>/dev/null | head -n 1", "r");
     if (!p) return;
     if (fgets(buf, (int)len, p)) buf[strcspn(buf, "\n")] = '\0';
     else snprintf(buf, len, "not found");
