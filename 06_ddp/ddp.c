@@ -122,6 +122,22 @@ int ddp_assign_buckets(const ddp_param_t* p, int n, size_t bucket_bytes, ddp_buc
     // STUDENT-END(06.assign_buckets)
 }
 
+int ddp_assign_buckets_first(const ddp_param_t* p, int n, size_t first_bytes, size_t bucket_bytes,
+                             ddp_bucket_t* out, int max_out) {
+    if (first_bytes >= bucket_bytes) return ddp_assign_buckets(p, n, bucket_bytes, out, max_out);
+    // Bucket 0 under the small cap, from the end of the table; everything below its lowest
+    // member under the large cap. (A frozen parameter that closes bucket 0 is skipped by the
+    // second call as by the first.)
+    ddp_bucket_t b0;
+    int nb0 = ddp_assign_buckets(p, n, first_bytes, &b0, 1);
+    if (nb0 <= 0) return nb0;
+    if (max_out > 0) out[0] = b0;
+    if (b0.p_lo == 0) return 1;
+    int rest = ddp_assign_buckets(p, b0.p_lo, bucket_bytes, max_out > 1 ? out + 1 : NULL,
+                                  max_out > 1 ? max_out - 1 : 0);
+    return rest < 0 ? rest : 1 + rest;
+}
+
 size_t ddp_bucket_bytes(double bucket_mb) {
     if (!(bucket_mb >= 0) || !isfinite(bucket_mb) || bucket_mb > 1e9)
         DIE("ddp_bucket_bytes: bucket size %g MiB: expected a number in [0, 1e9]", bucket_mb);
@@ -150,7 +166,7 @@ static int flat_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
     // STUDENT-END(06.flat_plan)
 }
 
-static void make_plan(ddp_t* d, double bucket_mb) {
+static void make_plan(ddp_t* d, double first_bucket_mb, double bucket_mb) {
     d->b = calloc((size_t)d->n, sizeof *d->b);  // never more slices than parameters
     if (!d->b) DIE("out of memory: %d buckets", d->n);
     switch (d->v) {
@@ -158,7 +174,8 @@ static void make_plan(ddp_t* d, double bucket_mb) {
     case DDP_OVERLAP: d->nb = per_parameter_plan(d->p, d->n, d->b); break;
     case DDP_FLAT: d->nb = flat_plan(d->p, d->n, d->b); break;
     case DDP_BUCKETED:
-        d->nb = ddp_assign_buckets(d->p, d->n, ddp_bucket_bytes(bucket_mb), d->b, d->n);
+        d->nb = ddp_assign_buckets_first(d->p, d->n, ddp_bucket_bytes(first_bucket_mb),
+                                         ddp_bucket_bytes(bucket_mb), d->b, d->n);
         break;
     default: DIE("ddp_create: unknown variant %d", (int)d->v);
     }
@@ -184,6 +201,13 @@ static void reset_step(ddp_t* d) {
 ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
                   float* flat_grads, size_t total, ddp_variant_t v, double bucket_mb,
                   cudaStream_t compute_stream) {
+    return ddp_create_first(c, params, n, flat_params, flat_grads, total, v, bucket_mb, bucket_mb,
+                            compute_stream);
+}
+
+ddp_t* ddp_create_first(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
+                        float* flat_grads, size_t total, ddp_variant_t v, double first_bucket_mb,
+                        double bucket_mb, cudaStream_t compute_stream) {
     char err[256];
     if (ddp_check_params(params, n, total, err, sizeof err)) DIE("ddp_create: %s", err);
     if (!c || !flat_params || !flat_grads) DIE("ddp_create: NULL communicator or buffer");
@@ -204,7 +228,7 @@ ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_param
     d->compute = compute_stream;
     d->bucket_of = xcalloc((size_t)n, sizeof(int));
     d->n_members = xcalloc((size_t)n, sizeof(int));
-    make_plan(d, bucket_mb);
+    make_plan(d, first_bucket_mb, bucket_mb);
     d->fired = xcalloc((size_t)n, sizeof(int));
     d->left = xcalloc((size_t)d->nb, sizeof(int));
     d->started = xcalloc((size_t)d->nb, sizeof(int));
@@ -212,8 +236,12 @@ ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_param
     d->prev_reqs = xcalloc((size_t)d->nb, sizeof(comm_req_t*));
     if (d->gpu) {
         // Non-blocking: the comm stream must not wait on the legacy default stream behind
-        // our back; every ordering it needs is an explicit event.
-        CUDA_CHECK(cudaStreamCreateWithFlags(&d->comm_stream, cudaStreamNonBlocking));
+        // our back; every ordering it needs is an explicit event. Highest priority (as
+        // PyTorch's NCCL streams): once a bucket is ready, its all-reduce kernel is scheduled
+        // ahead of the backward's queued kernels instead of waiting for free SMs.
+        int least = 0, greatest = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&d->comm_stream, cudaStreamNonBlocking, greatest));
         d->ready = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
         for (int k = 0; k < d->nb; k++)
             CUDA_CHECK(cudaEventCreateWithFlags(&d->ready[k], cudaEventDisableTiming));

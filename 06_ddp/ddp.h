@@ -83,6 +83,13 @@ int ddp_assign_buckets(const ddp_param_t* p, int n, size_t bucket_bytes, ddp_buc
 // 0 if the table is usable over a buffer of `total` elements: n >= 1, every numel >= 1,
 // offsets increasing without overlap, every end <= total. Else -1 and a reason.
 int ddp_check_params(const ddp_param_t* p, int n, size_t total, char* err, size_t errlen);
+// PyTorch DDP's default plan: the FIRST bucket (the last parameters of the table, whose
+// gradients are final first) capped at first_bytes (PyTorch: 1 MiB) so that communication
+// starts early, every later one at bucket_bytes (PyTorch: 25 MiB). Bucket 0 is
+// ddp_assign_buckets(first_bytes)'s bucket 0; the table below its lowest member is assigned
+// with bucket_bytes. first_bytes >= bucket_bytes is ddp_assign_buckets(bucket_bytes).
+int ddp_assign_buckets_first(const ddp_param_t* p, int n, size_t first_bytes, size_t bucket_bytes,
+                             ddp_bucket_t* out, int max_out);
 // bucket_mb (MiB, may be fractional) to bytes; negative or non-finite values die.
 size_t ddp_bucket_bytes(double bucket_mb);
 
@@ -105,6 +112,11 @@ typedef struct ddp ddp_t;
 ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
                   float* flat_grads, size_t total, ddp_variant_t v, double bucket_mb,
                   cudaStream_t compute_stream);
+// The same with the bucketed variant's first bucket capped at first_bucket_mb
+// (ddp_assign_buckets_first); ddp_create is this with first_bucket_mb = bucket_mb.
+ddp_t* ddp_create_first(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
+                        float* flat_grads, size_t total, ddp_variant_t v, double first_bucket_mb,
+                        double bucket_mb, cudaStream_t compute_stream);
 void ddp_destroy(ddp_t* d);
 
 // Rank 0's whole parameter buffer (frozen parameters and padding too) to every rank;

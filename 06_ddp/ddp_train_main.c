@@ -40,8 +40,15 @@ typedef struct {
     const char* name;    // "none" (no communication: the single-GPU baseline), or a variant
     ddp_variant_t v;
     double bucket_mb;
+    double first_mb;     // cap of the first bucket (PyTorch's default plan: 1 MiB, then 25)
     int n_buckets;       // all-reduces a step (filled in when run)
 } run_t;
+
+// "25", or "1+25" for a run with a smaller first bucket.
+static void bucket_label(const run_t* run, const char* pre, const char* post, char* out, size_t n) {
+    if (run->first_mb < run->bucket_mb) snprintf(out, n, "%s%g+%g%s", pre, run->first_mb, run->bucket_mb, post);
+    else snprintf(out, n, "%s%g%s", pre, run->bucket_mb, post);
+}
 
 typedef struct {
     replica_t rep;          // the model, its parameter table and the data (replica.h)
@@ -196,7 +203,7 @@ int main(int argc, char** argv) {
         {"precision", CLI_CHOICE, &prec_s, "fp32", "GPU precision (the CPU model is fp32)", MODEL_PRECISION_CHOICES},
         {"attention", CLI_CHOICE, &attn_s, "naive", "GPU attention: naive, or flash (stage 04; bf16)", "naive|flash"},
         {"variant", CLI_STR, &variant_s, "bucketed", "none|naive|flat|overlap|bucketed, a comma list, or all (none: no communication)", NULL},
-        {"bucket-mb", CLI_STR, &bucket_s, "25", "bucket caps in MiB for bucketed (comma list: one run each)", NULL},
+        {"bucket-mb", CLI_STR, &bucket_s, "25", "bucket caps in MiB for bucketed (comma list: one run each; F+C caps the first bucket at F, as PyTorch's 1+25)", NULL},
         {"steps", CLI_INT, &steps, "5", "measured steps per run", NULL},
         {"warmup", CLI_INT, &warmup, "2", "steps before measuring (each run)", NULL},
         {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", COMM_BACKEND_AUTO_CHOICES},
@@ -223,15 +230,20 @@ int main(int argc, char** argv) {
     // The runs: variants × bucket sizes.
     run_t runs[MAX_RUNS];
     int nruns = 0;
-    double buckets[16];
+    double buckets[16], firsts[16];
     int nb = 0;
     {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", bucket_s);
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            // "F+C": the first bucket capped at F MiB, the rest at C (PyTorch DDP: 1+25)
             char* end;
-            double v = strtod(tok, &end);
-            if (*end || !(v >= 0) || v > 1e6 || nb >= 16) BAD("--bucket-mb: '%s' is not a list of MiB values >= 0 (at most 16)", bucket_s);
+            double v = strtod(tok, &end), first = -1;
+            if (*end == '+' && end > tok) { first = v; v = strtod(end + 1, &end); }
+            if (*end || !(v >= 0) || v > 1e6 || nb >= 16 || (first != -1 && !(first >= 0 && first <= v)))
+                BAD("--bucket-mb: '%s' is not a list of MiB caps >= 0 (C, or F+C with F <= C for a "
+                    "small first bucket; at most 16)", bucket_s);
+            firsts[nb] = first < 0 ? v : first;
             buckets[nb++] = v;
         }
         // "none" last: a run without communication lets the replicas (and their AdamW moments)
@@ -244,7 +256,8 @@ int main(int argc, char** argv) {
                 BAD("--variant: unknown '%s' (allowed: none, %s, or all)", tok, DDP_VARIANT_CHOICES);
             for (int k = 0; k < (v == DDP_BUCKETED && !none ? nb : 1); k++) {
                 if (nruns >= MAX_RUNS) BAD("--variant/--bucket-mb: more than %d runs", MAX_RUNS);
-                runs[nruns++] = (run_t){none ? "none" : ddp_variant_name(v), v, none ? 0 : buckets[k], 0};
+                runs[nruns++] = (run_t){none ? "none" : ddp_variant_name(v), v, none ? 0 : buckets[k],
+                                        none ? 0 : firsts[k], 0};
             }
         }
     }
@@ -287,7 +300,8 @@ int main(int argc, char** argv) {
     for (int ri = 0; ri < nruns; ri++) {
         const run_t* run = &runs[ri];
         ddp_t* d = strcmp(run->name, "none") == 0 ? NULL
-                 : ddp_create(t.rep.c, t.rep.table, t.rep.lay->n, P, G, t.rep.lay->total, run->v, run->bucket_mb, cs);
+                 : ddp_create_first(t.rep.c, t.rep.table, t.rep.lay->n, P, G, t.rep.lay->total, run->v,
+                                    run->first_mb, run->bucket_mb, cs);
         // Rank 0's parameters everywhere at the start of every run (a run without communication
         // before it lets the replicas drift apart).
         {
@@ -323,7 +337,7 @@ int main(int argc, char** argv) {
             if (r == 0) {
                 profiler_stop();
                 char base[512], cap[32] = "", path[600], png[600], title[256];
-                if (d && run->v == DDP_BUCKETED) snprintf(cap, sizeof cap, "_%gMiB", run->bucket_mb);
+                if (d && run->v == DDP_BUCKETED) bucket_label(run, "_", "MiB", cap, sizeof cap);
                 snprintf(base, sizeof base, "%s/ddp_%s_%s%s", timeline, model_s, run->name, cap);
                 snprintf(path, sizeof path, "%s.csv", base);
                 snprintf(png, sizeof png, "%s.png", base);
@@ -371,7 +385,7 @@ int main(int argc, char** argv) {
             const run_t* run = &runs[ri];
             const double* med = med_all[ri];
             char bk[32] = "", ov[32] = "";
-            if (run->v == DDP_BUCKETED && strcmp(run->name, "none")) snprintf(bk, sizeof bk, "%g", run->bucket_mb);
+            if (run->v == DDP_BUCKETED && strcmp(run->name, "none")) bucket_label(run, "", "", bk, sizeof bk);
             if (base_ms > 0) snprintf(ov, sizeof ov, "%+.1f%%", 100.0 * (med[0] / base_ms - 1.0));
             printf("| %-8s | %12s | %4d | %9.2f | %9.2f | %12.2f | %9s |\n", run->name, bk, run->n_buckets, med[0], med[2], med[1], ov);
             if (f) fprintf(f, "%s,%d,%d,%d,%s,%s,%s,%s,%d,%.3f,%.3f,%.3f,%s\n", model_s, context, B, W, prec_s,

@@ -199,6 +199,39 @@ Test(buckets, random_tables_keep_every_invariant) {
     }
 }
 
+// PyTorch's default plan: a small first bucket so communication starts early, then the cap.
+Test(buckets, first_bucket_small_then_the_cap) {
+    // 6 tensors of 10 floats (40 bytes each), contiguous. First cap 80 bytes, then 160:
+    // bucket 0 = {5, 4}; below it {3, 2, 1, 0} fits 160 bytes exactly.
+    ddp_param_t t[6];
+    for (int i = 0; i < 6; i++) t[i] = (ddp_param_t){"p", (size_t)i * 10, 10, 1};
+    ddp_bucket_t b[8];
+    cr_assert_eq(ddp_assign_buckets_first(t, 6, 80, 160, b, 8), 2);
+    cr_assert_eq(b[0].p_hi, 5); cr_assert_eq(b[0].p_lo, 4);
+    cr_assert_eq(b[1].p_hi, 3); cr_assert_eq(b[1].p_lo, 0);
+    cr_assert_eq(b[1].begin, 0); cr_assert_eq(b[1].end, 40);
+    // the same caps with one cap are one bucket of 240 bytes > 160: two of 160 and 80
+    cr_assert_eq(ddp_assign_buckets(t, 6, 160, b, 8), 2);
+    cr_assert_eq(b[0].p_lo, 2);
+    // a first cap at or above the cap is the plain plan; the count query works as there
+    cr_assert_eq(ddp_assign_buckets_first(t, 6, 1000, 160, NULL, 0), 2);
+    cr_assert_eq(ddp_assign_buckets_first(t, 6, 80, 160, NULL, 0), 2);
+    cr_assert_eq(ddp_assign_buckets_first(t, 6, 80, 160, b, 1), 2);
+    cr_assert_eq(b[0].p_lo, 4);
+    // an oversize last tensor fills bucket 0 alone whatever the first cap (the XL model's
+    // lm_head): then the rest is the plain plan of the table below it
+    ddp_param_t u[4] = {{"a", 0, 10, 1}, {"b", 10, 10, 1}, {"c", 20, 10, 1}, {"head", 30, 500, 1}};
+    ddp_bucket_t x[8], y[8];
+    const int nx = ddp_assign_buckets_first(u, 4, 4, 400, x, 8);
+    const int ny = ddp_assign_buckets(u, 4, 400, y, 8);
+    cr_assert_eq(nx, ny);
+    for (int k = 0; k < nx; k++) cr_assert(x[k].p_lo == y[k].p_lo && x[k].p_hi == y[k].p_hi);
+    // a frozen parameter right below bucket 0 is in no bucket
+    ddp_param_t f[4] = {{"a", 0, 10, 1}, {"frozen", 10, 10, 0}, {"c", 20, 10, 1}, {"d", 30, 10, 1}};
+    cr_assert_eq(ddp_assign_buckets_first(f, 4, 40, 4000, b, 8), 3);
+    cr_assert_eq(b[0].p_lo, 3); cr_assert_eq(b[1].p_lo, 2); cr_assert_eq(b[2].p_lo, 0);
+}
+
 Test(buckets, bucket_mb_is_mebibytes_rounded_down) {
     cr_assert_eq(ddp_bucket_bytes(1), 1048576u);
     cr_assert_eq(ddp_bucket_bytes(0), 0u);
