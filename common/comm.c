@@ -233,6 +233,7 @@ comm_t* comm_init(comm_backend_t backend, double timeout_s) {
 void comm_destroy(comm_t* c, int finalize_mpi) {
     if (!c) return;
     if (c->backend == COMM_NCCL) comm_nccl_destroy(c);
+    comm_shm_destroy(c);
     MPI_CHECK(MPI_Comm_free(&c->impl->node));
     MPI_CHECK(MPI_Comm_free(&c->impl->world));
     free(c->impl);
@@ -387,6 +388,18 @@ static comm_req_t* mpi_allreduce(comm_t* c, const void* s, void* r, size_t count
                                  comm_dtype_t dt, comm_op_t op, int blocking) {
     comm_req_t* q = comm_req_new("all-reduce");
     int n = mpi_count(count, q->what);
+    // Blocking, f32/f64, every rank on this node: the shared-memory all-reduce (comm_shm.c),
+    // one copy in and one out instead of MPI's message copies; each element reduced by one
+    // rank in rank order, so bitwise identical everywhere. COMM_SHM=0 turns it off. The
+    // non-blocking form stays on MPI (it must progress while the caller computes). On 3+
+    // ranks both reduce each element on one rank, but not necessarily in the same order: a
+    // blocking and a non-blocking all-reduce of the same data may differ in the last bits.
+    if (blocking && c->world > 1 && (dt == COMM_F32 || dt == COMM_F64)) {
+        comm_watchdog_arm(c, q->what, c->timeout_s);
+        const int done = comm_shm_allreduce(c, s, r, count, dt, op);
+        comm_watchdog_disarm(c);
+        if (done) return q;  // AVG already scaled
+    }
     if (c->world > 2 && (dt == COMM_F32 || dt == COMM_F64)) {
         if (blocking) {
             comm_watchdog_arm(c, q->what, c->timeout_s);

@@ -9,6 +9,8 @@
 #include <nccl.h>
 #endif
 
+typedef struct comm_shm comm_shm_t;
+
 struct comm_impl {
     MPI_Comm world;        // a duplicate of MPI_COMM_WORLD, errors returned (not fatal)
     MPI_Comm node;         // ranks on this node (shared-memory split)
@@ -16,6 +18,8 @@ struct comm_impl {
     int in_group;          // NCCL: between comm_group_start and comm_group_end
     comm_req_t* group_reqs;  // NCCL: requests made in the open group (event recorded at its end)
     int aborted;
+    comm_shm_t* shm;       // MPI: the shared-memory all-reduce's window (comm_shm.c), or NULL
+    int shm_state;         // MPI: 0 not yet decided, 1 in use, -1 off (COMM_SHM=0, several nodes)
 #if HAVE_NCCL
     ncclComm_t nccl;
 #endif
@@ -52,6 +56,17 @@ comm_req_t* comm_req_new(const char* what);
 void comm_req_free(comm_req_t* r);
 void comm_scale(void* buf, size_t count, comm_dtype_t dt, double factor);  // host buffers
 double comm_now_s(void);
+
+// comm_shm.c: the MPI backend's all-reduce through an MPI-3 shared-memory window, for jobs
+// whose ranks share one node. comm_shm_allreduce returns 1 when it did the all-reduce (AVG
+// scaled included), 0 when the caller must use MPI instead: not f32/f64, COMM_SHM=0 on some
+// rank, more than one node, one rank. Collective: the first call sets the window up (every
+// rank must call it with the same count, type and op, as for any MPI collective). It waits
+// without a deadline of its own: call it under the watchdog.
+int comm_shm_allreduce(comm_t* c, const void* sendbuf, void* recvbuf, size_t count,
+                       comm_dtype_t dt, comm_op_t op);
+// Frees the window (collective); nothing if it was never set up. Before MPI_Finalize.
+void comm_shm_destroy(comm_t* c);
 
 // comm_nccl.c (each dies with a clear line where NCCL is not built in)
 void comm_nccl_init(comm_t* c);
