@@ -12,13 +12,16 @@ ignores:
 
 The id is "NN.name" (NN: the stage the file lives in). The BEGIN line carries three fields split
 by " | ": what to implement (the names from the README's maths), "see <where it is explained>"
-and "test: <the tests that check it>". The BEGIN line follows the line that opens the function
-body; the END line precedes the line that closes it.
+and "test: <the tests that check it>", and an optional fourth, "uses: helper helper", naming the
+file's static helpers that only the solution calls (the stub mentions them, so that no compiler
+warns about an unused function, and the student learns what is there to call). The BEGIN line
+follows the line that opens the function body; the END line precedes the line that closes it.
 
 In the student tree a region holds the same two markers around a stub that compiles without a
 warning and fails cleanly at run time:
-    host function:  (void)param; ...  fail("%s", "03: flash_forward_cpu is yours to write — see ...");
-    __global__ kernel:  (void)param; ...  (its launcher is a region too and fails before launching)
+    host function:  (void)param; ...  (void)helper; ...  fail("%s", "03: flash_forward_cpu is yours to write — see ...");
+    __global__ kernel or __device__ function:  (void)param; ...  (device code cannot call fail():
+                    the kernel's launcher is a region too and fails before launching)
 
 Commands:
     student.py check [--root DIR]                  the markers are well formed (make check-markers)
@@ -38,9 +41,9 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
-MARKED_STAGES = ("01", "02", "03", "04", "05", "06")  # 07 and 08 are not marked (yet)
+MARKED_STAGES = ("01", "02", "03", "04", "05", "06", "08")  # 07 is not marked (yet)
 # Files others own: never marked (the checker refuses markers there).
-UNMARKABLE = re.compile(r"^(07_zero/|08_pipeline/|common/model_cpu|common/adamw|common/model_gpu|"
+UNMARKABLE = re.compile(r"^(07_zero/|09_train/|common/model_cpu|common/adamw|common/model_gpu|"
                         r"common/comm|common/profiler\.|06_ddp/ddp_train_main\.c)")
 BEGIN_RE = re.compile(r"^(\s*)// STUDENT-BEGIN\(([^)]*)\)(.*)$")
 END_RE = re.compile(r"^(\s*)// STUDENT-END\(([^)]*)\)\s*$")
@@ -139,26 +142,34 @@ def parse_function(sig_text):
         ids = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", p)
         if len(ids) >= 2:
             names.append(ids[-1])
-    return name, names, "__global__" in s
+    # Device code (a kernel, or a __device__ function that is not also __host__) cannot call fail().
+    device = "__global__" in s or ("__device__" in s and "__host__" not in s)
+    return name, names, device
 
 
 def parse_task(rest):
-    """': text | see X | test: Y' -> (text, see, test)."""
+    """': text | see X | test: Y [| uses: a b]' -> (text, see, test, [helpers])."""
     rest = rest.strip()
     if not rest.startswith(":"):
         raise MarkerError("the BEGIN marker needs ': task | see ... | test: ...' after the id")
     fields = [f.strip() for f in rest[1:].split(" | ")]
-    if len(fields) != 3 or not fields[1].startswith("see ") or not fields[2].startswith("test: "):
-        raise MarkerError("the BEGIN marker's text must be 'task | see <where> | test: <tests>'")
+    if len(fields) not in (3, 4) or not fields[1].startswith("see ") or not fields[2].startswith("test: ") \
+            or (len(fields) == 4 and not fields[3].startswith("uses: ")):
+        raise MarkerError("the BEGIN marker's text must be 'task | see <where> | test: <tests>' "
+                          "[' | uses: <helpers>']")
     if not fields[0]:
         raise MarkerError("the task text is empty")
-    return fields[0], fields[1][4:], fields[2][6:]
+    uses = fields[3][6:].split() if len(fields) == 4 else []
+    for u in uses:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", u):
+            raise MarkerError(f"'uses: {fields[3][6:]}': '{u}' is not a function name")
+    return fields[0], fields[1][4:], fields[2][6:], uses
 
 
 class Region:
-    def __init__(self, path, rid, begin, end, indent, task, see, test, func, params, kernel, begin_line):
+    def __init__(self, path, rid, begin, end, indent, task, see, test, uses, func, params, kernel, begin_line):
         self.path, self.id, self.begin, self.end, self.indent = path, rid, begin, end, indent
-        self.task, self.see, self.test = task, see, test
+        self.task, self.see, self.test, self.uses = task, see, test, uses
         self.func, self.params, self.kernel, self.begin_line = func, params, kernel, begin_line
 
     def message(self):
@@ -169,8 +180,10 @@ class Region:
         out = [self.begin_line]
         if self.params:
             out.append(ind + " ".join(f"(void){p};" for p in self.params) + "\n")
+        if self.uses:
+            out.append(ind + " ".join(f"(void){u};" for u in self.uses) + "  // helpers of this file to call\n")
         if self.kernel:
-            out.append(ind + "// (a kernel: its launcher fails before it is ever launched)\n")
+            out.append(ind + "// (device code: the launcher of its kernel fails before it is ever launched)\n")
         else:
             msg = self.message().replace("\\", "\\\\").replace('"', '\\"')
             out.append(ind + f'fail("%s", "{msg}");\n')
@@ -219,13 +232,13 @@ def find_regions(path, text):
                                   f"(opened at line {open_r[1] + 1})")
             if n + 1 >= len(lines) or lines[n + 1].strip() != "}":
                 raise MarkerError(f"{where}: STUDENT-END must precede the line '}}' that closes the function")
-            rid, bn, ind, (task, see, test), func, params, kernel = open_r
+            rid, bn, ind, (task, see, test, uses), func, params, kernel = open_r
             brace = lines[n + 1][: len(lines[n + 1]) - len(lines[n + 1].lstrip())]
             if not (ind.startswith(brace) and len(ind) > len(brace)):
                 raise MarkerError(f"{where}: the region's closing brace is not its function's")
             if e.group(1) != ind:
                 raise MarkerError(f"{where}: STUDENT-END is not indented like its STUDENT-BEGIN")
-            regions.append(Region(path, rid, bn, n, ind, task, see, test, func, params, kernel, lines[bn]))
+            regions.append(Region(path, rid, bn, n, ind, task, see, test, uses, func, params, kernel, lines[bn]))
             ids.add(rid)
             open_r = None
     if open_r is not None:
