@@ -5,6 +5,10 @@
 // Prints one line per check on rank 0, then "N checks, N wrong"; exits 1 if anything is wrong.
 // Failure injection for the tests: --die-rank R (that rank _exit()s in the middle of the run)
 // and --hang-rank R (that rank stops answering; the others must end the job by the deadline).
+// The blocking all-reduce is also checked for every op (sum, avg, max, min) in fp32 and fp64,
+// and on random floats: every rank must hold the same bits; with --rank-order 1 (the MPI
+// backend's shared-memory path, common/comm_shm.c) they must also be the left-to-right
+// reduction over ranks 0..n-1, bit for bit.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +19,7 @@
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
+#include "common/rng.h"
 
 typedef struct {
     comm_t* c;
@@ -22,6 +27,7 @@ typedef struct {
     float *h_send, *h_recv, *h_want;
     size_t cap;               // elements in each buffer
     int die_rank, hang_rank, ops_done;
+    int rank_order;           // --rank-order: expect the all-reduce to reduce in rank order
     long long checks, wrong;
 } ctx_t;
 
@@ -63,6 +69,17 @@ static void step(ctx_t* x) {
     }
 }
 
+// Sums this rank's count of wrong elements over all ranks and prints one line on rank 0.
+static void verdict_bad(ctx_t* x, const char* what, size_t count, int inplace, long long bad) {
+    comm_host_allreduce_i64(x->c, &bad, 1, COMM_SUM);
+    x->checks++;
+    if (bad) x->wrong++;
+    if (x->c->rank == 0)
+        printf("%-22s count %-9zu %-12s %s\n", what, count, inplace ? "in place" : "out of place",
+               bad ? "WRONG" : "ok");
+    if (bad && x->c->rank == 0) printf("  %lld wrong elements over all ranks\n", bad);
+}
+
 // Compares n elements of got with want (bitwise for exact data; within tol for averages),
 // counts the wrong ones over all ranks and prints one line on rank 0.
 static void verdict(ctx_t* x, const char* what, size_t count, int inplace, size_t n, double tol) {
@@ -71,13 +88,89 @@ static void verdict(ctx_t* x, const char* what, size_t count, int inplace, size_
         double g = x->h_recv[i], w = x->h_want[i];
         if (!(fabs(g - w) <= tol * fmax(1.0, fabs(w)))) bad++;  // NaN counts as wrong
     }
-    comm_host_allreduce_i64(x->c, &bad, 1, COMM_SUM);
-    x->checks++;
-    if (bad) x->wrong++;
-    if (x->c->rank == 0)
-        printf("%-22s count %-9zu %-12s %s\n", what, count, inplace ? "in place" : "out of place",
-               bad ? "WRONG" : "ok");
-    if (bad && x->c->rank == 0) printf("  %lld wrong elements over all ranks\n", bad);
+    verdict_bad(x, what, count, inplace, bad);
+}
+
+// Rank r's random element i: signed, exponents over 2^-10..2^10, so sums round differently
+// in different orders.
+static float random_value(int r, size_t i) {
+    const float u = rng_uniform(1000 + (uint64_t)r, i) - 0.5f;
+    return ldexpf(u, (int)rng_below(2000 + (uint64_t)r, i, 21) - 10);
+}
+
+static float op_f32(comm_op_t op, float acc, float y) {
+    return op == COMM_MAX ? (y > acc ? y : acc) : op == COMM_MIN ? (y < acc ? y : acc) : acc + y;
+}
+
+// The blocking all-reduce for every op, fp32 and fp64, on exact data; then on random floats:
+// the same bits on every rank (a hash of the result, min == max over ranks) and, with
+// --rank-order, the bits of the reduction over ranks 0, 1, ..., n-1 in that order.
+static void check_allreduce_ops(ctx_t* x, size_t count, int inplace) {
+    comm_t* c = x->c;
+    const int n = c->world, r = c->rank;
+    cudaStream_t st = comm_stream(c);
+    static const comm_op_t ops[4] = {COMM_SUM, COMM_AVG, COMM_MAX, COMM_MIN};
+    static const char* const names32[4] = {"all-reduce sum", "all-reduce avg", "all-reduce max", "all-reduce min"};
+    static const char* const names64[4] = {"all-reduce f64 sum", "all-reduce f64 avg", "all-reduce f64 max", "all-reduce f64 min"};
+    for (int f64 = 0; f64 <= 1; f64++) {
+        for (int o = f64 ? 0 : 1; o < 4; o++) {  // fp32 sum is the first check of check_count
+            const comm_op_t op = ops[o];
+            double* hs = (double*)x->h_send;
+            double* hr = (double*)x->h_recv;
+            for (size_t i = 0; i < count; i++) {
+                if (f64) hs[i] = value(r, i); else x->h_send[i] = value(r, i);
+            }
+            to_backend(x, x->d_send, x->h_send, f64 ? 2 * count : count);
+            void* out = inplace ? (void*)x->d_send : (void*)x->d_recv;
+            step(x);
+            comm_allreduce(c, x->d_send, out, count, f64 ? COMM_F64 : COMM_F32, op, st);
+            from_backend(x, x->h_recv, out, f64 ? 2 * count : count);
+            long long bad = 0;
+            for (size_t i = 0; i < count; i++) {
+                double w = value(0, i);
+                for (int k = 1; k < n; k++) {
+                    const double v = value(k, i);
+                    w = op == COMM_MAX ? fmax(w, v) : op == COMM_MIN ? fmin(w, v) : w + v;
+                }
+                if (op == COMM_AVG) w /= n;
+                const double g = f64 ? hr[i] : (double)x->h_recv[i];
+                // sums, max, min of small integers are exact; an average is one rounding
+                const double tol = op == COMM_AVG ? (f64 ? 1e-15 : 4e-7) : 0.0;
+                if (!(fabs(g - w) <= tol * fmax(1.0, fabs(w)))) bad++;
+            }
+            verdict_bad(x, f64 ? names64[o] : names32[o], count, inplace, bad);
+        }
+    }
+    // Random floats, fp32: sum, avg, max, min.
+    for (int o = 0; o < 4; o++) {
+        const comm_op_t op = ops[o];
+        for (size_t i = 0; i < count; i++) x->h_send[i] = random_value(r, i);
+        to_backend(x, x->d_send, x->h_send, count);
+        float* out = inplace ? x->d_send : x->d_recv;
+        step(x);
+        comm_allreduce(c, x->d_send, out, count, COMM_F32, op, st);
+        from_backend(x, x->h_recv, out, count);
+        // FNV-1a of the result's bytes: equal on every rank iff the bits are.
+        unsigned long long h = 1469598103934665603ull;
+        const unsigned char* p = (const unsigned char*)x->h_recv;
+        for (size_t i = 0; i < count * sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ull;
+        long long lo = (long long)(h >> 1), hi = lo;
+        comm_host_allreduce_i64(c, &lo, 1, COMM_MIN);
+        comm_host_allreduce_i64(c, &hi, 1, COMM_MAX);
+        long long bad = lo != hi ? (long long)count : 0;  // counted once per rank: all wrong
+        if (x->rank_order) {
+            const float scale = (float)(1.0 / n);  // comm_scale's factor
+            for (size_t i = 0; i < count; i++) {
+                float w = random_value(0, i);
+                for (int k = 1; k < n; k++) w = op_f32(op, w, random_value(k, i));
+                if (op == COMM_AVG) w *= scale;
+                if (memcmp(&w, &x->h_recv[i], sizeof w) != 0) bad++;
+            }
+        }
+        static const char* const names[4] = {"all-reduce random sum", "all-reduce random avg",
+                                             "all-reduce random max", "all-reduce random min"};
+        verdict_bad(x, names[o], count, inplace, bad);
+    }
 }
 
 static void check_count(ctx_t* x, size_t count) {
@@ -112,6 +205,8 @@ static void check_count(ctx_t* x, size_t count) {
             // (x 1/n, or per-input pre-scaling in NCCL): within a few ulps.
             verdict(x, what, count, inplace, count, (variant & 1) ? 4e-7 : 0.0);
         }
+        // ---- blocking all-reduce: every op, fp32 and fp64, exact and random data
+        check_allreduce_ops(x, count, inplace);
         // ---- broadcast from the last rank
         {
             const int root = n - 1;
@@ -183,7 +278,7 @@ static void check_count(ctx_t* x, size_t count) {
 int main(int argc, char** argv) {
     const char* backend_s = "mpi";
     const char* counts_s = "0,1,3,7,1000,65537,1000003";
-    int die_rank = -1, hang_rank = -1;
+    int die_rank = -1, hang_rank = -1, rank_order = 0;
     double timeout_s = 0;
     const char* tag = "";
     cli_opt_t opts[] = {
@@ -191,6 +286,7 @@ int main(int argc, char** argv) {
         {"counts", CLI_STR, &counts_s, "0,1,3,7,1000,65537,1000003", "element counts to check (comma list, K/M suffixes)", NULL},
         {"die-rank", CLI_INT, &die_rank, "-1", "this rank exits in the middle of the run (failure test)", NULL},
         {"hang-rank", CLI_INT, &hang_rank, "-1", "this rank stops answering in the middle of the run (failure test)", NULL},
+        {"rank-order", CLI_INT, &rank_order, "0", "1: the blocking all-reduce must reduce in rank order, bit for bit (MPI backend, shared-memory path)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
         {"tag", CLI_STR, &tag, "", "ignored: lets a test find its processes", NULL},
     };
@@ -205,14 +301,16 @@ int main(int argc, char** argv) {
     comm_backend_parse(backend_s, &backend);
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
 
-    ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank};
+    if (rank_order != 0 && rank_order != 1) comm_bad_input("--rank-order: %d must be 0 or 1", rank_order);
+    ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank, .rank_order = rank_order};
     for (int i = 0; i < ncounts; i++)
         if ((size_t)counts[i] > x.cap) x.cap = (size_t)counts[i];
     x.cap = x.cap * (size_t)c->world + 1;  // reduce-scatter input, all-gather output
-    x.d_send = comm_alloc(c, x.cap * sizeof(float), MEM_OTHER);
-    x.d_recv = comm_alloc(c, x.cap * sizeof(float), MEM_OTHER);
-    x.h_send = mem_alloc(DEV_CPU, x.cap * sizeof(float), MEM_OTHER);
-    x.h_recv = mem_alloc(DEV_CPU, x.cap * sizeof(float), MEM_OTHER);
+    // Buffers of cap floats, or of cap doubles for the fp64 all-reduce (count <= cap).
+    x.d_send = comm_alloc(c, x.cap * sizeof(double), MEM_OTHER);
+    x.d_recv = comm_alloc(c, x.cap * sizeof(double), MEM_OTHER);
+    x.h_send = mem_alloc(DEV_CPU, x.cap * sizeof(double), MEM_OTHER);
+    x.h_recv = mem_alloc(DEV_CPU, x.cap * sizeof(double), MEM_OTHER);
     x.h_want = mem_alloc(DEV_CPU, x.cap * sizeof(float), MEM_OTHER);
     if (c->rank == 0)
         printf("# collectives_check: backend %s, %d rank%s\n", comm_backend_name(backend), c->world,

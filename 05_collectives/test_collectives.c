@@ -12,10 +12,11 @@
 
 static char g_out[1 << 16];
 
-// Runs `scripts/mpirun.sh np <prog> <args>` and returns its exit status; the output is in g_out.
-static int mpi_run(int np, const char* prog, const char* args, double* seconds) {
+// Runs `<env> scripts/mpirun.sh np <prog> <args>` and returns its exit status; the output is
+// in g_out. `env`: variable assignments for the job ("" for none).
+static int mpi_run_env(const char* env, int np, const char* prog, const char* args, double* seconds) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/05_collectives/%s %s", np,
+    snprintf(cmd, sizeof cmd, "%s MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/05_collectives/%s %s", env, np,
              build_dir(), prog, args);
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
@@ -23,6 +24,9 @@ static int mpi_run(int np, const char* prog, const char* args, double* seconds) 
     clock_gettime(CLOCK_MONOTONIC, &b);
     if (seconds) *seconds = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     return st;
+}
+static int mpi_run(int np, const char* prog, const char* args, double* seconds) {
+    return mpi_run_env("", np, prog, args, seconds);
 }
 
 // No process of this run is left: every test run carries a unique --tag.
@@ -47,6 +51,46 @@ Test(collectives_mpi, every_operation_1_rank) { check_np(1); }
 Test(collectives_mpi, every_operation_2_ranks) { check_np(2); }
 Test(collectives_mpi, every_operation_3_ranks) { check_np(3); }
 Test(collectives_mpi, every_operation_4_ranks) { check_np(4); }
+
+// ---- the MPI backend's shared-memory all-reduce (common/comm_shm.c)
+// Every op (sum, avg, max, min) in fp32 and fp64 on exact data, blocking, in place and out of
+// place; on random floats every rank holds the same bits, and (--rank-order 1) they are the
+// left-to-right reduction over ranks 0..n-1. With 4 KiB chunks (COMM_SHM_CHUNK) the counts
+// cross the chunk boundary (1024 floats, 512 doubles) and the larger ones take many rounds;
+// then the default 1 MiB chunk around its boundary (262144 floats).
+#define SHM_COUNTS "0,1,2,3,5,7,511,512,513,1000,1024,1025,4099,65537"
+static void check_shm(int np) {
+    int st = mpi_run_env("COMM_SHM_CHUNK=4K", np, "collectives_check", "--rank-order 1 --counts " SHM_COUNTS, NULL);
+    cr_assert_eq(st, 0, "shm, 4K chunks, %d ranks: exit %d:\n%s", np, st, g_out);
+    cr_assert(strstr(g_out, " 0 wrong") && !strstr(g_out, "WRONG"), "%d ranks:\n%s", np, g_out);
+    cr_assert(strstr(g_out, "all-reduce f64 min") && strstr(g_out, "all-reduce random avg"), "%s", g_out);
+    st = mpi_run(np, "collectives_check", "--rank-order 1 --counts 262143,262144,262145,1000003", NULL);
+    cr_assert_eq(st, 0, "shm, default chunk, %d ranks: exit %d:\n%s", np, st, g_out);
+    cr_assert(strstr(g_out, " 0 wrong") && !strstr(g_out, "WRONG"), "%d ranks:\n%s", np, g_out);
+}
+Test(collectives_mpi, shm_allreduce_2_ranks) { check_shm(2); }
+Test(collectives_mpi, shm_allreduce_3_ranks) { check_shm(3); }
+Test(collectives_mpi, shm_allreduce_4_ranks) { check_shm(4); }
+
+// COMM_SHM=0: MPI's own collectives, still correct and still the same bits on every rank (not
+// necessarily in rank order on 4 ranks: no --rank-order).
+Test(collectives_mpi, shm_off_falls_back_to_mpi) {
+    for (int np = 3; np <= 4; np++) {
+        int st = mpi_run_env("COMM_SHM=0", np, "collectives_check", "--counts 0,1,3,5,1000,65537", NULL);
+        cr_assert_eq(st, 0, "COMM_SHM=0, %d ranks: exit %d:\n%s", np, st, g_out);
+        cr_assert(strstr(g_out, " 0 wrong") && !strstr(g_out, "WRONG"), "%d ranks:\n%s", np, g_out);
+    }
+}
+
+Test(collectives_mpi, shm_bad_setting_one_line_exit_2) {
+    int st = mpi_run_env("COMM_SHM=yes", 2, "collectives_check", "--counts 10", NULL);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    const char* first = strstr(g_out, "COMM_SHM=yes: expected 0");
+    cr_assert(first && !strstr(first + 1, "COMM_SHM=yes"), "not one line:\n%s", g_out);
+    st = mpi_run_env("COMM_SHM_CHUNK=12", 2, "collectives_check", "--counts 10", NULL);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "COMM_SHM_CHUNK=12: expected a size"), "%s", g_out);
+}
 
 Test(collectives_mpi, without_mpirun_is_a_world_of_one) {
     char cmd[512];

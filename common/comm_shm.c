@@ -81,12 +81,14 @@ struct comm_shm {
 };
 
 // ------------------------------------------------------------------ settings
+// Read on every rank at the first all-reduce (a collective: a bad value stops every rank with
+// one line from rank 0, exit 2).
 // COMM_SHM: unset, empty or 1 = on; 0 = off (MPI's collectives, as before).
 static int shm_env_on(void) {
     const char* s = getenv("COMM_SHM");
     if (!s || !*s || strcmp(s, "1") == 0) return 1;
     if (strcmp(s, "0") == 0) return 0;
-    fail("COMM_SHM=%s: expected 0 (MPI's all-reduce) or 1 (the shared-memory all-reduce)", s);
+    comm_bad_input("COMM_SHM=%s: expected 0 (MPI's all-reduce) or 1 (the shared-memory all-reduce)", s);
 }
 
 // COMM_SHM_CHUNK: bytes per round (K/M suffixes), 4K..256M; the tests lower it to reach
@@ -96,7 +98,7 @@ static size_t shm_env_chunk(void) {
     if (!s || !*s) return SHM_CHUNK_DEFAULT;
     int64_t v = 0;
     if (parse_size(s, &v) != 0 || v < 4096 || v > (INT64_C(256) << 20))
-        fail("COMM_SHM_CHUNK=%s: expected a size from 4K to 256M (e.g. 1M)", s);
+        comm_bad_input("COMM_SHM_CHUNK=%s: expected a size from 4K to 256M (e.g. 1M)", s);
     return (size_t)v;
 }
 
