@@ -12,7 +12,7 @@ L=results/device
 mkdir -p "$O" "$L" results/05_collectives results/06_ddp
 export NCCL_NVLS_ENABLE=0 SETUP_SKIP=1 LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
 B=${B:-build}
-torchrun2() { python3 -m torch.distributed.run --standalone --nproc_per_node "$@"; }
+TORCHRUN="python3 -m torch.distributed.run --standalone --nproc_per_node"  # a variable: `timeout` cannot run a shell function
 step() {  # step NAME SECONDS command...
   local name=$1 secs=$2; shift 2
   echo "[$(date -u +%H:%M:%S)] $name (limit ${secs}s)" | tee -a "$O/steps.txt"
@@ -32,7 +32,7 @@ for s in "$@"; do
   12)  # stage 06, issue 12: the XL table with PyTorch's plan (1+25), the timelines, PyTorch in the same call
     step ddp_xl_fp32 260 scripts/mpirun.sh 2 "$B/06_ddp/ddp_train" --model xl --context 512 --batch 2 \
       --variant all --bucket-mb 1,10,100,1000,25,1+25 --steps 10 --warmup 3 --csv results/06_ddp/ours.csv
-    step torch_xl_fp32 150 torchrun2 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
+    step torch_xl_fp32 150 $TORCHRUN 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
     step ddp_xl_timeline 120 scripts/mpirun.sh 2 "$B/06_ddp/ddp_train" --model xl --context 512 --batch 2 \
       --variant flat,overlap,bucketed --bucket-mb 100 --steps 3 --warmup 2 --timeline results/06_ddp/timeline
     step t06_gpu 120 "$B/06_ddp/test_06" --jobs 1 --filter 'ddp_train_nccl/*'
@@ -59,7 +59,7 @@ for s in "$@"; do
     for np in 2 4 6; do
       step bench05_cpu$np 60 scripts/mpirun.sh $np "$B/05_collectives/allreduce_bench" --backends ${CPU_BACKENDS:-mpi,ring-mpi} \
         --sizes 1K,1M,10M,100M --tag cpu_np$np
-      step gloo_np$np 60 torchrun2 $np 05_collectives/bench_torch.py --backend gloo --sizes 1K,1M,10M,100M \
+      step gloo_np$np 60 $TORCHRUN $np 05_collectives/bench_torch.py --backend gloo --sizes 1K,1M,10M,100M \
         --csv results/05_collectives/torch.csv
     done
     ;;
