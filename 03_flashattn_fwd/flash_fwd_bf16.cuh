@@ -136,6 +136,7 @@ __device__ __forceinline__ void load_tile(bf16* s, const bf16* g, int64_t rs, in
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_kernel(const Params p) {
+    // STUDENT-BEGIN(03.flash_fwd_bf16_kernel): Algorithm 1 on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate): one block per (query tile Q_i, batch*head), each warp 16·MT rows; Q_i fragments once by ldmatrix; K_j, V_j double-buffered by cp.async; S = Q_i K_j^T, masks only on diagonal / ragged tiles, online softmax in registers (m, l, alpha by exp2), O += P~ V_j with P~ re-packed as bf16 A fragments; O = O / l in bf16, L = m·scale + ln l | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16*
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // (BQ, LD)
     bf16* sK = sQ + C::BQ * C::LD;                 // (2 stages, BK, LD)
@@ -324,10 +325,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_kernel(con
                 if (t == 0) p.lse[(int64_t)bh * p.Nq + row] = m[mt][hf] * p.scale + logf(lt);
             }
         }
+    // STUDENT-END(03.flash_fwd_bf16_kernel)
 }
 
 template <class C, void (*KERNEL)(const Params)>
 void launch_with(const attn_args_t* a, cudaStream_t stream) {
+    // STUDENT-BEGIN(03.flash_fwd_bf16_launch): fill Params from attn_args_t (pointers, strides, Tq = ceil(Nq / BQ), scale and scale·log2(e)), opt in to C::SMEM bytes of dynamic shared memory, launch KERNEL on Tq·B·H blocks of C::THREADS, then CUDA_CHECK_LAST | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16* | uses: C::SMEM
     Params p;
     p.q = static_cast<const bf16*>(a->q);
     p.k = static_cast<const bf16*>(a->k);
@@ -354,6 +357,7 @@ void launch_with(const attn_args_t* a, cudaStream_t stream) {
     const unsigned blocks = (unsigned)p.Tq * (unsigned)p.BH;  // 1-D grid: no 65535 limit on B*H
     KERNEL<<<blocks, C::THREADS, C::SMEM, stream>>>(p);
     CUDA_CHECK_LAST();
+    // STUDENT-END(03.flash_fwd_bf16_launch)
 }
 
 template <class C>

@@ -40,6 +40,7 @@ __device__ __forceinline__ void load_core_tile(uint32_t dst, const bf16* g, int6
 }
 
 __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(const Params p) {
+    // STUDENT-BEGIN(03.flash_fwd_wgmma_kernel): the bf16 forward at d = 64 on wgmma (sm_90a): 2 warpgroups x 64 query rows; Q_i, K_j, V_j in shared memory as 8 x 8 core matrices (common/wgmma.cuh), K_j, V_j double-buffered by cp.async; S = Q_i K_j^T and O += P~ V_j by wgmma m64n64k16 (P~ from registers); masks, online softmax and epilogue as flash_fwd_bf16_kernel | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16*
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgFwdCfg C;
     extern __shared__ __align__(16) unsigned char smem_wg[];  // 16-byte alignment: all common/wgmma.cuh's layout needs
@@ -164,6 +165,7 @@ __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(c
 #else
     __trap();  // built without sm_90a: flash_fwd_wgmma_launch never launches it
 #endif
+    // STUDENT-END(03.flash_fwd_wgmma_kernel)
 }
 
 }  // namespace

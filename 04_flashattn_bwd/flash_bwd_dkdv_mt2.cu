@@ -20,6 +20,7 @@ struct Cfg {
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv_mt2_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.dkdv_mt2_kernel): version 5's dK/dV kernel: bwd_dkdv_mma_kernel with two m-tiles (32 keys) per warp and 32-query steps, so every Q_i / dO_i fragment feeds two mma | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version5
     constexpr int BK = Cfg<D>::BK, LD = Cfg<D>::LD;
     constexpr int NT_Q = BQ / 8, NT_D = D / 8, KC_D = D / 16, KC_Q = BQ / 16;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -171,15 +172,18 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mt2_kernel(BwdParams p) {
                     *(uint32_t*)(dv + (int64_t)kg * p.sdv[2] + c) = pack_bf16(dV[mt][n][2 * h], dV[mt][n][2 * h + 1]);
                 }
             }
+    // STUDENT-END(04.dkdv_mt2_kernel)
 }
 
 template <int D>
 void launch(const BwdParams& p, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_dkdv_mt2): launch bwd_dkdv_mt2_kernel<D> on grid (B·H, key tiles of Cfg<D>::BK) with Cfg<D>::smem of shared memory, then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version5
     auto kern = bwd_dkdv_mt2_kernel<D>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg<D>::smem));
     dim3 grid(p.B * p.H, (p.Nk + Cfg<D>::BK - 1) / Cfg<D>::BK);
     kern<<<grid, kThreads, Cfg<D>::smem, s>>>(p);
     CUDA_CHECK_LAST();
+    // STUDENT-END(04.launch_dkdv_mt2)
 }
 
 }  // namespace

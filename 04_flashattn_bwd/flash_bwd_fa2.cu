@@ -87,6 +87,7 @@ __device__ __forceinline__ uint32_t movm_trans(uint32_t a) {
 // ldmatrix and their transposes for dK/dV come from movmatrix (see the loop).
 template <int D, int BQ, bool CACHE_KV, int MINB, int kW, bool PIPE, bool DQH = false, bool MOVM = false>
 __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.fa2_kernel): FlashAttention-2's single pass (versions 6-15): a block of W warps owns 128 keys and walks the query tiles from the diagonal down (Q_i, dO_i, L_i, D_i double-buffered by cp.async); per tile S^T, dP^T, P^T, dS^T per warp, dV and dK by mma, dS^T to shared memory, dQ_i's share by mma into the fp32 accumulator (red.global.add.v4.f32, scale folded in) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[0-5] test_04 bwd_cuda/*version[6-9] | uses: ex2 red_add_v4 movm_trans
     typedef Fa2Cfg<D, BQ, kW> C;
     constexpr int kT = kW * 32, kBK = kW * 16;
     constexpr int LD = C::LD, LDS = C::LDS;
@@ -449,6 +450,7 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
                 *(uint32_t*)(dv + (int64_t)kg * p.sdv[2] + c) = pack_bf16(dV[n][2 * h], dV[n][2 * h + 1]);
             }
         }
+    // STUDENT-END(04.fa2_kernel)
 }
 
 // fp32 accumulator [BH, Nq, D] -> dq (bf16, strided rows): 8 elements (one 16-byte store) per thread.
@@ -472,6 +474,7 @@ template <int D> void launch_dq_convert(const BwdParams& p, cudaStream_t s);
 
 template <int D, int BQ, bool CACHE_KV, int MINB, int W = 8, bool PIPE = false, bool DQH = false, bool MOVM = false>
 void launch_fa2(const BwdParams& p, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_fa2): launch bwd_fa2_kernel<...> on grid (B·H, key tiles of Fa2Cfg::kBK) with W·32 threads and Fa2Cfg::smem of shared memory, then launch_dq_convert<D> (the fp32 accumulator into dq) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[0-5] test_04 bwd_cuda/*version[6-9] | uses: bwd_fa2_kernel<D,BQ,CACHE_KV,MINB,W,PIPE,DQH,MOVM>
     typedef Fa2Cfg<D, BQ, W> C;
     auto kern = bwd_fa2_kernel<D, BQ, CACHE_KV, MINB, W, PIPE, DQH, MOVM>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
@@ -479,6 +482,7 @@ void launch_fa2(const BwdParams& p, cudaStream_t s) {
     kern<<<grid, W * 32, C::smem, s>>>(p);
     CUDA_CHECK_LAST();
     launch_dq_convert<D>(p, s);
+    // STUDENT-END(04.launch_fa2)
 }
 
 template <int D>

@@ -55,6 +55,7 @@ __device__ __forceinline__ void bulk_wait_all() {  // the writes are done
 // of being re-read from shared memory every query tile.
 template <int D, int BQ, int DQM, bool CACHE_KV>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.dkdv_mma_kernel): the tensor-core dK/dV kernel: one block per (batch*head, key tile K_j), each warp 16 keys; K_j, V_j in shared memory (CACHE_KV: also as fragments in registers), Q_i, dO_i, L_i, D_i double-buffered by cp.async; per query tile S^T, dP^T by mma, P^T = exp(S^T - L), dS^T = P^T o (dP^T - D) in registers, packed to bf16 as A fragments of dV += P^T dO_i and dK += dS^T Q_i (DQM: also the single pass's dQ share into the fp32 accumulator) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*bf16* | uses: fence_async_shared bulk_reduce_add_f32 bulk_wait_read bulk_wait_all
     constexpr bool ATOMIC_DQ = DQM != DQM_NONE;
     typedef DkdvCfg<D, BQ, DQM> C;
     constexpr int BK = C::BK, LD = C::LD, LDS = C::LDS;
@@ -276,6 +277,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
                 *(uint32_t*)(dv + (int64_t)kg * p.sdv[2] + c) = pack_bf16(dV[n][2 * h], dV[n][2 * h + 1]);
             }
         }
+    // STUDENT-END(04.dkdv_mma_kernel)
 }
 
 // MT m-tiles (16 query rows each) per warp, BK keys per step. Version 1: MT = 1, BK = 64.
@@ -289,6 +291,7 @@ struct DqCfg {
 
 template <int D, int MT, int BK_>
 __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.dq_mma_kernel): the tensor-core dQ kernel: one block per (batch*head, query tile Q_i), K_j, V_j double-buffered by cp.async; per key tile S and dP by mma, dS = P o (dP - D) packed as the A fragment of dQ += dS K_j; dQ = scale · dQ written in bf16 | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*bf16*
     typedef DqCfg<D, MT, BK_> C;
     constexpr int BQ = C::BQ, BK = C::BK, LD = C::LD;
     constexpr int NT_K = BK / 8, NT_D = D / 8, KC_D = D / 16, KC_K = BK / 16;
@@ -436,26 +439,31 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
                     *(uint32_t*)(dq + (int64_t)qg * p.sdq[2] + c) =
                         pack_bf16(dQ[mt][n][2 * h] * p.scale, dQ[mt][n][2 * h + 1] * p.scale);
             }
+    // STUDENT-END(04.dq_mma_kernel)
 }
 
 template <int D, int BQ, int DQM, bool CACHE_KV>
 void launch_dkdv(const BwdParams& p, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_dkdv_mma): launch bwd_dkdv_mma_kernel<D, BQ, DQM, CACHE_KV> on grid (B·H, key tiles) with DkdvCfg's shared memory (opted in by cudaFuncSetAttribute), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*bf16* | uses: bwd_dkdv_mma_kernel<D,BQ,DQM,CACHE_KV>
     typedef DkdvCfg<D, BQ, DQM> C;
     auto kern = bwd_dkdv_mma_kernel<D, BQ, DQM, CACHE_KV>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
     dim3 grid(p.B * p.H, (p.Nk + C::BK - 1) / C::BK);  // x = head: the longest causal tiles start first
     kern<<<grid, kThreads, C::smem, s>>>(p);
     CUDA_CHECK_LAST();
+    // STUDENT-END(04.launch_dkdv_mma)
 }
 
 template <int D, int MT, int BK>
 void launch_dq(const BwdParams& p, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_dq_mma): launch bwd_dq_mma_kernel<D, MT, BK> on grid (B·H, query tiles) with DqCfg's shared memory (opted in by cudaFuncSetAttribute), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*bf16*
     typedef DqCfg<D, MT, BK> C;
     auto kern = bwd_dq_mma_kernel<D, MT, BK>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));
     dim3 grid(p.B * p.H, (p.Nq + C::BQ - 1) / C::BQ);
     kern<<<grid, kThreads, C::smem, s>>>(p);
     CUDA_CHECK_LAST();
+    // STUDENT-END(04.launch_dq_mma)
 }
 
 // The versions (NOTES.md has their timings):

@@ -82,6 +82,7 @@ __device__ __forceinline__ void red_v4(float* dst, float a, float b, float c, fl
 
 template <int NWG, int MINB, bool STAGE>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.wgmma_kernel): version 10's single pass on wgmma (versions 16-19, d = 64, sm_90a): NWG warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices; G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ by 16-byte reductions (STAGE: staged through shared memory, L_i, D_i by cp.async) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] | uses: ex2f cp_async4 red_v4
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgCfg<NWG> C;
     constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD;
@@ -305,6 +306,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 #else
     __trap();  // built without sm_90a: the host does not launch it (bwd_wgmma_available)
 #endif
+    // STUDENT-END(04.wgmma_kernel)
 }
 
 }  // namespace
@@ -313,6 +315,7 @@ bool bwd_wgmma_available() { return wgmma_built(); }
 
 template <int NWG, int MINB, bool STAGE = false>
 void launch_wgmma(const BwdParams& p, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_wgmma): launch bwd_wgmma_kernel<NWG, MINB, STAGE> on grid (B·H, key tiles of WgCfg::kBK) with WgCfg::kT threads and its shared memory (kSmemStg with STAGE, else kOffStg), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] | uses: bwd_wgmma_kernel<NWG,MINB,STAGE>
     typedef WgCfg<NWG> C;
     auto kern = bwd_wgmma_kernel<NWG, MINB, STAGE>;
     const size_t smem = STAGE ? C::kSmemStg : C::kOffStg;
@@ -320,6 +323,7 @@ void launch_wgmma(const BwdParams& p, cudaStream_t s) {
     dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
     kern<<<grid, C::kT, smem, s>>>(p);
     CUDA_CHECK_LAST();
+    // STUDENT-END(04.launch_wgmma)
 }
 
 void bwd_launch_wgmma(const BwdParams& p, int version, cudaStream_t s) {

@@ -52,6 +52,7 @@ static void ring_state(size_t chunk_floats) {
 
 void ring_allreduce_gpu(comm_t* c, const float* sendbuf, float* recvbuf, size_t count,
                         comm_op_t op, cudaStream_t stream, size_t chunk_bytes) {
+    // STUDENT-BEGIN(05.ring_gpu): the ring on device buffers (NCCL): reduce-scatter steps cut into chunks of chunk_bytes, each received on stream a into tmp[j % 2] (comm_irecv/comm_isend grouped, detached) and added on stream b by ring_add_launch, ordered by the events ev_a / ev_b so that the addition of chunk j overlaps the transfer of chunk j+1; then n-1 all-gather steps on stream a; avg scales once; the caller's stream waits for the end | see 05_collectives/README.md §The ring, and why busbw = algbw · 2(n−1)/n | test: test_05 collectives_nccl/* | uses: ring_state
     if (op != COMM_SUM && op != COMM_AVG) DIE("ring all-reduce: only sum and avg");
     if (!stream) stream = comm_stream(c);
     const int n = c->world, r = c->rank;
@@ -123,4 +124,5 @@ void ring_allreduce_gpu(comm_t* c, const float* sendbuf, float* recvbuf, size_t 
     }
     CUDA_CHECK(cudaEventRecord(g->done, g->a));
     CUDA_CHECK(cudaStreamWaitEvent(stream, g->done, 0));
+    // STUDENT-END(05.ring_gpu)
 }

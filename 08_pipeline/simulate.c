@@ -316,6 +316,7 @@ int schedule_validate(const schedule_t* s, char* err, size_t errlen) {
 // ------------------------------------------------------------------ formulas and memory
 
 double sim_formula_bubble(const schedule_t* s, const sim_costs_t* c) {
+    // STUDENT-BEGIN(08.formula_bubble): the bubble formulas: (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v·m+p-1) for interleaved, ZB-H1 (p-1)(F+BI-W) / (m(F+BI+W) + (p-1)(F+BI-W)) with c's costs (NAN when m < p or W > F+BI) | see 08_pipeline/README.md §The bubble | test: test_08 bubble/*
     const double p = s->p, m = s->m, v = s->v;
     switch (s->kind) {
     case SCHED_GPIPE:
@@ -329,6 +330,7 @@ double sim_formula_bubble(const schedule_t* s, const sim_costs_t* c) {
     }
     }
     return NAN;
+    // STUDENT-END(08.formula_bubble)
 }
 
 int sim_peak_live(const schedule_t* s, int rank) {

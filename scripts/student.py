@@ -14,7 +14,10 @@ The id is "NN.name" (NN: the stage the file lives in). The BEGIN line carries th
 by " | ": what to implement (the names from the README's maths), "see <where it is explained>"
 and "test: <the tests that check it>", and an optional fourth, "uses: helper helper", naming the
 file's static helpers that only the solution calls (the stub mentions them, so that no compiler
-warns about an unused function, and the student learns what is there to call). The BEGIN line
+warns about an unused function, and the student learns what is there to call; in CUDA files also C::member or kernel<D,BQ>: a
+launcher's stub names its kernel's instance, whose stub then names the __device__ helpers, as nvcc
+warns about unreferenced ones of the file (#177-D), and no reference in an uninstantiated template
+counts). The BEGIN line
 follows the line that opens the function body; the END line precedes the line that closes it.
 
 In the student tree a region holds the same two markers around a stub that compiles without a
@@ -160,8 +163,8 @@ def parse_task(rest):
     if not fields[0]:
         raise MarkerError("the task text is empty")
     uses = fields[3][6:].split() if len(fields) == 4 else []
-    for u in uses:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", u):
+    for u in uses:  # a name, C::member, or a kernel template's instance kernel<D,BQ> (no spaces)
+        if not re.fullmatch(r"[A-Za-z_]\w*(::[A-Za-z_]\w*)*(<[\w:,]+>)?", u):
             raise MarkerError(f"'uses: {fields[3][6:]}': '{u}' is not a function name")
     return fields[0], fields[1][4:], fields[2][6:], uses
 
