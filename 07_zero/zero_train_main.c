@@ -3,6 +3,7 @@
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --model xl --context 512 --batch 2 --zero all
 //   scripts/mpirun.sh 3 build/07_zero/zero_train --model tiny --zero all --check-ddp 1   # CPU, MPI
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --zero 0,1 --shard course               # the course's
+//   scripts/mpirun.sh 4 build/07_zero/zero_train --model tiny --zero 0,3 --check-ddp 1       # ZeRO-3
 //
 // One run per level in --zero, each from the same initial parameters (rank 0's, broadcast) on
 // the same global batches (batch × ranks rows a step, a pure function of the seed and the step
@@ -10,6 +11,10 @@
 //   ddp     stage 06's bucketed DDP layer, then AdamW over every parameter (optim_t, one range)
 //   zero1   reduce-scatter the gradient, AdamW on shard r, all-gather the parameters (zero.h)
 //   zero2   each bucket reduce-scattered in the backward, only rank r's pieces kept (zero.h)
+//   zero3   parameters sharded too, per unit (embedding, each block, head): each unit
+//           all-gathered before its forward and its backward (the next one prefetched), its
+//           gradient reduce-scattered after its backward, AdamW on the shard (zero3.h); the
+//           model's own flat buffers are freed for the run, it reads through a window
 //   course  (--shard course, in place of zero1/zero2) the DDP layer averages the gradients,
 //           then the course's sharded optimizer: AdamW on the parameters this rank owns
 //           (assigned whole), each parameter broadcast from its owner (sharded_optim.h)
@@ -18,7 +23,9 @@
 // Rank 0 prints a timing table (step; gradient sync = end of the backward to averaged
 // gradients; update = optimizer and parameter collectives), a per-rank memory table by tag
 // beside the formulas, and checks that (a) every rank ends bitwise identical, (b) each rank's
-// optimizer state equals 8 bytes × the trainable elements it owns, and with --check-ddp 1
+// optimizer state equals 8 bytes × the trainable elements it owns, (zero3) its parameters +
+// gradients + optimizer state equal 16Ψ/n with the padding counted: 8 bytes × its shard of S
+// elements + 8 × the trainable elements it owns, and with --check-ddp 1
 // (c) every run's parameters equal the ddp run's within rtol 1e-4, atol 1e-5.
 //
 // Backends: the CPU model over MPI (host memory), or the CUDA model over NCCL (one GPU a rank).
@@ -33,6 +40,7 @@
 #include "06_ddp/replica.h"
 #include "07_zero/sharded_optim.h"
 #include "07_zero/zero.h"
+#include "07_zero/zero3.h"
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/cli.h"
@@ -51,8 +59,9 @@
 #define CHECK_RTOL 1e-4
 #define CHECK_ATOL 1e-5
 
-typedef enum { RUN_DDP = 0, RUN_ZERO1, RUN_ZERO2, RUN_COURSE, N_RUN_KINDS } run_kind_t;
-static const char* const run_names[N_RUN_KINDS] = {"ddp", "zero1", "zero2", "course"};
+// zero3 last: its run frees the model's flat buffers and gives them back at its end.
+typedef enum { RUN_DDP = 0, RUN_ZERO1, RUN_ZERO2, RUN_COURSE, RUN_ZERO3, N_RUN_KINDS } run_kind_t;
+static const char* const run_names[N_RUN_KINDS] = {"ddp", "zero1", "zero2", "course", "zero3"};
 
 typedef struct {
     replica_t rep;              // the model, its parameter table and the data (06_ddp/replica.h)
@@ -63,14 +72,84 @@ typedef struct {
     device_t dev;
 } trainer_t;
 
-// The sharding layer of one run: exactly one of (ddp + opt), zero, (ddp + course).
+// The sharding layer of one run: exactly one of (ddp + opt), zero, (ddp + course), zero3.
 typedef struct {
     run_kind_t kind;
     ddp_t* d;
     optim_t opt;  // ddp only
     zero_t* z;
     sharded_optim_t* so;
+    zero3_t* z3;
+    long long state0;  // zero3: live params+grads+optim bytes once the model's buffers are freed
 } layer_t;
+
+static long long state_bytes(device_t dev) {  // live parameters + gradients + optimizer state
+    const mem_stats_t ms = mem_stats(dev);
+    return (long long)(ms.live_by_tag[MEM_PARAMS] + ms.live_by_tag[MEM_GRADS] + ms.live_by_tag[MEM_OPTIM]);
+}
+
+// ZeRO-3's windows into the models (zero3_window_fn).
+static void cpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) {
+    model_cpu_t* m = mm;
+    m->pwin = (model_window_t){p, lo, hi};
+    if (g) m->gwin = (model_window_t){g, lo, hi};
+}
+static void gpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) { model_gpu_set_windows(mm, p, g, lo, hi); }
+
+// ZeRO-3: the shard from the current parameters, then the model's own flat buffers freed (it
+// reads and writes through the windows the hooks set) and its unit hooks pointed at zero3.
+static void zero3_layer_create(trainer_t* t, layer_t* L) {
+    const model_config_t* cfg = &t->rep.cfg;
+    const int U = model_n_units(cfg);
+    size_t* bounds = malloc((size_t)(U + 1) * sizeof *bounds);
+    if (!bounds) DIE("out of host memory");
+    for (int u = 0; u < U; u++) model_unit_span(t->rep.lay, cfg, u, &bounds[u], &bounds[u + 1]);
+    bounds[U] = t->total;
+    const model_unit_hooks_t hooks = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, NULL};
+    model_unit_hooks_t h = hooks;
+    const long long before = state_bytes(t->dev);  // (the shard's bytes = mid - before)
+    long long mid;
+    if (t->rep.gpu) {
+        L->z3 = zero3_create(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, t->params, &t->opt, t->cs, gpu_window, t->rep.m);
+        mid = state_bytes(t->dev);
+        model_gpu_free_flat(t->rep.m);
+        h.ctx = L->z3;
+        model_gpu_set_unit_hooks(t->rep.m, &h);
+    } else {
+        L->z3 = zero3_create(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, t->params, &t->opt, NULL, cpu_window, &t->rep.cpu);
+        mid = state_bytes(t->dev);
+        mem_free(t->rep.cpu.params);
+        mem_free(t->rep.cpu.grads);
+        t->rep.cpu.params = t->rep.cpu.grads = NULL;
+        h.ctx = L->z3;
+        model_cpu_set_unit_hooks(&t->rep.cpu, &h);
+    }
+    t->params = t->grads = NULL;
+    L->state0 = state_bytes(t->dev) - (mid - before);  // what stays besides ZeRO-3's own state
+    free(bounds);
+}
+
+// The model's flat buffers back (P elements, padding zero), filled from the shards.
+static void zero3_layer_destroy(trainer_t* t, layer_t* L) {
+    if (t->rep.gpu) {
+        char err[512];
+        model_gpu_set_unit_hooks(t->rep.m, NULL);
+        if (model_gpu_restore_flat(t->rep.m, t->P, err, sizeof err) != 0) comm_fatal(t->rep.c, 1, "%s", err);
+        t->params = model_gpu_params(t->rep.m);
+        t->grads = model_gpu_grads(t->rep.m);
+    } else {
+        model_cpu_set_unit_hooks(&t->rep.cpu, NULL);
+        t->rep.cpu.params = mem_alloc(DEV_CPU, t->P * sizeof(float), MEM_PARAMS);
+        t->rep.cpu.grads = mem_alloc(DEV_CPU, t->P * sizeof(float), MEM_GRADS);
+        memset(t->rep.cpu.params, 0, t->P * sizeof(float));
+        memset(t->rep.cpu.grads, 0, t->P * sizeof(float));
+        t->params = t->rep.cpu.params;
+        t->grads = t->rep.cpu.grads;
+    }
+    zero3_gather_params(L->z3, t->params);
+    zero3_destroy(L->z3);
+    L->z3 = NULL;
+}
 
 static void layer_create(trainer_t* t, layer_t* L, run_kind_t kind, double bucket_mb) {
     memset(L, 0, sizeof *L);
@@ -83,12 +162,15 @@ static void layer_create(trainer_t* t, layer_t* L, run_kind_t kind, double bucke
         for (int i = 0; i < n; i++) optim_add_range(&L->opt, t->rep.table[i].offset, t->rep.table[i].offset, t->rep.table[i].numel);
     } else if (kind == RUN_COURSE) {
         L->so = sharded_optim_create(t->rep.c, t->rep.table, n, t->params, t->grads, t->total, OPT_ADAMW, &t->opt, 0, t->cs);
+    } else if (kind == RUN_ZERO3) {
+        zero3_layer_create(t, L);
     } else {
         L->z = zero_create(t->rep.c, kind == RUN_ZERO1 ? 1 : 2, t->rep.table, n, t->params, t->grads, t->total, bucket_mb, &t->opt, t->cs);
     }
 }
 
-static void layer_destroy(layer_t* L) {
+static void layer_destroy(trainer_t* t, layer_t* L) {
+    if (L->z3) zero3_layer_destroy(t, L);
     if (L->d) ddp_destroy(L->d);
     if (L->kind == RUN_DDP) optim_free(&L->opt);
     sharded_optim_destroy(L->so);
@@ -96,21 +178,28 @@ static void layer_destroy(layer_t* L) {
 }
 
 static int layer_collectives(const layer_t* L) {  // per step
+    if (L->z3) {  // U forward gathers, U-2 backward ones (the head and the last block stay), U reduce-scatters
+        const int U = zero3_n_units(L->z3);
+        return 3 * U - 2;
+    }
     if (L->z) return 2 * zero_n_buckets(L->z);
     return ddp_n_buckets(L->d) + (L->so ? (int)sharded_optim_broadcasts(L->so) : 0);
 }
 
 static void layer_hook(void* ctx, int i) {
     layer_t* L = ctx;
+    if (L->z3) return;  // ZeRO-3 works per unit (the model's unit hooks), not per parameter
     if (L->z) zero_grad_ready(L->z, i);
     else ddp_grad_ready(L->d, i);
 }
 static void layer_finish(layer_t* L) {
-    if (L->z) zero_finish_grads(L->z);
+    if (L->z3) zero3_finish_grads(L->z3);
+    else if (L->z) zero_finish_grads(L->z);
     else ddp_finish_grads(L->d);
 }
 static void layer_update(trainer_t* t, layer_t* L) {
-    if (L->z) zero_step(L->z);
+    if (L->z3) zero3_step(L->z3);
+    else if (L->z) zero_step(L->z);
     else if (L->so) sharded_optim_step(L->so);
     else optim_step(&L->opt, t->params, t->grads, t->cs);
     if (t->rep.gpu) model_gpu_params_changed(t->rep.m);  // the bf16 copy is remade at the next forward
@@ -135,6 +224,15 @@ static size_t owned_elems(const trainer_t* t, const layer_t* L) {
         size_t lo, hi;
         zero_shard_range(t->total, W, r, &lo, &hi, NULL);
         return trainable_in(t, lo, hi);
+    }
+    case RUN_ZERO3: {
+        size_t n = 0;
+        for (int u = 0; u < zero3_n_units(L->z3); u++) {
+            const zero3_unit_t b = zero3_unit(L->z3, u);
+            const size_t lo = b.begin + (size_t)r * b.piece, hi = lo + b.piece;
+            n += trainable_in(t, lo, hi < b.end ? hi : b.end);
+        }
+        return n;
     }
     case RUN_ZERO2: {
         size_t n = 0;
@@ -234,6 +332,7 @@ typedef struct {
     int n_coll;
     long long after[64][NT + 1];  // per rank: live bytes per tag after the last step's update; [NT] = peak
     long long optim_meas[64], optim_formula[64];
+    long long state_meas[64], state_formula[64];  // zero3: params + grads + optim, measured and 8S + 8 x owned
 } result_t;
 
 int main(int argc, char** argv) {
@@ -247,8 +346,8 @@ int main(int argc, char** argv) {
         {"batch", CLI_INT, &B, "2", "sequences per rank (the global batch is batch x ranks)", NULL},
         {"precision", CLI_CHOICE, &prec_s, "fp32", "GPU precision (the CPU model is fp32)", MODEL_PRECISION_CHOICES},
         {"attention", CLI_CHOICE, &attn_s, "naive", "GPU attention: naive, or flash (stage 04; bf16)", "naive|flash"},
-        {"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, or all", NULL},
-        {"shard", CLI_CHOICE, &shard_s, "zero", "zero: ZeRO proper; course: the course's sharded optimizer in place of levels 1 and 2", "zero|course"},
+        {"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, 3, or all", NULL},
+        {"shard", CLI_CHOICE, &shard_s, "zero", "zero: ZeRO proper; course: the course's sharded optimizer in place of levels 1 and 2 (3 stays ZeRO-3)", "zero|course"},
         {"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "bucket cap in MiB (DDP's buckets, ZeRO-2's buckets)", NULL},
         {"steps", CLI_INT, &steps, "5", "measured steps per run", NULL},
         {"warmup", CLI_INT, &warmup, "2", "steps before measuring (each run)", NULL},
@@ -259,7 +358,7 @@ int main(int argc, char** argv) {
         {"csv", CLI_STR, &csv, "", "append the timing rows to this CSV (rank 0)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
-    comm_cli_parse(argc, argv, "Sharded-optimizer training of the Transformer LM: DDP, ZeRO-1, ZeRO-2, the course's version (run under mpirun).",
+    comm_cli_parse(argc, argv, "Sharded-optimizer training of the Transformer LM: DDP, ZeRO-1, ZeRO-2, ZeRO-3, the course's version (run under mpirun).",
                    opts, CLI_COUNT(opts));
 #define BAD(...) comm_bad_input(__VA_ARGS__)
     trainer_t t = {0};
@@ -277,16 +376,16 @@ int main(int argc, char** argv) {
     int nruns = 0, want[N_RUN_KINDS] = {0};
     {
         char buf[128];
-        snprintf(buf, sizeof buf, "%s", strcmp(zero_s, "all") == 0 ? "0,1,2" : zero_s);
+        snprintf(buf, sizeof buf, "%s", strcmp(zero_s, "all") == 0 ? "0,1,2,3" : zero_s);
         int any = 0;
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            if (strcmp(tok, "0") && strcmp(tok, "1") && strcmp(tok, "2"))
-                BAD("--zero: '%s' is not a level (allowed: a comma list of 0, 1, 2, or all; 3 is not implemented)", tok);
+            if (strcmp(tok, "0") && strcmp(tok, "1") && strcmp(tok, "2") && strcmp(tok, "3"))
+                BAD("--zero: '%s' is not a level (allowed: a comma list of 0, 1, 2, 3, or all)", tok);
             const int lv = tok[0] - '0';
-            want[lv == 0 ? RUN_DDP : course ? RUN_COURSE : (run_kind_t)lv] = 1;
+            want[lv == 0 ? RUN_DDP : lv == 3 ? RUN_ZERO3 : course ? RUN_COURSE : (run_kind_t)lv] = 1;
             any = 1;
         }
-        if (!any) BAD("--zero: empty list (allowed: a comma list of 0, 1, 2, or all)");
+        if (!any) BAD("--zero: empty list (allowed: a comma list of 0, 1, 2, 3, or all)");
         if (check) want[RUN_DDP] = 1;  // the reference, run first
         for (int k = 0; k < N_RUN_KINDS; k++)
             if (want[k]) runs[nruns++] = (run_kind_t)k;
@@ -297,6 +396,8 @@ int main(int argc, char** argv) {
     const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
+    if (want[RUN_ZERO3] && prec != MP_FP32)
+        BAD("--zero 3 runs fp32 only: bf16 compute copies of the gathered units are not implemented (use --precision fp32, or levels 0-2)");
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
     const int W = c->world, r = c->rank;
     if (W > 64) comm_fatal(c, EXIT_BAD_INPUT, "at most 64 ranks (got %d)", W);
@@ -358,6 +459,22 @@ int main(int argc, char** argv) {
         layer_t L;
         layer_create(&t, &L, runs[ri], bucket_mb);
         R->n_coll = layer_collectives(&L);
+        if (L.z3 && r == 0) {  // the per-unit shard layout (zero3.h)
+            const int U = zero3_n_units(L.z3);
+            size_t pad = 0;
+            int cuts = 0;  // piece boundaries strictly inside a parameter
+            for (int u = 0; u < U; u++) {
+                const zero3_unit_t b = zero3_unit(L.z3, u);
+                pad += (size_t)W * b.piece - (b.end - b.begin);
+                for (int k = 1; k < W; k++) {
+                    const size_t x = b.begin + (size_t)k * b.piece;
+                    for (int i = 0; i < t.rep.lay->n; i++)
+                        cuts += t.rep.table[i].offset < x && x < t.rep.table[i].offset + t.rep.table[i].numel;
+                }
+            }
+            printf("  zero3   %d units sharded %d ways: a shard of %zu elements a rank (unit padding %zu); %d piece boundar%s cut%s through a parameter\n",
+                   U, W, zero3_shard_elems(L.z3), pad, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
+        }
         mem_reset_peak(t.dev);
         double* st = malloc((size_t)steps * 3 * sizeof(double));
         if (!st) DIE("out of host memory");
@@ -380,10 +497,18 @@ int main(int argc, char** argv) {
         R->after[r][NT] = (long long)ms.peak;
         R->optim_meas[r] = (long long)(ms.live_by_tag[MEM_OPTIM] - optim0);
         R->optim_formula[r] = (long long)(2 * sizeof(float) * owned_elems(&t, &L));
+        if (L.z3) {  // 16Psi/n with the padding: 4S params + 4S grads + 8 x owned trainable
+            R->state_meas[r] = state_bytes(t.dev) - L.state0;
+            R->state_formula[r] = (long long)(2 * sizeof(float) * zero3_shard_elems(L.z3)) + R->optim_formula[r];
+            const zero3_stats_t zs = zero3_stats(L.z3);
+            R->n_coll = (int)((zs.ag_calls + zs.rs_calls) / zs.steps);
+        }
         comm_host_allreduce_i64(t.rep.c, &R->after[0][0], 64 * (NT + 1), COMM_SUM);
+        comm_host_allreduce_i64(t.rep.c, R->state_meas, 64, COMM_SUM);
+        comm_host_allreduce_i64(t.rep.c, R->state_formula, 64, COMM_SUM);
         comm_host_allreduce_i64(t.rep.c, R->optim_meas, 64, COMM_SUM);
         comm_host_allreduce_i64(t.rep.c, R->optim_formula, 64, COMM_SUM);
-        layer_destroy(&L);
+        layer_destroy(&t, &L);
 
         // Replicas bitwise identical (the layout's elements; padding is never a parameter).
         get_params(&t, got);
@@ -399,6 +524,18 @@ int main(int argc, char** argv) {
         }
         // DDP: every rank holds all 8Ψ; sharded: every trainable element owned exactly once.
         optim_ok &= optim_sum == (long long)(8 * psi) * (runs[ri] == RUN_DDP ? W : 1);
+        int state_ok = 1;
+        if (runs[ri] == RUN_ZERO3) {
+            long long sum = 0;
+            for (int k = 0; k < W; k++) {
+                state_ok &= R->state_meas[k] == R->state_formula[k];
+                sum += R->state_meas[k];
+            }
+            if (r == 0)
+                printf("  %-7s params + grads + optimizer state %s 16Psi/n on every rank (8 x shard + 8 x owned; %lld bytes over all ranks, 16Psi = %lld)\n",
+                       run_names[runs[ri]], state_ok ? "==" : "!=", sum, (long long)(16 * psi));
+            if (!state_ok) status = 1;
+        }
         if (r == 0) {
             printf("  %-7s done: %.2f ms a step; replicas %s; optimizer state %s the formula on every rank (%lld bytes over all ranks, Psi = %zu)\n",
                    run_names[runs[ri]], R->ms[0], same ? "bitwise identical on every rank" : "DIFFERENT across ranks",
@@ -460,6 +597,7 @@ int main(int argc, char** argv) {
                 case RUN_DDP: snprintf(fm, sizeof fm, "16Psi = %.2f MiB", 4 * P4 / MiB); break;
                 case RUN_ZERO1: snprintf(fm, sizeof fm, "8Psi+8Psi/n = %.2f MiB", (2 * P4 + 2 * P4 / W) / MiB); break;
                 case RUN_ZERO2: snprintf(fm, sizeof fm, "4Psi+12Psi/n = %.2f MiB", (P4 + 3 * P4 / W) / MiB); break;
+                case RUN_ZERO3: snprintf(fm, sizeof fm, "16Psi/n = %.2f MiB", 4 * P4 / W / MiB); break;
                 default: snprintf(fm, sizeof fm, "8Psi+8Psi_r = %.2f MiB", (2 * P4 + (double)res[ri].optim_formula[k]) / MiB); break;
                 }
                 printf("| %-6s | %4d | %6.2f | %5.2f | %5.2f | %4.2f | %15.2f | %4.2f | %13.2f | %15s |\n", run_names[runs[ri]], k,
@@ -468,7 +606,8 @@ int main(int argc, char** argv) {
             }
         }
         printf("(MiB; params and grads include the padding to %zu elements; zero2's grads = the model's flat gradient buffer, "
-               "which its backward writes, + the kept %zu-element shard: see README)\n", t.P, t.P / W);
+               "which its backward writes, + the kept %zu-element shard; zero3's params and grads = its shards alone, "
+               "the four one-unit working buffers are workspace: see README)\n", t.P, t.P / W);
     }
     long long st_all = status;
     comm_host_allreduce_i64(t.rep.c, &st_all, 1, COMM_MAX);

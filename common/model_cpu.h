@@ -51,6 +51,20 @@ typedef struct {
     float* dlogits;  // (B, T, V)
 } model_cpu_scratch_t;
 
+// ZeRO-3's seam (stage 07; see "units and windows" below). base NULL: the whole flat buffer.
+typedef struct {
+    float* base;     // base[i - lo] holds flat element i, for i in [lo, hi)
+    size_t lo, hi;
+} model_window_t;
+
+typedef void (*model_unit_fn)(void* ctx, int unit);
+typedef struct {
+    model_unit_fn before_fwd;  // before unit u's forward reads its parameters
+    model_unit_fn before_bwd;  // before unit u's backward reads its parameters and writes its gradients
+    model_unit_fn after_bwd;   // after unit u's backward wrote its last gradient
+    void* ctx;
+} model_unit_hooks_t;
+
 typedef struct {
     model_config_t c;
     param_layout_t layout;
@@ -68,6 +82,11 @@ typedef struct {
     float* rope_sin;    // (context, HS/2)
     model_cpu_acts_t a;
     model_cpu_scratch_t s;
+    // ZeRO-3: all zero by default (parameters from `params`, gradients into the sink's buffer,
+    // no hooks): the model then runs exactly as without them.
+    model_window_t pwin;        // where the parameters are read from (set by the hooks)
+    model_window_t gwin;        // where the gradients are written (set by the hooks)
+    model_unit_hooks_t hooks;   // called at unit boundaries when any is non-NULL
 } model_cpu_t;
 
 // Checks the config (fail(): one line, exit 2 on a bad one, on B < 1, T < 1 or T > context),
@@ -181,6 +200,27 @@ void model_cpu_range_backward_input(model_cpu_t* m, model_cpu_range_acts_t* s,
                                     const model_cpu_grad_sink_t* sink);
 void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s,
                                      const model_cpu_grad_sink_t* sink);
+
+// ---- units and windows: the seam ZeRO-3 (07_zero/zero3.h) shards parameters at ---------
+// The model is U = L + 2 units in flat-buffer order: unit 0 the token embedding, unit 1 + l
+// block l, unit L + 1 ln_final and lm_head. Unit u's parameters are one contiguous span of the
+// flat buffer (model_unit_span; the spans tile [0, layout.total)).
+// A window {base, lo, hi} says where the forward reads parameters (m->pwin) or the backward
+// writes gradients (m->gwin): flat element i lives at base[i - lo]; every parameter access is
+// checked to fall inside [lo, hi) (a DIE names the parameter otherwise). With hooks set
+// (model_cpu_set_unit_hooks), model_cpu_forward/backward and the range functions call
+// before_fwd(u) before unit u's forward, before_bwd(u) before its backward and after_bwd(u)
+// after it, in execution order (forward 0..U-1, backward U-1..0); the hooks point the windows
+// at the unit's gathered parameters and its gradient buffer. With hooks, a WRITE backward
+// zeroes each unit's span (through the gradient window) after before_bwd, not the range's
+// span up front.
+// Without hooks and windows nothing changes: the same code, the same bits (a test checks
+// that the model through windows over a copy gives the bits of the model without them).
+int model_n_units(const model_config_t* c);                                  // L + 2
+model_range_t model_unit_range(const model_config_t* c, int u);              // as a range
+void model_unit_span(const param_layout_t* lay, const model_config_t* c, int u, size_t* begin, size_t* end);
+// hooks NULL: back to the default (no hooks, both windows cleared).
+void model_cpu_set_unit_hooks(model_cpu_t* m, const model_unit_hooks_t* hooks);
 
 #ifdef __cplusplus
 }

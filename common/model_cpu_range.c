@@ -127,10 +127,81 @@ void model_cpu_range_acts_destroy(model_cpu_range_acts_t* s) {
     memset(s, 0, sizeof *s);
 }
 
-static float* param_ptr(const model_cpu_t* m, float* flat, param_kind_t kind, int layer) {
+// ---- units and windows (model_cpu.h): ZeRO-3's seam
+int model_n_units(const model_config_t* c) { return c->n_layers + 2; }
+
+model_range_t model_unit_range(const model_config_t* c, int u) {
+    const int L = c->n_layers;
+    if (u < 0 || u > L + 1) DIE("model_unit_range: unit %d outside [0, %d)", u, L + 2);
+    if (u == 0) return (model_range_t){0, 0, 1, 0};
+    if (u == L + 1) return (model_range_t){L, L, 0, 1};
+    return (model_range_t){u - 1, u, 0, 0};
+}
+
+void model_unit_span(const param_layout_t* lay, const model_config_t* c, int u, size_t* begin, size_t* end) {
+    const model_range_t r = model_unit_range(c, u);
+    model_range_span(lay, c, &r, begin, end);
+}
+
+void model_cpu_set_unit_hooks(model_cpu_t* m, const model_unit_hooks_t* hooks) {
+    memset(&m->hooks, 0, sizeof m->hooks);
+    memset(&m->pwin, 0, sizeof m->pwin);
+    memset(&m->gwin, 0, sizeof m->gwin);
+    if (hooks) m->hooks = *hooks;
+}
+
+static int hooked(const model_cpu_t* m) { return m->hooks.before_fwd || m->hooks.before_bwd || m->hooks.after_bwd; }
+static void unit_hook(model_cpu_t* m, model_unit_fn f, int u) {
+    if (f) f(m->hooks.ctx, u);
+}
+
+// Flat element range an access starting at parameter i covers: q|k|v and w1|w3 are read and
+// written as one block (the fused products).
+static size_t access_end(const param_layout_t* lay, int i, param_kind_t kind) {
+    const int last = kind == PK_Q ? i + 2 : kind == PK_W1 ? i + 1 : i;
+    return lay->p[last].offset + lay->p[last].numel;
+}
+
+// Pointer to parameter (kind, layer) in `flat`, or through the window w when it is set
+// (checked: the whole access inside [lo, hi)).
+static float* win_ptr(const model_cpu_t* m, const model_window_t* w, float* flat, param_kind_t kind, int layer,
+                      const char* what) {
     const int i = param_index(&m->layout, kind, layer);
     if (i < 0) DIE("model_cpu_range: no parameter of kind %d in layer %d", (int)kind, layer);
-    return flat + m->layout.p[i].offset;
+    const size_t o = m->layout.p[i].offset;
+    if (!w->base) return flat + o;
+    const size_t e = access_end(&m->layout, i, kind);
+    if (o < w->lo || e > w->hi)
+        DIE("model_cpu: the %s of %s, elements [%zu, %zu), is outside the window [%zu, %zu)", what,
+            m->layout.p[i].name, o, e, w->lo, w->hi);
+    return w->base + (o - w->lo);
+}
+// The parameters the forward and backward read: m->params, or the window.
+static float* wparam(model_cpu_t* m, param_kind_t kind, int layer) {
+    return win_ptr(m, &m->pwin, m->params, kind, layer, "parameter");
+}
+
+// With hooks, a WRITE backward zeroes unit u's span of the gradients (through the window)
+// after before_bwd(u) instead of the range's span up front (model_cpu.h).
+static void zero_unit_grads(model_cpu_t* m, const model_cpu_grad_sink_t* k, int u) {
+    if (k->accumulate) return;
+    size_t b, e;
+    model_unit_span(&m->layout, &m->c, u, &b, &e);
+    const model_window_t* w = &m->gwin;
+    if (!w->base) {
+        memset(k->grads + b, 0, (e - b) * sizeof(float));
+        return;
+    }
+    if (b < w->lo || e > w->hi) DIE("model_cpu: unit %d's gradients [%zu, %zu) are outside the window [%zu, %zu)", u, b, e, w->lo, w->hi);
+    memset(w->base + (b - w->lo), 0, (e - b) * sizeof(float));
+}
+static void bwd_unit_begin(model_cpu_t* m, const model_cpu_grad_sink_t* k, int u) {
+    if (!hooked(m)) return;
+    unit_hook(m, m->hooks.before_bwd, u);
+    zero_unit_grads(m, k, u);
+}
+static void bwd_unit_end(model_cpu_t* m, int u) {
+    if (hooked(m)) unit_hook(m, m->hooks.after_bwd, u);
 }
 
 static void check_tokens(const int32_t* x, int N, int V, const char* what) {
@@ -157,7 +228,8 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
         if (!inputs) DIE("model_cpu_range_forward: the embedding range needs token ids");
         check_tokens(inputs, N, V, "input");
         memcpy(s->inputs, inputs, (size_t)N * sizeof(int32_t));
-        embedding_fwd_cpu(a->res, inputs, param_ptr(m, m->params, PK_EMBED, -1), N, C);  // x = E[inputs]
+        unit_hook(m, m->hooks.before_fwd, 0);
+        embedding_fwd_cpu(a->res, inputs, wparam(m, PK_EMBED, -1), N, C);  // x = E[inputs]
     }
     // Else a->res[0] (B, T, C) holds the input the caller received from the stage before.
     for (int li = 0; li < nL; li++) {
@@ -174,21 +246,22 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
         float* h13 = a->h13 + (size_t)li * N * 2 * F;     // (B, T, 2F)
         float* gate = a->gate + (size_t)li * N * F;       // (B, T, F)
         float* out = a->res + (size_t)(li + 1) * NC;      // (B, T, C) block output
+        unit_hook(m, m->hooks.before_fwd, 1 + l);
 
         // Attention block: x_mid = x + Wo · Attn(RoPE(q), RoPE(k), v), q|k|v = Wqkv · RMSNorm1(x)
-        rmsnorm_fwd_cpu(ln1, ln1_rstd, x, param_ptr(m, m->params, PK_LN1, l), N, C);
-        matmul_fwd_cpu(qkv, ln1, param_ptr(m, m->params, PK_Q, l), N, C, 3 * C);  // q|k|v adjacent
+        rmsnorm_fwd_cpu(ln1, ln1_rstd, x, wparam(m, PK_LN1, l), N, C);
+        matmul_fwd_cpu(qkv, ln1, wparam(m, PK_Q, l), N, C, 3 * C);  // q|k|v adjacent
         rope_fwd_cpu(qkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // q
         rope_fwd_cpu(qkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // k
         attention_fwd_cpu(atty, att, qkv, B, T, C, NH);
-        matmul_fwd_cpu(mid, atty, param_ptr(m, m->params, PK_O, l), N, C, C);
+        matmul_fwd_cpu(mid, atty, wparam(m, PK_O, l), N, C, C);
         for (size_t i = 0; i < NC; i++) mid[i] += x[i];
 
         // FFN block: out = x_mid + W2 · (SiLU(W1 · RMSNorm2(x_mid)) * W3 · RMSNorm2(x_mid))
-        rmsnorm_fwd_cpu(ln2, ln2_rstd, mid, param_ptr(m, m->params, PK_LN2, l), N, C);
-        matmul_fwd_cpu(h13, ln2, param_ptr(m, m->params, PK_W1, l), N, C, 2 * F);  // w1|w3 adjacent
+        rmsnorm_fwd_cpu(ln2, ln2_rstd, mid, wparam(m, PK_LN2, l), N, C);
+        matmul_fwd_cpu(h13, ln2, wparam(m, PK_W1, l), N, C, 2 * F);  // w1|w3 adjacent
         swiglu_fwd_cpu(gate, h13, N, F);
-        matmul_fwd_cpu(out, gate, param_ptr(m, m->params, PK_W2, l), N, F, C);
+        matmul_fwd_cpu(out, gate, wparam(m, PK_W2, l), N, F, C);
         for (size_t i = 0; i < NC; i++) out[i] += mid[i];
     }
     if (!r->head || !targets) return NAN;
@@ -196,8 +269,9 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
     check_tokens(targets, N, V, "target");
     s->have_loss = 1;
     memcpy(s->targets, targets, (size_t)N * sizeof(int32_t));
-    rmsnorm_fwd_cpu(a->lnf, a->lnf_rstd, a->res + (size_t)nL * NC, param_ptr(m, m->params, PK_LNF, -1), N, C);
-    matmul_fwd_cpu(a->logits, a->lnf, param_ptr(m, m->params, PK_HEAD, -1), N, C, V);
+    unit_hook(m, m->hooks.before_fwd, c->n_layers + 1);
+    rmsnorm_fwd_cpu(a->lnf, a->lnf_rstd, a->res + (size_t)nL * NC, wparam(m, PK_LNF, -1), N, C);
+    matmul_fwd_cpu(a->logits, a->lnf, wparam(m, PK_HEAD, -1), N, C, V);
     return cross_entropy_fwd_cpu(a->lse, a->logits, targets, N, V);
 }
 
@@ -223,12 +297,12 @@ static gw_t gw_open(model_cpu_t* m, const model_cpu_range_acts_t* s, const model
 }
 static void gw_close(gw_t* g) { mem_free(g->tmp); }
 static float* gw_begin(gw_t* g, param_kind_t kind, int layer) {
-    return g->tmp ? g->tmp : param_ptr(g->m, g->k->grads, kind, layer);
+    return g->tmp ? g->tmp : win_ptr(g->m, &g->m->gwin, g->k->grads, kind, layer, "gradient");
 }
 // n: elements written from kind's offset on (q|k|v and w1|w3 are written as one block).
 static void gw_end(gw_t* g, param_kind_t kind, int layer, size_t n) {
     if (!g->tmp) return;
-    float* dst = param_ptr(g->m, g->k->grads, kind, layer);
+    float* dst = win_ptr(g->m, &g->m->gwin, g->k->grads, kind, layer, "gradient");
     for (size_t i = 0; i < n; i++) dst[i] += g->tmp[i];
 }
 static void ready(gw_t* g, param_kind_t kind, int layer) {
@@ -248,10 +322,10 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
     const size_t NC = (size_t)N * C;
     const model_cpu_acts_t* a = &s->a;
     model_cpu_scratch_t* sc = &m->s;
-    float* P = m->params;
     gw_t g = gw_open(m, s, k);
     float* dw;
-    if (!k->accumulate) {
+    if (hooked(m) && split) DIE("model_cpu_range: unit hooks (ZeRO-3) and the split backward do not go together");
+    if (!k->accumulate && !hooked(m)) {
         // WRITE: the range's padding is 0 and every parameter of it is overwritten below.
         size_t b0, b1;
         model_range_span(&m->layout, c, r, &b0, &b1);
@@ -261,24 +335,26 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
     if (r->head) {
         // Loss -> logits -> lm_head and the final norm. The gradient is that of
         // loss_scale · mean loss (skipped at 1 so the whole model's bits stay the same).
+        bwd_unit_begin(m, k, c->n_layers + 1);
         cross_entropy_bwd_cpu(sc->dlogits, a->logits, a->lse, s->targets, N, V);
         if (s->loss_scale != 1.0f)
             for (size_t i = 0; i < (size_t)N * V; i++) sc->dlogits[i] *= s->loss_scale;
         if (split) {
             memcpy(s->d_logits, sc->dlogits, (size_t)N * V * sizeof(float));
-            matmul_dinp_cpu(sc->dln, sc->dlogits, param_ptr(m, P, PK_HEAD, -1), N, C, V);
+            matmul_dinp_cpu(sc->dln, sc->dlogits, wparam(m, PK_HEAD, -1), N, C, V);
         } else {
             dw = gw_begin(&g, PK_HEAD, -1);
-            matmul_bwd_cpu(sc->dln, dw, sc->dlogits, a->lnf, param_ptr(m, P, PK_HEAD, -1), N, C, V);
+            matmul_bwd_cpu(sc->dln, dw, sc->dlogits, a->lnf, wparam(m, PK_HEAD, -1), N, C, V);
             gw_end(&g, PK_HEAD, -1, (size_t)V * C);
             ready(&g, PK_HEAD, -1);
         }
         memset(sc->dres, 0, NC * sizeof(float));
         dw = gw_begin(&g, PK_LNF, -1);
-        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, a->res + (size_t)nL * NC, param_ptr(m, P, PK_LNF, -1),
+        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, a->res + (size_t)nL * NC, wparam(m, PK_LNF, -1),
                         a->lnf_rstd, N, C);
         gw_end(&g, PK_LNF, -1, (size_t)C);
         ready(&g, PK_LNF, -1);
+        bwd_unit_end(m, c->n_layers + 1);
     } else {
         memcpy(sc->dres, s->dy, NC * sizeof(float));  // the gradient the next stage sent back
     }
@@ -297,40 +373,41 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
         const float* h13 = a->h13 + (size_t)li * N * 2 * F;
         const float* gate = a->gate + (size_t)li * N * F;
         // Here sc->dres (B, T, C) is the gradient of this block's output.
+        bwd_unit_begin(m, k, 1 + l);
 
         // FFN block, in reverse; the skip path passes dres through, the norm adds to it.
         if (split) {
             memcpy(s->d_out + (size_t)li * NC, sc->dres, NC * sizeof(float));
-            matmul_dinp_cpu(sc->dgate, sc->dres, param_ptr(m, P, PK_W2, l), N, F, C);
+            matmul_dinp_cpu(sc->dgate, sc->dres, wparam(m, PK_W2, l), N, F, C);
         } else {
             dw = gw_begin(&g, PK_W2, l);
-            matmul_bwd_cpu(sc->dgate, dw, sc->dres, gate, param_ptr(m, P, PK_W2, l), N, F, C);
+            matmul_bwd_cpu(sc->dgate, dw, sc->dres, gate, wparam(m, PK_W2, l), N, F, C);
             gw_end(&g, PK_W2, l, (size_t)C * F);
             ready(&g, PK_W2, l);
         }
         swiglu_bwd_cpu(sc->dh13, sc->dgate, h13, N, F);
         if (split) {
             memcpy(s->d_h13 + (size_t)li * N * 2 * F, sc->dh13, (size_t)N * 2 * F * sizeof(float));
-            matmul_dinp_cpu(sc->dln, sc->dh13, param_ptr(m, P, PK_W1, l), N, C, 2 * F);
+            matmul_dinp_cpu(sc->dln, sc->dh13, wparam(m, PK_W1, l), N, C, 2 * F);
         } else {
             dw = gw_begin(&g, PK_W1, l);  // dW1 and dW3 (adjacent) in one product
-            matmul_bwd_cpu(sc->dln, dw, sc->dh13, ln2, param_ptr(m, P, PK_W1, l), N, C, 2 * F);
+            matmul_bwd_cpu(sc->dln, dw, sc->dh13, ln2, wparam(m, PK_W1, l), N, C, 2 * F);
             gw_end(&g, PK_W1, l, (size_t)2 * F * C);
             ready(&g, PK_W3, l);
             ready(&g, PK_W1, l);
         }
         dw = gw_begin(&g, PK_LN2, l);
-        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, mid, param_ptr(m, P, PK_LN2, l), ln2_rstd, N, C);
+        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, mid, wparam(m, PK_LN2, l), ln2_rstd, N, C);
         gw_end(&g, PK_LN2, l, (size_t)C);
         ready(&g, PK_LN2, l);
 
         // Attention block, in reverse; afterwards dres is the gradient of the block input.
         if (split) {
             memcpy(s->d_mid + (size_t)li * NC, sc->dres, NC * sizeof(float));
-            matmul_dinp_cpu(sc->datty, sc->dres, param_ptr(m, P, PK_O, l), N, C, C);
+            matmul_dinp_cpu(sc->datty, sc->dres, wparam(m, PK_O, l), N, C, C);
         } else {
             dw = gw_begin(&g, PK_O, l);
-            matmul_bwd_cpu(sc->datty, dw, sc->dres, atty, param_ptr(m, P, PK_O, l), N, C, C);
+            matmul_bwd_cpu(sc->datty, dw, sc->dres, atty, wparam(m, PK_O, l), N, C, C);
             gw_end(&g, PK_O, l, (size_t)C * C);
             ready(&g, PK_O, l);
         }
@@ -339,29 +416,32 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
         rope_bwd_cpu(sc->dqkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // dk
         if (split) {
             memcpy(s->d_qkv + (size_t)li * NC * 3, sc->dqkv, NC * 3 * sizeof(float));
-            matmul_dinp_cpu(sc->dln, sc->dqkv, param_ptr(m, P, PK_Q, l), N, C, 3 * C);
+            matmul_dinp_cpu(sc->dln, sc->dqkv, wparam(m, PK_Q, l), N, C, 3 * C);
         } else {
             dw = gw_begin(&g, PK_Q, l);  // dWq, dWk, dWv (adjacent) in one product
-            matmul_bwd_cpu(sc->dln, dw, sc->dqkv, ln1, param_ptr(m, P, PK_Q, l), N, C, 3 * C);
+            matmul_bwd_cpu(sc->dln, dw, sc->dqkv, ln1, wparam(m, PK_Q, l), N, C, 3 * C);
             gw_end(&g, PK_Q, l, (size_t)3 * C * C);
             ready(&g, PK_V, l);
             ready(&g, PK_K, l);
             ready(&g, PK_Q, l);
         }
         dw = gw_begin(&g, PK_LN1, l);
-        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, x, param_ptr(m, P, PK_LN1, l), ln1_rstd, N, C);
+        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, x, wparam(m, PK_LN1, l), ln1_rstd, N, C);
         gw_end(&g, PK_LN1, l, (size_t)C);
         ready(&g, PK_LN1, l);
+        bwd_unit_end(m, 1 + l);
     }
     // dres is now the gradient of the range's input: the embedding output, or what goes back.
     if (r->embed) {
         if (split) {
             memcpy(s->d_emb, sc->dres, NC * sizeof(float));
         } else {
+            bwd_unit_begin(m, k, 0);
             dw = gw_begin(&g, PK_EMBED, -1);
             embedding_bwd_cpu(dw, sc->dres, s->inputs, N, C, V);
             gw_end(&g, PK_EMBED, -1, (size_t)V * C);
             ready(&g, PK_EMBED, -1);
+            bwd_unit_end(m, 0);
         }
     } else {
         memcpy(s->dx, sc->dres, NC * sizeof(float));
@@ -380,19 +460,19 @@ void model_cpu_range_backward_input(model_cpu_t* m, model_cpu_range_acts_t* s, c
 
 void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* sink) {
     if (!s->split) DIE("model_cpu_range_backward_weight: the activations were created without split = 1");
+    if (hooked(m)) DIE("model_cpu_range: unit hooks (ZeRO-3) and the split backward do not go together");
     const model_config_t* c = &m->c;
     const model_range_t* r = &s->r;
     const int C = c->d_model, F = c->d_ff, V = c->vocab, N = s->cur_B * s->cur_T, nL = r->l1 - r->l0;
     const size_t NC = (size_t)N * C;
     const model_cpu_acts_t* a = &s->a;
-    float* P = m->params;
     gw_t g = gw_open(m, s, sink);
     float* dw;
     // dW = dyᵀ · x for every linear layer, with the dy the input pass saved and the x the
     // forward saved (matmul_bwd_cpu with no input gradient: the same dW loop as the fused call).
     if (r->head) {
         dw = gw_begin(&g, PK_HEAD, -1);
-        matmul_bwd_cpu(NULL, dw, s->d_logits, a->lnf, param_ptr(m, P, PK_HEAD, -1), N, C, V);
+        matmul_bwd_cpu(NULL, dw, s->d_logits, a->lnf, wparam(m, PK_HEAD, -1), N, C, V);
         gw_end(&g, PK_HEAD, -1, (size_t)V * C);
         ready(&g, PK_HEAD, -1);
     }
@@ -400,23 +480,23 @@ void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s, 
         const int l = r->l0 + li;
         dw = gw_begin(&g, PK_W2, l);
         matmul_bwd_cpu(NULL, dw, s->d_out + (size_t)li * NC, a->gate + (size_t)li * N * F,
-                       param_ptr(m, P, PK_W2, l), N, F, C);
+                       wparam(m, PK_W2, l), N, F, C);
         gw_end(&g, PK_W2, l, (size_t)C * F);
         ready(&g, PK_W2, l);
         dw = gw_begin(&g, PK_W1, l);
         matmul_bwd_cpu(NULL, dw, s->d_h13 + (size_t)li * N * 2 * F, a->ln2 + (size_t)li * NC,
-                       param_ptr(m, P, PK_W1, l), N, C, 2 * F);
+                       wparam(m, PK_W1, l), N, C, 2 * F);
         gw_end(&g, PK_W1, l, (size_t)2 * F * C);
         ready(&g, PK_W3, l);
         ready(&g, PK_W1, l);
         dw = gw_begin(&g, PK_O, l);
         matmul_bwd_cpu(NULL, dw, s->d_mid + (size_t)li * NC, a->atty + (size_t)li * NC,
-                       param_ptr(m, P, PK_O, l), N, C, C);
+                       wparam(m, PK_O, l), N, C, C);
         gw_end(&g, PK_O, l, (size_t)C * C);
         ready(&g, PK_O, l);
         dw = gw_begin(&g, PK_Q, l);
         matmul_bwd_cpu(NULL, dw, s->d_qkv + (size_t)li * NC * 3, a->ln1 + (size_t)li * NC,
-                       param_ptr(m, P, PK_Q, l), N, C, 3 * C);
+                       wparam(m, PK_Q, l), N, C, 3 * C);
         gw_end(&g, PK_Q, l, (size_t)3 * C * C);
         ready(&g, PK_V, l);
         ready(&g, PK_K, l);

@@ -18,15 +18,36 @@
 
 const char* model_precision_name(model_precision_t p) { return p == MP_BF16 ? "bf16" : "fp32"; }
 
+// Parameter (k, layer) in `flat`, or through the window w (ZeRO-3) with the whole access
+// checked: q|k|v and w1|w3 are read and written as one block by the fused products.
+static float* win_ptr(const model_gpu_t* m, const model_window_t* w, float* flat, param_kind_t k, int layer,
+                      const char* what) {
+    const int i = param_index(&m->lay, k, layer);
+    if (i < 0) DIE("model_gpu: no parameter of kind %d in layer %d", (int)k, layer);
+    const size_t off = m->lay.p[i].offset;
+    if (!w->base) {
+        if (!flat) DIE("model_gpu: the %s of %s: the flat buffer was freed (ZeRO-3) and no window is set", what, m->lay.p[i].name);
+        return flat + off;
+    }
+    const int last = k == PK_Q ? i + 2 : k == PK_W1 ? i + 1 : i;
+    const size_t end = m->lay.p[last].offset + m->lay.p[last].numel;
+    if (off < w->lo || end > w->hi)
+        DIE("model_gpu: the %s of %s, elements [%zu, %zu), is outside the window [%zu, %zu)", what, m->lay.p[i].name,
+            off, end, w->lo, w->hi);
+    return w->base + (off - w->lo);
+}
 const void* mg_weight(const model_gpu_t* m, param_kind_t k, int layer) {
-    const size_t off = m->lay.p[param_index(&m->lay, k, layer)].offset;
-    return m->prec == MP_BF16 ? (const void*)(m->params_lp + off) : (const void*)(m->params + off);
+    if (m->prec == MP_BF16) {  // windows are refused in bf16 (model_gpu_set_windows)
+        const size_t off = m->lay.p[param_index(&m->lay, k, layer)].offset;
+        return (const void*)(m->params_lp + off);
+    }
+    return mg_param(m, k, layer);
 }
 float* mg_param(const model_gpu_t* m, param_kind_t k, int layer) {
-    return m->params + m->lay.p[param_index(&m->lay, k, layer)].offset;
+    return win_ptr(m, &m->pwin, m->params, k, layer, "parameter");
 }
 float* mg_grad(const model_gpu_t* m, param_kind_t k, int layer) {
-    return m->grads + m->lay.p[param_index(&m->lay, k, layer)].offset;
+    return win_ptr(m, &m->gwin, m->grads, k, layer, "gradient");
 }
 
 // mem_try_alloc with an "out of memory" reason; *ok becomes 0 at the first failure and later
@@ -206,11 +227,13 @@ int32_t* model_gpu_inputs(model_gpu_t* m) { return m->inputs; }
 int32_t* model_gpu_targets(model_gpu_t* m) { return m->targets; }
 
 void model_gpu_set_params(model_gpu_t* m, const float* host) {
+    if (!m->params) DIE("model_gpu_set_params: the flat buffers were freed (ZeRO-3)");
     CUDA_CHECK(cudaMemcpyAsync(m->params, host, m->lay.total * 4, cudaMemcpyHostToDevice, m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     m->lp_fresh = 0;
 }
 void model_gpu_get_params(model_gpu_t* m, float* host) {
+    if (!m->params) DIE("model_gpu_get_params: the flat buffers were freed (ZeRO-3 gathers the parameters)");
     CUDA_CHECK(cudaMemcpyAsync(host, m->params, m->lay.total * 4, cudaMemcpyDeviceToHost, m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
@@ -265,6 +288,7 @@ int model_gpu_can_train(const model_gpu_t* m, char* err, size_t errlen) {
 
 int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* err, size_t errlen) {
     if (step < 1) DIE("AdamW step must be >= 1, got %d", step);
+    if (m->flat_freed) DIE("model_gpu_adamw: the flat buffers were freed (ZeRO-3): the optimizer lives outside the model");
     if (!m->grads) DIE("model_gpu_adamw before any backward: no gradients");
     const size_t total = m->lay.total;
     if (!m->adam_m) {
@@ -294,6 +318,7 @@ int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* e
 // offsets from the layout, so nothing else changes. model_gpu_adamw (whole-buffer moments)
 // still covers the layout's total only: the padding is not a parameter.
 int model_gpu_pad_flat(model_gpu_t* m, size_t total, char* err, size_t errlen) {
+    if (m->flat_freed) DIE("model_gpu_pad_flat: the flat buffers were freed (ZeRO-3); model_gpu_restore_flat gives them back");
     if (!m->grads) DIE("model_gpu_pad_flat before the first backward: no gradient buffer yet");
     if (m->adam_m) DIE("model_gpu_pad_flat after model_gpu_adamw: pad before the first step");
     if (total < m->lay.total) DIE("model_gpu_pad_flat: %zu elements < the layout's %zu", total, m->lay.total);
@@ -315,5 +340,51 @@ int model_gpu_pad_flat(model_gpu_t* m, size_t total, char* err, size_t errlen) {
     mem_free(m->grads);
     m->params = p;
     m->grads = g;
+    return 0;
+}
+
+// ---- ZeRO-3: hooks, windows, the flat buffers freed and given back
+void model_gpu_set_unit_hooks(model_gpu_t* m, const model_unit_hooks_t* hooks) {
+    memset(&m->hooks, 0, sizeof m->hooks);
+    memset(&m->pwin, 0, sizeof m->pwin);
+    memset(&m->gwin, 0, sizeof m->gwin);
+    if (hooks) m->hooks = *hooks;
+}
+
+void model_gpu_set_windows(model_gpu_t* m, float* params, float* grads, size_t lo, size_t hi) {
+    if (m->prec != MP_FP32)
+        fail("parameter windows (ZeRO-3) support fp32 only: the bf16 path reads a bf16 copy of the whole flat buffer");
+    if (!params || lo >= hi || hi > m->lay.total) DIE("model_gpu_set_windows: NULL buffer or range [%zu, %zu) of %zu", lo, hi, m->lay.total);
+    m->pwin = (model_window_t){params, lo, hi};
+    if (grads) m->gwin = (model_window_t){grads, lo, hi};
+}
+
+void model_gpu_free_flat(model_gpu_t* m) {
+    if (m->prec != MP_FP32)
+        fail("freeing the flat buffers (ZeRO-3) supports fp32 only: the bf16 path reads a bf16 copy of the whole flat buffer");
+    if (m->adam_m) DIE("model_gpu_free_flat after model_gpu_adamw: the model's own AdamW needs the flat buffers");
+    mem_free(m->params);
+    mem_free(m->grads);
+    m->params = m->grads = NULL;
+    m->flat_freed = 1;
+}
+
+int model_gpu_restore_flat(model_gpu_t* m, size_t total, char* err, size_t errlen) {
+    if (!m->flat_freed) DIE("model_gpu_restore_flat: the flat buffers were not freed");
+    if (total < m->lay.total) DIE("model_gpu_restore_flat: %zu elements < the layout's %zu", total, m->lay.total);
+    int ok = 1;
+    float* p = try_alloc(total * 4, MEM_PARAMS, "parameters", &ok, err, errlen);
+    float* g = try_alloc(total * 4, MEM_GRADS, "gradients", &ok, err, errlen);
+    if (!ok) {
+        mem_free(p);
+        mem_free(g);
+        return -1;
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, total * 4, m->stream));
+    CUDA_CHECK(cudaMemsetAsync(g, 0, total * 4, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    m->params = p;
+    m->grads = g;
+    m->flat_freed = 0;
     return 0;
 }

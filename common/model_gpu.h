@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 #include "common/attention.h"
 #include "common/model.h"
+#include "common/model_cpu.h"  // model_window_t, model_unit_hooks_t: the unit seam both models share
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,6 +92,24 @@ int model_gpu_pad_flat(model_gpu_t* m, size_t total, char* err, size_t errlen);
 // refreshes the bf16 weights). Returns 0, or -1 with a reason on out-of-memory at the first
 // call (the moments are allocated then).
 int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* err, size_t errlen);
+
+// ---- ZeRO-3 (stage 07): units, windows, hooks (model_cpu.h "units and windows") ----------
+// With hooks set, the forward calls before_fwd(u) before unit u's kernels are enqueued and the
+// backward calls before_bwd(u) / after_bwd(u) around unit u's (after_bwd right after the last
+// kernel that writes its gradient is enqueued: work ordered after it on the stream sees the
+// gradient). The hooks point the windows (model_gpu_set_windows) at device buffers holding
+// the unit's parameters and receiving its gradient: flat element i at params[i - lo] and
+// grads[i - lo] for i in [lo, hi) (grads NULL: keep the gradient window). Every parameter
+// access is checked against the window (DIE with the parameter's name). fp32 only: the bf16
+// path reads a bf16 copy of the whole flat buffer, so windows refuse MP_BF16 (one line).
+// NULL hooks: none, windows cleared (the model reads its flat buffers again).
+void model_gpu_set_unit_hooks(model_gpu_t* m, const model_unit_hooks_t* hooks);
+void model_gpu_set_windows(model_gpu_t* m, float* params, float* grads, size_t lo, size_t hi);
+// Frees the flat parameter and gradient buffers (ZeRO-3 keeps only shards; the model must then
+// run through windows). Call with nothing in flight on the model's stream. fp32 only.
+void model_gpu_free_flat(model_gpu_t* m);
+// Allocates them again, `total` (>= layout total) zeroed elements each; 0, or -1 on OOM.
+int model_gpu_restore_flat(model_gpu_t* m, size_t total, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -71,7 +71,17 @@ struct model_gpu {
     // optimizer (allocated at the first step, tag optim)
     float* adam_m;         // (total)
     float* adam_v;         // (total)
+
+    // ZeRO-3 (model_gpu.h): zero by default (the flat buffers above, no hooks)
+    model_window_t pwin, gwin;  // where parameters are read and gradients written
+    model_unit_hooks_t hooks;
+    int flat_freed;             // model_gpu_free_flat: params and grads are NULL
 };
+
+// Unit hooks (model_gpu_pass.c): called only when set.
+static inline void mg_unit_hook(model_gpu_t* m, model_unit_fn f, int u) {
+    if (f) f(m->hooks.ctx, u);
+}
 
 // Weight pointer for matmuls (the bf16 copy in MP_BF16) and fp32 pointers into the flat buffers.
 const void* mg_weight(const model_gpu_t* m, param_kind_t k, int layer);

@@ -36,8 +36,10 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
         k_cast_f32_bf16(m->params, m->params_lp, m->lay.total, s);
         m->lp_fresh = 1;
     }
+    mg_unit_hook(m, m->hooks.before_fwd, 0);  // ZeRO-3 (unit 0: the embedding)
     k_embedding_fwd(d_inputs, mg_param(m, PK_EMBED, -1), m->resid1, N, C, V, s);
     for (int l = 0; l < L; l++) {
+        mg_unit_hook(m, m->hooks.before_fwd, 1 + l);
         float* x = m->resid1 + (size_t)l * NC;   // (N, C) block input
         float* xm = m->resid2 + (size_t)l * NC;  // (N, C) after attention
         void* ln1 = mg_slice(m->ln1, NC, es, l);
@@ -64,6 +66,7 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
         CUDA_CHECK(cudaMemcpyAsync(xn, xm, NC * 4, cudaMemcpyDeviceToDevice, s));
         linear(m, g, mg_weight(m, PK_W2, l), xn, DT_F32, F, C, 1.0f);
     }
+    mg_unit_hook(m, m->hooks.before_fwd, L + 1);
     k_rmsnorm_fwd(m->adt, m->resid1 + (size_t)L * NC, mg_param(m, PK_LNF, -1), m->lnf, m->rstdf, N,
                   C, RMS_EPS, s);
     linear(m, m->lnf, mg_weight(m, PK_HEAD, -1), m->logits, m->adt, C, V, 0.0f);
@@ -76,7 +79,7 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
 static int alloc_backward(model_gpu_t* m, char* err, size_t errlen) {
     const size_t N = m->N, C = m->C, F = m->F, es = m->asz, total = m->lay.total;
     struct { void** p; size_t bytes; mem_tag_t tag; const char* what; } want[] = {
-        {(void**)&m->grads, total * 4, MEM_GRADS, "gradients"},
+        {(void**)&m->grads, m->flat_freed ? 0 : total * 4, MEM_GRADS, "gradients"},  // ZeRO-3: windows
         {(void**)&m->dres, N * C * 4, MEM_WORKSPACE, "residual gradient"},
         {&m->dres_lp, m->prec == MP_BF16 ? N * C * es : 0, MEM_WORKSPACE, "residual gradient"},
         {&m->dln, N * C * es, MEM_WORKSPACE, "norm gradient"},
@@ -108,7 +111,7 @@ static int alloc_backward(model_gpu_t* m, char* err, size_t errlen) {
     }
     if (m->prec != MP_BF16) m->dres_lp = m->dres;
     // Padding elements of the gradient buffer are never written: zero them once.
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, total * 4, m->stream));
+    if (m->grads) CUDA_CHECK(cudaMemsetAsync(m->grads, 0, total * 4, m->stream));
     m->bwd_ready = 1;
     return 0;
 }
@@ -129,6 +132,7 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
     void* dres_lp = m->dres_lp;
     nvtx_push("backward");
     // Loss and LM head. dlogits = (softmax − onehot) / N, in place over the logits.
+    mg_unit_hook(m, m->hooks.before_bwd, L + 1);  // ZeRO-3: unit L+1 = ln_final + lm_head
     k_cross_entropy_bwd(a, m->logits, m->last_targets, m->ce_lse, 1.0f / (float)N, N, V, s);
     linear_dw(m, m->logits, m->lnf, mg_grad(m, PK_HEAD, -1), C, V);
     ready(m, hook, ctx, PK_HEAD, -1);
@@ -137,12 +141,14 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
                   m->dres, m->prec == MP_BF16 ? dres_lp : NULL, 0, mg_grad(m, PK_LNF, -1),
                   m->dw_partial, N, C, s);
     ready(m, hook, ctx, PK_LNF, -1);
+    mg_unit_hook(m, m->hooks.after_bwd, L + 1);
 
     for (int l = L - 1; l >= 0; l--) {
         const void* ln1 = mg_slice(m->ln1, NC, es, l);
         const void* ln2 = mg_slice(m->ln2, NC, es, l);
         const void* atty = mg_slice(m->atty, NC, es, l);
         const void* h13 = mg_slice(m->h13, (size_t)N * 2 * F, es, l);
+        mg_unit_hook(m, m->hooks.before_bwd, 1 + l);
         // FFN: x_{l+1} = xm + g W2ᵀ; dres holds d x_{l+1}.
         k_swiglu_fwd(a, h13, m->g, N, F, s);  // recompute g = SiLU(h1) * h3 (not saved)
         linear_dw(m, dres_lp, m->g, mg_grad(m, PK_W2, l), F, C);
@@ -172,11 +178,14 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
                       m->rstd1 + (size_t)l * N, m->dres, m->prec == MP_BF16 ? dres_lp : NULL, 1,
                       mg_grad(m, PK_LN1, l), m->dw_partial, N, C, s);
         ready(m, hook, ctx, PK_LN1, l);
+        mg_unit_hook(m, m->hooks.after_bwd, 1 + l);
     }
+    mg_unit_hook(m, m->hooks.before_bwd, 0);
     float* dE = mg_grad(m, PK_EMBED, -1);
     CUDA_CHECK(cudaMemsetAsync(dE, 0, (size_t)V * C * 4, s));
     k_embedding_bwd(m->last_inputs, m->dres, dE, N, C, V, s);
     ready(m, hook, ctx, PK_EMBED, -1);
+    mg_unit_hook(m, m->hooks.after_bwd, 0);
     nvtx_pop();
     return 0;
 }

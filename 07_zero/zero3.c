@@ -1,0 +1,297 @@
+// ZeRO-3 / FSDP (zero3.h). The step is a sequence of USES of the two parameter working
+// buffers: use i = 0 .. 2U-2 holds unit use_unit(i) (the forward's 0 .. U-1, then the
+// backward's U-2 .. 0; the backward of unit U-1 reuses use U-1) in buffer i mod 2. The hook
+// that begins use i starts the all-gather of use i+1 into the other buffer, whose last user
+// (use i-1) was enqueued before this hook, and waits for use i's own gather.
+#include "07_zero/zero3.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+
+struct zero3 {
+    comm_t* c;
+    int n;               // parameters in the table
+    ddp_param_t* p;      // (n) copied
+    int U;
+    zero3_unit_t* u;     // (U) the plan
+    size_t S, W;         // shard elements; working-buffer elements (the largest n·c_u)
+    int gpu;
+    cudaStream_t compute, comm_stream;
+    zero3_window_fn set_window;
+    void* model;
+
+    float *pshard, *gshard;  // (S) this rank's parameter and gradient pieces, unit by unit
+    float *pbuf[2], *gbuf[2];  // (W) working buffers
+    int held[2];              // unit whose parameters pbuf[k] holds (valid), or -1
+    comm_req_t *ag_req[2], *rs_req[2];  // MPI: outstanding requests per buffer
+    cudaEvent_t ev_mark;      // NCCL: "the compute stream got this far" (recorded, then waited)
+    cudaEvent_t ag_done[2], rs_done[2];
+    int rs_pending[2];        // a reduce-scatter from gbuf[k] not yet waited for
+    int fwd_next, bwd_next;   // the hooks' expected order (a misuse dies)
+
+    optim_t opt;
+    size_t owned;
+    zero3_stats_t st;
+};
+
+// ------------------------------------------------------------------ plan
+size_t zero3_plan(const size_t* bounds, int U, int n, zero3_unit_t* out) {
+    if (U < 1 || n < 1 || bounds[0] != 0) DIE("zero3_plan: %d units, %d ranks, first boundary %zu", U, n, bounds[0]);
+    const size_t unit = (size_t)n * ZERO_ALIGN;
+    size_t q = 0;
+    for (int k = 0; k < U; k++) {
+        if (bounds[k + 1] <= bounds[k]) DIE("zero3_plan: unit %d is empty or reversed ([%zu, %zu))", k, bounds[k], bounds[k + 1]);
+        const size_t len = bounds[k + 1] - bounds[k];
+        const size_t piece = (len + unit - 1) / unit * unit / (size_t)n;
+        if (out) out[k] = (zero3_unit_t){bounds[k], bounds[k + 1], piece, q};
+        q += piece;
+    }
+    return q;
+}
+
+// ------------------------------------------------------------------ create / destroy
+static void* xcalloc(size_t n, size_t size) {
+    void* q = calloc(n ? n : 1, size);
+    if (!q) DIE("out of host memory: %zu x %zu bytes", n, size);
+    return q;
+}
+
+static void zeros(zero3_t* z, float* dst, size_t n) {
+    if (z->gpu) CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(float), z->compute));
+    else memset(dst, 0, n * sizeof(float));
+}
+static void copy(zero3_t* z, float* dst, const float* src, size_t n) {  // same memory kind
+    if (z->gpu) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, z->compute));
+    else memcpy(dst, src, n * sizeof(float));
+}
+
+zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+                      const float* init, const adamw_config_t* cfg, cudaStream_t compute_stream,
+                      zero3_window_fn set_window, void* model) {
+    char err[256];
+    if (!c || !init || !set_window) DIE("zero3_create: NULL communicator, parameters or window setter");
+    const size_t total = bounds[U];
+    if (ddp_check_params(table, n, total, err, sizeof err)) DIE("zero3_create: %s", err);
+    if (c->backend == COMM_NCCL && !compute_stream)
+        DIE("zero3_create: the NCCL backend needs the model's stream (not NULL)");
+    zero3_t* z = xcalloc(1, sizeof *z);
+    z->c = c;
+    z->n = n;
+    z->p = xcalloc((size_t)n, sizeof *z->p);
+    memcpy(z->p, table, (size_t)n * sizeof *table);
+    z->U = U;
+    z->u = xcalloc((size_t)U, sizeof *z->u);
+    z->S = zero3_plan(bounds, U, c->world, z->u);
+    for (int k = 0; k < U; k++)
+        if ((size_t)c->world * z->u[k].piece > z->W) z->W = (size_t)c->world * z->u[k].piece;
+    z->gpu = c->backend == COMM_NCCL;
+    z->compute = z->gpu ? compute_stream : NULL;
+    z->set_window = set_window;
+    z->model = model;
+    z->bwd_next = -1;
+    const device_t dev = z->gpu ? DEV_CUDA : DEV_CPU;
+    z->pshard = mem_alloc(dev, z->S * sizeof(float), MEM_PARAMS);
+    z->gshard = mem_alloc(dev, z->S * sizeof(float), MEM_GRADS);
+    for (int k = 0; k < 2; k++) {
+        z->pbuf[k] = mem_alloc(dev, z->W * sizeof(float), MEM_WORKSPACE);
+        z->gbuf[k] = mem_alloc(dev, z->W * sizeof(float), MEM_WORKSPACE);
+        z->held[k] = -1;
+    }
+    if (z->gpu) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&z->comm_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&z->ev_mark, cudaEventDisableTiming));
+        for (int k = 0; k < 2; k++) {
+            CUDA_CHECK(cudaEventCreateWithFlags(&z->ag_done[k], cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&z->rs_done[k], cudaEventDisableTiming));
+        }
+    }
+    // The shard: rank r's piece of every unit (zeros past the unit's end); the gradient
+    // buffers zeroed once (their tails past a unit are reduced and never read).
+    const int r = c->rank;
+    zeros(z, z->pshard, z->S);
+    zeros(z, z->gshard, z->S);
+    for (int k = 0; k < 2; k++) zeros(z, z->gbuf[k], z->W);
+    optim_init(&z->opt, OPT_ADAMW, cfg, dev);
+    for (int k = 0; k < U; k++) {
+        const zero3_unit_t* un = &z->u[k];
+        // The piece [lo, hi) clipped to the unit: past its end lies padding, not the next unit.
+        const size_t lo = un->begin + (size_t)r * un->piece;
+        const size_t hi = lo + un->piece < un->end ? lo + un->piece : un->end;
+        if (lo < hi) copy(z, z->pshard + un->q, init + lo, hi - lo);
+        // Its trainable elements become optimizer ranges at their compact offsets.
+        for (int i = 0; i < n; i++) {
+            if (!table[i].trainable) continue;
+            const size_t a = table[i].offset > lo ? table[i].offset : lo;
+            const size_t e = table[i].offset + table[i].numel < hi ? table[i].offset + table[i].numel : hi;
+            if (a >= e) continue;
+            optim_add_range(&z->opt, un->q + (a - lo), un->q + (a - lo), e - a);
+            z->owned += e - a;
+        }
+    }
+    if (z->gpu) comm_stream_sync(c, z->compute, "ZeRO-3's shard copy");  // the init buffer may go now
+    return z;
+}
+
+void zero3_destroy(zero3_t* z) {
+    if (!z) return;
+    for (int k = 0; k < 2; k++) {
+        comm_wait(z->c, z->ag_req[k]);
+        comm_wait(z->c, z->rs_req[k]);
+    }
+    if (z->gpu) {
+        comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");
+        comm_stream_sync(z->c, z->compute, "ZeRO-3's last step");
+        CUDA_CHECK(cudaEventDestroy(z->ev_mark));
+        for (int k = 0; k < 2; k++) {
+            CUDA_CHECK(cudaEventDestroy(z->ag_done[k]));
+            CUDA_CHECK(cudaEventDestroy(z->rs_done[k]));
+        }
+        CUDA_CHECK(cudaStreamDestroy(z->comm_stream));
+    }
+    optim_free(&z->opt);
+    mem_free(z->pshard);
+    mem_free(z->gshard);
+    for (int k = 0; k < 2; k++) {
+        mem_free(z->pbuf[k]);
+        mem_free(z->gbuf[k]);
+    }
+    free(z->p);
+    free(z->u);
+    free(z);
+}
+
+// ------------------------------------------------------------------ the hooks
+static int n_uses(const zero3_t* z) { return 2 * z->U - 1; }
+static int use_unit(const zero3_t* z, int i) { return i < z->U ? i : 2 * z->U - 2 - i; }
+
+// NCCL: the communication stream waits until the compute stream has done everything enqueued
+// so far (the last users of a buffer, the optimizer's update of the shard).
+static void comm_after_compute(zero3_t* z) {
+    CUDA_CHECK(cudaEventRecord(z->ev_mark, z->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(z->comm_stream, z->ev_mark, 0));
+}
+
+// All-gather use i's unit into pbuf[i mod 2], unless that buffer holds it already.
+static void start_gather(zero3_t* z, int i) {
+    const int k = i % 2, u = use_unit(z, i);
+    if (z->held[k] == u) return;
+    const zero3_unit_t* un = &z->u[u];
+    const float* mine = z->pshard + un->q;
+    if (z->gpu) {
+        comm_after_compute(z);  // use i-2, the buffer's last user, was enqueued before this hook
+        comm_detach(z->c, comm_iallgather(z->c, mine, z->pbuf[k], un->piece, COMM_F32, z->comm_stream));
+        CUDA_CHECK(cudaEventRecord(z->ag_done[k], z->comm_stream));
+    } else {
+        comm_wait(z->c, z->ag_req[k]);  // (already waited by its use; NULL then)
+        z->ag_req[k] = comm_iallgather(z->c, mine, z->pbuf[k], un->piece, COMM_F32, NULL);
+    }
+    z->held[k] = u;
+    z->st.ag_calls++;
+    z->st.ag_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
+}
+
+// Begins use i: its gather started (at use 0: now), the next one started, its own waited.
+static void begin_use(zero3_t* z, int i) {
+    if (i == 0) start_gather(z, 0);
+    if (i + 1 < n_uses(z)) start_gather(z, i + 1);
+    const int k = i % 2;
+    if (z->gpu) CUDA_CHECK(cudaStreamWaitEvent(z->compute, z->ag_done[k], 0));  // harmless if not re-recorded
+    else comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
+}
+
+static void check_unit(int u, int want, const char* hook) {
+    if (u != want) DIE("zero3 %s: unit %d, expected unit %d (the model must call the hooks in execution order)", hook, u, want);
+}
+
+void zero3_before_fwd(void* zz, int u) {
+    zero3_t* z = zz;
+    check_unit(u, z->fwd_next, "before_fwd");
+    begin_use(z, u);
+    const zero3_unit_t* un = &z->u[u];
+    z->set_window(z->model, z->pbuf[u % 2], NULL, un->begin, un->end);
+    z->fwd_next = u + 1 == z->U ? 0 : u + 1;
+    if (u + 1 == z->U) z->bwd_next = z->U - 1;
+}
+
+void zero3_before_bwd(void* zz, int u) {
+    zero3_t* z = zz;
+    check_unit(u, z->bwd_next, "before_bwd");
+    const int i = u == z->U - 1 ? u : 2 * z->U - 2 - u;  // the use: U-1 stays from the forward
+    if (u != z->U - 1) begin_use(z, i);
+    // The gradient buffer of this unit (j-th of the backward): the reduce-scatter that read it
+    // two units ago must be done before the backward overwrites it.
+    const int j = z->U - 1 - u, k = j % 2;
+    if (z->rs_pending[k]) {
+        if (z->gpu) CUDA_CHECK(cudaStreamWaitEvent(z->compute, z->rs_done[k], 0));
+        else comm_wait(z->c, z->rs_req[k]), z->rs_req[k] = NULL;
+        z->rs_pending[k] = 0;
+    }
+    const zero3_unit_t* un = &z->u[u];
+    z->set_window(z->model, z->pbuf[i % 2], z->gbuf[k], un->begin, un->end);
+}
+
+void zero3_after_bwd(void* zz, int u) {
+    zero3_t* z = zz;
+    check_unit(u, z->bwd_next, "after_bwd");
+    const int j = z->U - 1 - u, k = j % 2;
+    const zero3_unit_t* un = &z->u[u];
+    // The unit's whole gradient (padded to n pieces), averaged; rank r keeps piece r.
+    if (z->gpu) {
+        comm_after_compute(z);  // the kernels that wrote this unit's gradient
+        comm_detach(z->c, comm_ireduce_scatter(z->c, z->gbuf[k], z->gshard + un->q, un->piece, COMM_F32, COMM_AVG,
+                                               z->comm_stream));
+        CUDA_CHECK(cudaEventRecord(z->rs_done[k], z->comm_stream));
+    } else {
+        z->rs_req[k] = comm_ireduce_scatter(z->c, z->gbuf[k], z->gshard + un->q, un->piece, COMM_F32, COMM_AVG, NULL);
+    }
+    z->rs_pending[k] = 1;
+    z->st.rs_calls++;
+    z->st.rs_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
+    z->bwd_next = u - 1;
+}
+
+void zero3_finish_grads(zero3_t* z) {
+    if (z->bwd_next != -1) DIE("zero3_finish_grads: the backward stopped before unit 0 (next %d)", z->bwd_next);
+    for (int k = 0; k < 2; k++) {
+        if (!z->rs_pending[k]) continue;
+        if (z->gpu) CUDA_CHECK(cudaStreamWaitEvent(z->compute, z->rs_done[k], 0));  // the optimizer after it
+        else comm_wait(z->c, z->rs_req[k]), z->rs_req[k] = NULL;
+        z->rs_pending[k] = 0;
+    }
+    z->bwd_next = -1;  // no backward until the next forward ends
+    z->fwd_next = 0;
+}
+
+void zero3_step(zero3_t* z) {
+    optim_step(&z->opt, z->pshard, z->gshard, z->compute);
+    z->held[0] = z->held[1] = -1;  // the shard changed: every unit is gathered again
+    z->st.steps++;
+}
+
+void zero3_gather_params(zero3_t* z, float* out) {
+    if (z->gpu) comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");
+    for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
+    for (int u = 0; u < z->U; u++) {
+        const zero3_unit_t* un = &z->u[u];
+        // Blocking on the compute stream (NCCL) or in host memory (MPI).
+        comm_allgather(z->c, z->pshard + un->q, z->pbuf[0], un->piece, COMM_F32, z->compute);
+        copy(z, out + un->begin, z->pbuf[0], un->end - un->begin);
+    }
+    if (z->gpu) comm_stream_sync(z->c, z->compute, "ZeRO-3's parameter gather");
+    z->held[0] = z->held[1] = -1;
+}
+
+// ------------------------------------------------------------------ inspection
+int zero3_n_units(const zero3_t* z) { return z->U; }
+zero3_unit_t zero3_unit(const zero3_t* z, int u) {
+    if (u < 0 || u >= z->U) DIE("zero3_unit: index %d outside [0, %d)", u, z->U);
+    return z->u[u];
+}
+size_t zero3_shard_elems(const zero3_t* z) { return z->S; }
+size_t zero3_owned_trainable(const zero3_t* z) { return z->owned; }
+size_t zero3_state_bytes(const zero3_t* z) { return optim_state_bytes(&z->opt); }
+size_t zero3_work_bytes(const zero3_t* z) { return 4 * z->W * sizeof(float); }
+zero3_stats_t zero3_stats(const zero3_t* z) { return z->st; }

@@ -1,0 +1,107 @@
+// Stage 07, part 3: ZeRO-3 / FSDP — the parameters sharded too (Rajbhandari et al. 2020, stage
+// P_os+g+p; PyTorch's FullyShardedDataParallel with one unit per Transformer block).
+//
+// Each rank keeps only 1/n of everything: its shard of the fp32 parameters, of the averaged
+// gradient and of AdamW's two moments — 16Ψ/n bytes — plus two parameter working buffers and
+// two gradient working buffers of one unit each. The model is cut into UNITS (the embedding,
+// each block, the final norm with the head: common/model_cpu.h "units and windows"), each a
+// contiguous span [b_u, e_u) of the flat buffer.
+//
+// Sharding is PER UNIT (what FSDP does): unit u's span, padded to a multiple of n·64 elements,
+// splits into n equal pieces of c_u elements; rank r keeps piece r, [b_u + r·c_u, b_u +
+// (r+1)·c_u) (the tail past e_u is padding, zero). A rank's pieces of all units lie one after
+// the other in its compact shard buffer of S = Σ c_u elements, unit u's at q_u = Σ_{j<u} c_j,
+// for the parameters, the gradient and (trainable elements only) the moments alike. Why not
+// zero.h's shards of the whole padded buffer: there a unit's gather would collect the pieces
+// of every rank's shard that overlap it — unequal, often empty pieces, no single NCCL call.
+// Per unit, one all-gather of n equal pieces rebuilds the unit and one reduce-scatter returns
+// its gradient: 2 collectives per unit per step in the backward, 1 in the forward. The price:
+// padding per unit (< n·64 elements each) instead of per model.
+//
+// One training step, with the model's unit hooks (model_unit_hooks_t) set to zero3's:
+//   forward   unit u = 0 .. U-1:  before_fwd(u): wait for u's all-gather into working buffer
+//             u mod 2 (started one unit earlier), start u+1's into the other buffer (prefetch:
+//             it runs while u computes), point the model's parameter window at u's buffer
+//   backward  unit u = U-1 .. 0:  before_bwd(u): the same gather/prefetch (U-1 is still in its
+//             buffer from the forward, and a unit whose buffer still holds it is not gathered
+//             again), the gradient window at gradient buffer j mod 2 (j-th unit of the backward;
+//             first the reduce-scatter that used it two units ago must be done);
+//             after_bwd(u): reduce-scatter(avg) the unit's gradient into the shard at q_u
+//   zero3_finish_grads  the last reduce-scatters done
+//   zero3_step          AdamW on the shard (optim_t over the compact offsets of the trainable
+//                       elements), nothing to all-gather: the next forward gathers.
+// MPI (host buffers): the collectives are non-blocking MPI requests waited where the data is
+// needed. NCCL (device buffers): every collective on one communication stream created here, in
+// the same order on every rank; the compute stream waits for an all-gather with an event before
+// the unit's kernels, the communication stream waits for the compute stream (an event recorded
+// at the hook) before it overwrites a working buffer or reads a finished gradient; nothing on
+// the host waits inside the step.
+// Memory (per rank, fp32): parameters 4S (MEM_PARAMS), gradient 4S (MEM_GRADS), moments 8 bytes
+// per trainable element of its pieces (MEM_OPTIM): 16Ψ/n + padding; working buffers 4 x the
+// largest padded unit (MEM_WORKSPACE).
+#pragma once
+#include <stddef.h>
+#include <cuda_runtime_api.h>
+#include "06_ddp/ddp.h"
+#include "07_zero/sharded_optim.h"
+#include "07_zero/zero.h"  // ZERO_ALIGN
+#include "common/comm.h"
+#include "common/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// One unit's place: its span of the flat buffer and this shard layout.
+typedef struct {
+    size_t begin, end;  // [begin, end) of the flat buffer (the unit's parameters)
+    size_t piece;       // c_u: elements of each rank's piece (a multiple of 64)
+    size_t q;           // q_u: where the pieces of this unit start in a rank's shard buffer
+} zero3_unit_t;
+
+// Pure plan (what the tests call): units from their U + 1 increasing boundaries bounds[0] = 0
+// .. bounds[U] = total; writes U entries to out (may be NULL). Returns S = Σ piece.
+size_t zero3_plan(const size_t* bounds, int U, int n, zero3_unit_t* out);
+
+// The model's windows: unit u's parameters are in `params` (params[i - lo] holds flat element
+// i of [lo, hi)), its gradient goes to `grads` the same way (NULL: forward, leave the gradient
+// window). The caller's adapter to its model (model_cpu_t's pwin/gwin, model_gpu_set_windows).
+typedef void (*zero3_window_fn)(void* model, float* params, float* grads, size_t lo, size_t hi);
+
+typedef struct {
+    long long steps;
+    long long ag_calls, rs_calls;  // all-gathers and reduce-scatters started
+    long long ag_bytes, rs_bytes;  // bytes of the whole unit per call (n pieces)
+} zero3_stats_t;
+
+typedef struct zero3 zero3_t;
+
+// table: the parameters (stage 06's ddp_param_t) over [0, bounds[U]); init: the full flat
+// parameters (host on MPI, device on NCCL, bounds[U] elements), copied into the shard (the
+// caller may free it afterwards). compute_stream: NCCL, required (the model's stream).
+zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+                      const float* init, const adamw_config_t* cfg, cudaStream_t compute_stream,
+                      zero3_window_fn set_window, void* model);
+void zero3_destroy(zero3_t* z);
+
+// The model's unit hooks (model_unit_fn; ctx = the zero3_t).
+void zero3_before_fwd(void* z, int unit);
+void zero3_before_bwd(void* z, int unit);
+void zero3_after_bwd(void* z, int unit);
+void zero3_finish_grads(zero3_t* z);
+void zero3_step(zero3_t* z);
+// Every parameter into out (flat layout, bounds[U] elements; host on MPI, device on NCCL),
+// all-gathered unit by unit. Collective; blocking (NCCL: the compute stream is synchronised).
+void zero3_gather_params(zero3_t* z, float* out);
+
+int zero3_n_units(const zero3_t* z);
+zero3_unit_t zero3_unit(const zero3_t* z, int u);
+size_t zero3_shard_elems(const zero3_t* z);       // S
+size_t zero3_owned_trainable(const zero3_t* z);   // elements this rank's AdamW updates
+size_t zero3_state_bytes(const zero3_t* z);       // its optimizer state (MEM_OPTIM), bytes
+size_t zero3_work_bytes(const zero3_t* z);        // the four working buffers (MEM_WORKSPACE)
+zero3_stats_t zero3_stats(const zero3_t* z);
+
+#ifdef __cplusplus
+}
+#endif
