@@ -12,12 +12,14 @@
 // S is the size of the larger buffer (nccl-tests' convention): an all-reduce of S bytes, a
 // reduce-scatter from S to S/n, an all-gather from S/n to S.
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "05_collectives/ring.h"
 #include "common/check.h"
+#include "common/check_mpi.h"
 #include "common/cli.h"
 #include "common/comm.h"
 #include "common/fileio.h"
@@ -81,8 +83,10 @@ static void run_library(bench_t* b, op_t op, const float* s, float* r, size_t co
     comm_detach(b->c, q);
 }
 
-// The blocking calls: on MPI they are MPI's tuned blocking collectives (faster than the
-// non-blocking ones), so they are what the "mpi" rows time.
+// The blocking calls: what the "mpi" rows time. On MPI the all-reduce is the communicator's
+// shared-memory all-reduce where every rank is on one node (common/comm_shm.c; COMM_SHM=0:
+// MPI's), the other operations MPI's tuned blocking collectives (faster than the non-blocking
+// ones).
 static void run_library_blocking(bench_t* b, op_t op, const float* s, float* r, size_t count) {
     switch (op) {
     case OP_ALLREDUCE: comm_allreduce(b->c, s, r, count, COMM_F32, COMM_SUM, b->stream); break;
@@ -109,6 +113,17 @@ static void run_nccl_direct(bench_t* b, op_t op, const float* s, float* r, size_
 #endif
 }
 
+// MPI's own MPI_Allreduce on MPI_COMM_WORLD, no communicator in between: the "mpi-lib" rows,
+// to compare the shared-memory path with (on 3+ ranks its results may differ in the last bits
+// from rank to rank: see comm.c's mpi_allreduce).
+static void run_mpi_lib(bench_t* b, op_t op, const float* s, float* r, size_t count) {
+    (void)op;
+    if (count > (size_t)0x7fffffff) DIE("mpi-lib: %zu elements do not fit MPI's int count", count);
+    comm_watchdog_arm(b->c, "MPI_Allreduce (mpi-lib)", b->c->timeout_s);
+    MPI_CHECK(MPI_Allreduce(s == r ? MPI_IN_PLACE : s, r, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    comm_watchdog_disarm(b->c);
+}
+
 static void run_ring(bench_t* b, op_t op, const float* s, float* r, size_t count) {
     (void)op;
     if (b->c->backend == COMM_NCCL) ring_allreduce_gpu(b->c, s, r, count, COMM_SUM, b->stream, b->ring_chunk);
@@ -117,7 +132,8 @@ static void run_ring(bench_t* b, op_t op, const float* s, float* r, size_t count
 
 #define ALL_OPS ((1u << OP_COUNT) - 1)
 static const backend_entry_t BACKENDS[] = {
-    {"mpi", COMM_MPI, ALL_OPS, run_library_blocking, "MPI's collectives on host memory"},
+    {"mpi", COMM_MPI, ALL_OPS, run_library_blocking, "the communicator on host memory (all-reduce: shared memory on one node)"},
+    {"mpi-lib", COMM_MPI, 1u << OP_ALLREDUCE, run_mpi_lib, "MPI_Allreduce called directly (the MPI library's own)"},
     {"ring-mpi", COMM_MPI, 1u << OP_ALLREDUCE, run_ring, "the hand-written ring over MPI send/recv"},
     {"nccl", COMM_NCCL, ALL_OPS, run_library, "NCCL through the communicator"},
     {"nccl-direct", COMM_NCCL, ALL_OPS, run_nccl_direct, "NCCL called directly"},
@@ -308,7 +324,7 @@ int main(int argc, char** argv) {
     int64_t ring_chunk = (int64_t)RING_CHUNK_BYTES_DEFAULT;
     cli_opt_t opts[] = {
         {"ring-chunk", CLI_SIZE, &ring_chunk, "512M", "ring-nccl: bytes per pipelined chunk (a transfer and an add kernel each)", NULL},
-        {"backends", CLI_STR, &backends_s, "auto", "comma list of mpi, ring-mpi, nccl, nccl-direct, ring-nccl; auto: the GPU ones with a GPU per rank, else the MPI ones", NULL},
+        {"backends", CLI_STR, &backends_s, "auto", "comma list of mpi, mpi-lib, ring-mpi, nccl, nccl-direct, ring-nccl; auto: the GPU ones with a GPU per rank, else the MPI ones", NULL},
         {"op", CLI_CHOICE, &op_s, "allreduce", "operation", OP_CHOICES},
         {"minbytes", CLI_SIZE, &minb, "1K", "smallest size S (bytes; K/M/G)", NULL},
         {"maxbytes", CLI_SIZE, &maxb, "1G", "largest size S", NULL},
@@ -364,17 +380,17 @@ int main(int argc, char** argv) {
     int nchosen = 0;
     if (strcmp(backends_s, "auto") == 0) {
         const char* const gpu_set[] = {"nccl", "nccl-direct", "ring-nccl"};
-        const char* const cpu_set[] = {"mpi", "ring-mpi"};
+        const char* const cpu_set[] = {"mpi", "mpi-lib", "ring-mpi"};
         comm_backend_t kind;
         comm_backend_choose("auto", &kind);
         const int use_gpu = kind == COMM_NCCL;
-        for (int i = 0; i < (use_gpu ? 3 : 2); i++) chosen[nchosen++] = find_backend(use_gpu ? gpu_set[i] : cpu_set[i]);
+        for (int i = 0; i < 3; i++) chosen[nchosen++] = find_backend(use_gpu ? gpu_set[i] : cpu_set[i]);
     } else {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", backends_s);
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
             const backend_entry_t* be = find_backend(tok);
-            if (!be) BAD("--backends: unknown backend '%s' (allowed: mpi, ring-mpi, nccl, nccl-direct, ring-nccl, auto)", tok);
+            if (!be) BAD("--backends: unknown backend '%s' (allowed: mpi, mpi-lib, ring-mpi, nccl, nccl-direct, ring-nccl, auto)", tok);
             if (nchosen < N_BACKENDS) chosen[nchosen++] = be;
         }
     }

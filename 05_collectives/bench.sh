@@ -2,7 +2,9 @@
 # make bench-05: stage 05's benchmark, ours and PyTorch's in the same run on the same machine.
 #   1. GPUs (one rank per GPU, if there are 2+): nccl, nccl-direct and ring-nccl rows, 1K..1G;
 #      then torch.distributed.all_reduce over NCCL at the course's sizes;
-#   2. CPU: the MPI backend and the ring over MPI at 2, 4 and 6 processes, then Gloo the same;
+#   2. CPU: the MPI backend (mpi: our communicator, whose all-reduce is the shared-memory one on
+#      one node), MPI's own MPI_Allreduce (mpi-lib) and the ring over MPI at 2, 4 and 6
+#      processes, then Gloo the same;
 #   3. the table of the course (backend x size x process count) and the busbw plot (report.py).
 # Env: BUILD (build dir); NP_CPU (process counts on the CPU, "2 4 6"); CPU_SIZES, GPU_MAX;
 # ITERS (20), WARMUP (5); SKIP_TORCH=1; SKIP_CPU=1; SKIP_GPU=1.
@@ -35,7 +37,7 @@ fi
 if [ "${SKIP_CPU:-0}" != 1 ]; then
   for np in $NP_CPU; do
     echo "## CPU, $np processes"
-    scripts/mpirun.sh "$np" "$BUILD/05_collectives/allreduce_bench" --backends mpi,ring-mpi \
+    scripts/mpirun.sh "$np" "$BUILD/05_collectives/allreduce_bench" --backends mpi,mpi-lib,ring-mpi \
       --sizes "$CPU_SIZES" --iters "$ITERS" --warmup "$WARMUP" --tag cpu_np"$np" || status=1
     if [ "${SKIP_TORCH:-0}" != 1 ] && have_torch; then
       torchrun "$np" 05_collectives/bench_torch.py --backend gloo --sizes "$CPU_SIZES" \

@@ -21,6 +21,10 @@
 // itself hangs (NCCL issues #829, #1777). Blocking MPI collectives run under the same watchdog.
 // MPI errors return (MPI_ERRORS_RETURN) and are reported; when any rank exits, mpirun ends the
 // others, so a dead peer ends the whole job non-zero.
+//
+// MPI backend, all ranks on one node: the blocking fp32/fp64 all-reduce goes through a shared-
+// memory window (common/comm_shm.c; bitwise identical on every rank, reduced in rank order).
+// COMM_SHM=0 turns it off (MPI's collectives); COMM_SHM_CHUNK (bytes, default 1M) sets its chunk.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
