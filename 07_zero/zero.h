@@ -1,4 +1,4 @@
-// Stage 07, part 2: ZeRO-1 and ZeRO-2 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+// Stage 07, part 2: ZeRO-1 and ZeRO-2 (ZeRO-3: zero3.h) (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
 // Training Trillion Parameter Models", 2020) over the flat buffers of stage 06.
 //
 // The flat buffer of `total` elements is padded to P = n·S elements, S a multiple of 64
@@ -41,6 +41,10 @@
 //   backward(..., zero_grad_ready, z);  // ZeRO-2 starts each bucket's reduce-scatter here
 //   zero_finish_grads(z);               // ZeRO-1: the reduce-scatter; ZeRO-2: the rest, waited
 //   zero_step(z);                       // AdamW on what this rank owns, then the all-gathers
+// ZeRO-3 lives apart, in zero3.h: its shards are PER UNIT (each unit of the model — the
+// embedding, a block, the head — padded to n·64 and split n ways), not this file's shards of
+// the whole padded buffer, because a unit's all-gather over whole-buffer shards would collect
+// unequal, often empty pieces from every rank; per unit it is one NCCL call of equal pieces.
 // Frozen parameters (table.trainable 0) are never stepped; their gradient slots are reduced
 // with the rest (scratch: nothing reads them) and their values are all-gathered from the shard
 // owner — identical on every rank anyway, as the caller broadcast the parameters at the start.
