@@ -292,3 +292,6 @@ zero_bucket_t zero_bucket(const zero_t* z, int k) {
     return z->b[k];
 }
 zero_stats_t zero_stats(const zero_t* z) { return z->st; }
+optim_t* zero_optim(zero_t* z) { return &z->opt; }
+void zero_set_lr(zero_t* z, float lr) { z->opt.cfg.lr = lr; }
+float* zero_grad_shard(zero_t* z) { return z->level == 1 ? z->grads : z->gshard; }
