@@ -33,7 +33,7 @@
 // the whole node) is small enough to stay in the last-level cache, so the shared traffic is
 // cache to cache.
 //
-// Memory model (MPI-3 shared memory, MPI 4.1 §12.7): the window is locked once
+// Memory model (MPI-3 one-sided chapter, "Memory Model" and its shared-memory examples): the window is locked once
 // (MPI_Win_lock_all, MPI_MODE_NOCHECK) for its lifetime; a barrier is MPI_Win_sync (my stores
 // become visible), an atomic counter in the window, then MPI_Win_sync again (others' stores
 // become visible to my loads) — the standard's "flag in shared memory" pattern. The counter
@@ -56,7 +56,8 @@
 // slots and results move cache to cache; 4-8 MiB would need 28-56 MiB at 6 ranks, past most
 // L3s, and add DRAM traffic on top of the user buffers' own. Much smaller K pays a barrier
 // pair per chunk (a few microseconds each): 1 MiB is 100 chunks, 200 barriers, for 100 MB.
-// Measured on a 2-core EPYC (2 ranks, 100 MB): see the 05_collectives README.
+// Measured on a busy 2-core EPYC (2 ranks, 100 MB; noisy): 256K-1M fastest, 4M-8M 20-40%
+// slower. COMM_SHM_CHUNK sweeps it on a bigger machine.
 #define SHM_CHUNK_DEFAULT ((size_t)1 << 20)
 #define SHM_ALIGN 64                 // segments and areas start on their own cache line
 #define SHM_HEADER 256               // per rank: the barrier (rank 0's), padding
