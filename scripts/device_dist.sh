@@ -9,7 +9,7 @@ set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-results/device_out}
 L=results/device
-mkdir -p "$O" "$L" results/05_collectives results/06_ddp
+mkdir -p "$O" "$L" results/05_collectives results/06_ddp results/07_zero
 export NCCL_NVLS_ENABLE=0 SETUP_SKIP=1 LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
 B=${B:-build}
 TORCHRUN="python3 -m torch.distributed.run --standalone --nproc_per_node"  # a variable: `timeout` cannot run a shell function
@@ -36,6 +36,14 @@ for s in "$@"; do
     step ddp_xl_timeline 120 scripts/mpirun.sh 2 "$B/06_ddp/ddp_train" --model xl --context 512 --batch 2 \
       --variant flat,overlap,bucketed --bucket-mb 100 --steps 3 --warmup 2 --timeline results/06_ddp/timeline
     step t06_gpu 120 "$B/06_ddp/test_06" --jobs 1 --filter 'ddp_train_nccl/*'
+    ;;
+  07)  # stage 07, issue 13: every level on XL beside PyTorch's DDP / ZeRO / FSDP2, and the GPU tests
+    step t07_gpu 150 "$B/07_zero/test_07" --jobs 1 --filter 'zero_train_nccl/*'
+    step zero_xl 240 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
+      --zero all --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
+    step zero_xl_course 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
+      --zero 1 --shard course --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
+    step torch_zero_xl 240 $TORCHRUN 2 07_zero/bench_torch_zero.py --model xl --csv results/07_zero/torch.csv
     ;;
   torch06)
     step torch_xl_fp32 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
