@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Checks of the student edition (issue 20), one step per call; tests/test_student.c runs them.
 
-    tests/student_selftest.py markers   the checker refuses nested, unclosed, unlisted, unmarked regions
+    tests/student_selftest.py markers   the checker refuses nested, unclosed, unlisted, unmarked regions;
+                                        the grade map and the region list agree
     tests/student_selftest.py tree      the student tree: byte-identical outside the regions, no
                                         solution line inside, no .git, round trip back to the solution
     tests/student_selftest.py stages    STAGES=01,02 releases 01-02 and leaves 03-08 out
     tests/student_selftest.py compile   the stubbed C files compile with the build's warnings as errors
-    tests/student_selftest.py full      build the student tree's stages 01-06 (no warnings), its CPU
-                                        tests fail with the task messages, its grade is 0 for every problem
-                                        with a region and full for the rest, the solution grades full on
-                                        every CPU-testable problem (minutes: make test-student, CI)
+    tests/student_selftest.py full      build the student tree's stages 01-06 and 08 (no warnings), its
+                                        CPU tests fail with the task messages, its grade is 0 for every
+                                        problem with a region and full for the rest, the solution grades
+                                        full on every CPU-testable problem (minutes: make test-student, CI)
 Exit 0 when the step holds; otherwise one line per problem and exit 1.
 """
 import json
@@ -78,6 +79,11 @@ def step_markers():
         "unlisted": (GOOD, "# empty\n", "not listed"),
         "kernel_outside": (GOOD + "__global__ void k(float* p) {\n    p[0] = 1.0f;\n}\n", None, "kernel k is outside"),
         "malformed": (GOOD.replace("// STUDENT-END(02.f)", "// STUDENT-END 02.f"), None, "malformed"),
+        # "uses:" names the static helpers only the solution calls (the stub mentions them)
+        "uses": (GOOD.replace("x/*\n", "x/* | uses: g\n").replace("#include \"common/check.h\"\n",
+                 "#include \"common/check.h\"\nstatic int g(void) { return 1; }\n"), None, None),
+        "uses_bad": (GOOD.replace("x/*\n", "x/* | uses: 9g\n"), None, "is not a function name"),
+        "fifth_field": (GOOD.replace("x/*\n", "x/* | y\n"), None, "uses: <helpers>"),
     }
     with tempfile.TemporaryDirectory() as tmp:
         for name, (text, manifest, want) in cases.items():
@@ -90,6 +96,23 @@ def step_markers():
     rc, out = run([sys.executable, "scripts/student.py", "check"])
     if rc != 0:
         bad(f"markers: the repository's own markers fail the check: {out.strip()}")
+    # The grade map names only listed regions, and every listed region is behind some problem
+    # (else a stub would leave a problem at full marks in the student tree).
+    manifest, _ = student.read_manifest(REPO)
+    named = set()
+    for n, line in enumerate(open(os.path.join(REPO, "scripts", "grade_map.tsv"), encoding="utf-8")):
+        if not line.strip() or line.startswith("#"):
+            continue
+        f = line.rstrip("\n").split("\t")
+        regions = [] if len(f) < 6 or f[5].strip() == "-" else f[5].split()
+        for rid in regions:
+            if rid not in manifest:
+                bad(f"markers: grade_map.tsv:{n + 1}: {f[0]} names region {rid}, which {student.MANIFEST} lacks")
+        if regions and f[4].strip() == "-":
+            bad(f"markers: grade_map.tsv:{n + 1}: {f[0]} has regions but no test")
+        named.update(regions)
+    for rid in sorted(set(manifest) - named):
+        bad(f"markers: region {rid} is behind no problem of scripts/grade_map.tsv")
 
 
 def outside(lines, regions):
@@ -219,7 +242,7 @@ def grade_of(tree, build, stages):
 
 def step_full():
     build = os.environ.get("BUILD", "build")
-    stages = "01,02,03,04,05,06"
+    stages = "01,02,03,04,05,06,08"  # 07 is not marked yet and stands on 06's (stubbed) DDP
     with tempfile.TemporaryDirectory() as tmp:
         dest = os.path.join(tmp, "student")
         make_tree(dest)
@@ -237,6 +260,11 @@ def step_full():
         if rc == 0 or "02: weighted_sum_forward_ref is yours to write — see 02_weighted_sum/README.md" not in out \
                 or "Crashing: 0" not in out:
             bad(f"full: the student's ws_ref tests do not fail with the task message: {out[-1500:]}")
+        rc, out = run(["build/08_pipeline/test_08", "--jobs", "2", "--filter", "schedule/every_schedule_is_valid"],
+                      cwd=dest, timeout=600)
+        if rc == 0 or "08: order_gpipe is yours to write — see 08_pipeline/README.md" not in out \
+                or "Crashing: 0" not in out:
+            bad(f"full: the student's schedule tests do not fail with the task message: {out[-1500:]}")
         sg = grade_of(dest, "build", stages)
         if sg:
             for p in sg["problems"]:
