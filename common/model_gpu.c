@@ -84,9 +84,9 @@ static int check_adjacent(const param_layout_t* lay, int L, char* err, size_t er
     return 0;
 }
 
-model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_precision_t prec,
-                              const attention_impl_t* attn, uint64_t seed, char* err,
-                              size_t errlen) {
+static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                           const attention_impl_t* attn, uint64_t seed, int ranges_only, char* err,
+                           size_t errlen) {
     if (model_config_check(cfg, err, errlen) != 0) return NULL;
     if (B < 1 || T < 1 || T > cfg->context) {
         set_err(err, errlen, "batch %d and sequence length %d must be >= 1 and T <= context %d", B, T,
@@ -110,6 +110,7 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
     m->adt = prec == MP_BF16 ? DT_BF16 : DT_F32;
     m->asz = dtype_size(m->adt);
     m->attn = attn;
+    m->ranges_only = ranges_only;
     if (check_adjacent(&m->lay, m->L, err, errlen) != 0) {
         model_gpu_destroy(m);
         return NULL;
@@ -140,26 +141,30 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
     m->rope_sin = try_alloc((size_t)T * (m->HS / 2) * 4, MEM_OTHER, "RoPE table", &ok, err, errlen);
     m->inputs = try_alloc(N * 4, MEM_OTHER, "inputs", &ok, err, errlen);
     m->targets = try_alloc(N * 4, MEM_OTHER, "targets", &ok, err, errlen);
-    m->resid1 = try_alloc((L + 1) * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
-    m->resid2 = try_alloc(L * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
-    m->ln1 = try_alloc(L * N * C * es, MEM_ACTS, "norm outputs", &ok, err, errlen);
-    m->ln2 = try_alloc(L * N * C * es, MEM_ACTS, "norm outputs", &ok, err, errlen);
-    m->rstd1 = try_alloc(L * N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
-    m->rstd2 = try_alloc(L * N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
-    m->qkv = try_alloc(L * N * 3 * C * es, MEM_ACTS, "q, k, v", &ok, err, errlen);
-    if (attn)
-        m->lse = try_alloc(L * N * NH * 4, MEM_ACTS, "attention logsumexp", &ok, err, errlen);
-    else
-        m->att = try_alloc(L * (size_t)m->B * NH * T * T * es, MEM_ACTS, "attention scores", &ok,
-                           err, errlen);
-    m->atty = try_alloc(L * N * C * es, MEM_ACTS, "attention outputs", &ok, err, errlen);
-    m->h13 = try_alloc(L * N * 2 * F * es, MEM_ACTS, "W1/W3 outputs", &ok, err, errlen);
-    m->g = try_alloc(N * F * es, MEM_WORKSPACE, "SwiGLU output", &ok, err, errlen);
-    m->lnf = try_alloc(N * C * es, MEM_ACTS, "final norm output", &ok, err, errlen);
-    m->rstdf = try_alloc(N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
-    m->logits = try_alloc(N * V * es, MEM_ACTS, "logits", &ok, err, errlen);
-    m->ce_lse = try_alloc(N * 4, MEM_ACTS, "loss statistics", &ok, err, errlen);
-    m->losses = try_alloc(N * 4, MEM_ACTS, "losses", &ok, err, errlen);
+    if (!ranges_only) {  // the whole model's activations (model_gpu_range.c keeps its own)
+        m->resid1 = try_alloc((L + 1) * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
+        m->resid2 = try_alloc(L * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
+        m->ln1 = try_alloc(L * N * C * es, MEM_ACTS, "norm outputs", &ok, err, errlen);
+        m->ln2 = try_alloc(L * N * C * es, MEM_ACTS, "norm outputs", &ok, err, errlen);
+        m->rstd1 = try_alloc(L * N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
+        m->rstd2 = try_alloc(L * N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
+        m->qkv = try_alloc(L * N * 3 * C * es, MEM_ACTS, "q, k, v", &ok, err, errlen);
+        if (attn)
+            m->lse = try_alloc(L * N * NH * 4, MEM_ACTS, "attention logsumexp", &ok, err, errlen);
+        else
+            m->att = try_alloc(L * (size_t)m->B * NH * T * T * es, MEM_ACTS, "attention scores", &ok,
+                               err, errlen);
+        m->atty = try_alloc(L * N * C * es, MEM_ACTS, "attention outputs", &ok, err, errlen);
+        m->h13 = try_alloc(L * N * 2 * F * es, MEM_ACTS, "W1/W3 outputs", &ok, err, errlen);
+    }
+    m->g = try_alloc(N * F * es, MEM_WORKSPACE, "SwiGLU output", &ok, err, errlen);  // (both kinds)
+    if (!ranges_only) {
+        m->lnf = try_alloc(N * C * es, MEM_ACTS, "final norm output", &ok, err, errlen);
+        m->rstdf = try_alloc(N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
+        m->logits = try_alloc(N * V * es, MEM_ACTS, "logits", &ok, err, errlen);
+        m->ce_lse = try_alloc(N * 4, MEM_ACTS, "loss statistics", &ok, err, errlen);
+        m->losses = try_alloc(N * 4, MEM_ACTS, "losses", &ok, err, errlen);
+    }
     m->d_loss = try_alloc(4, MEM_OTHER, "loss", &ok, err, errlen);
     if (!ok) {
         model_gpu_destroy(m);
@@ -201,6 +206,16 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
     return m;
 }
 
+model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                              const attention_impl_t* attn, uint64_t seed, char* err,
+                              size_t errlen) {
+    return create(cfg, B, T, prec, attn, seed, 0, err, errlen);
+}
+model_gpu_t* model_gpu_create_ranges(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                     const attention_impl_t* attn, uint64_t seed, char* err, size_t errlen) {
+    return create(cfg, B, T, prec, attn, seed, 1, err, errlen);
+}
+
 void model_gpu_destroy(model_gpu_t* m) {
     if (!m) return;
     if (m->stream) CUDA_CHECK(cudaStreamSynchronize(m->stream));
@@ -208,7 +223,8 @@ void model_gpu_destroy(model_gpu_t* m) {
                     m->resid1, m->resid2, m->ln1, m->rstd1, m->ln2, m->rstd2, m->qkv, m->att,
                     m->lse, m->atty, m->h13, m->g, m->lnf, m->rstdf, m->logits, m->ce_lse,
                     m->losses, m->d_loss, m->grads, m->dres, m->dln, m->dqkv, m->datt,
-                    m->datty, m->dh13, m->dg, m->dw_partial, m->attn_ws, m->adam_m, m->adam_v};
+                    m->datty, m->dh13, m->dg, m->dw_partial, m->attn_ws, m->adam_m, m->adam_v,
+                    m->dw_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     if (m->dres_lp != (void*)m->dres) mem_free(m->dres_lp);
     if (m->mm.h) mm_destroy(&m->mm);

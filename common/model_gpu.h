@@ -111,6 +111,70 @@ void model_gpu_free_flat(model_gpu_t* m);
 // Allocates them again, `total` (>= layout total) zeroed elements each; 0, or -1 on OOM.
 int model_gpu_restore_flat(model_gpu_t* m, size_t total, char* err, size_t errlen);
 
+// ---- a range of blocks (stage 08): model_cpu.h's range seam on the GPU (model_gpu_range.c) --
+// The same contract as model_cpu_range_*: blocks [l0, l1) with the embedding and/or the head,
+// the input activation given (or token ids), the output gradient given (or the loss), the
+// input gradient computed, the range's parameter gradients WRITTEN or ADDED into the model's
+// flat gradient buffer. It runs the whole-model pass's own per-block functions
+// (model_gpu_pass.c), so over [0, L) with embedding and head it is the whole model: the same
+// kernels on the same shapes, the same bits (test_08 model_gpu_range). Limits: fp32 only (the
+// bf16 path keeps a bf16 copy of the residual gradient that a given dy would have to be cast
+// into: refused with one line); a micro-batch is exactly the model's B x T (the attention
+// plug-in and the cuBLAS shapes are fixed at creation); no split backward (BI / W): the GPU
+// executor refuses ZB-H1.
+// A pipeline rank makes its model with model_gpu_create_ranges: the same parameters, no
+// whole-model activations (only the range sets below hold activations).
+model_gpu_t* model_gpu_create_ranges(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                     const attention_impl_t* attn, uint64_t seed, char* err, size_t errlen);
+
+// Saved activations of one micro-batch through one range (device memory, tag acts); one per
+// micro-batch in flight. Shapes: N = B*T rows of the model; nL = l1 - l0.
+typedef struct {
+    model_range_t r;
+    int nL;
+    float* res;        // (nL+1, N, C) fp32: res[0] the INPUT (the caller writes it unless embed),
+                       // res[nL] the OUTPUT (what goes to the next stage)
+    float* dy;         // (N, C) fp32 gradient of the output, given (unless head)
+    float* dx;         // (N, C) fp32 gradient of the input, computed (unless embed)
+    float* d_loss;     // (1) head: this micro-batch's mean cross-entropy (device)
+    float loss_scale;  // head: from the forward
+    const int32_t* inputs;   // device tokens of the last forward (embed), kept by the caller
+    const int32_t* targets;  // device targets (head), kept by the caller until the backward
+    // saved for the backward (per block: nL slices)
+    float* resmid;     // (nL, N, C) fp32 after the attention residual add
+    void *ln1, *ln2;   // (nL, N, C) adt
+    float *rstd1, *rstd2;  // (nL, N)
+    void* qkv;         // (nL, B, T, 3, NH, HS) adt
+    void* att;         // naive attention: (nL, B, NH, T, T) adt
+    float* lse;        // plug-in: (nL, B, NH, T) fp32
+    void* atty;        // (nL, N, C) adt
+    void* h13;         // (nL, N, 2F) adt
+    void* lnf;         // head: (N, C) adt
+    float* rstdf;      // head: (N)
+    void* logits;      // head: (N, V) adt (the backward turns them into their gradient)
+    float* ce_lse;     // head: (N)
+    float* losses;     // head: (N)
+    int have_fwd;
+} model_gpu_range_acts_t;
+
+// 0, or -1 with a reason (out of memory; the set is left empty). fail() on a bad range or bf16.
+int model_gpu_range_acts_create(model_gpu_t* m, model_gpu_range_acts_t* s, const model_range_t* r, char* err,
+                                size_t errlen);
+void model_gpu_range_acts_destroy(model_gpu_range_acts_t* s);
+size_t model_gpu_range_acts_bytes(const model_gpu_t* m, const model_range_t* r);
+// Forward of one micro-batch through s->r, enqueued on the model's stream. Input: d_inputs
+// (B, T) device token ids if embed, else s->res[0]. Head: d_targets (B, T) device; the mean
+// loss lands in s->d_loss, and the backward is that of loss_scale x the mean loss.
+void model_gpu_range_forward(model_gpu_t* m, model_gpu_range_acts_t* s, const int32_t* d_inputs,
+                             const int32_t* d_targets, float loss_scale);
+float model_gpu_range_loss(model_gpu_t* m, const model_gpu_range_acts_t* s);  // waits
+// Backward of the last forward held in s: input s->dy (unless head), output s->dx (unless
+// embed); the parameter gradients WRITTEN (accumulate 0: as model_gpu_backward) or ADDED
+// (accumulate 1). Hooks (ready and the unit hooks) in model_gpu_backward's order. 0, or -1
+// with a reason on out-of-memory at the model's first backward.
+int model_gpu_range_backward(model_gpu_t* m, model_gpu_range_acts_t* s, int accumulate, grad_ready_fn hook,
+                             void* ctx, char* err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

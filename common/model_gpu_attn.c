@@ -34,15 +34,15 @@ void mg_attention_shape_args(const model_gpu_t* m, attn_args_t* a) {
     }
 }
 
-static void plugin_args(const model_gpu_t* m, int l, attn_args_t* a) {
+static void plugin_args(const model_gpu_t* m, void* qkv_v, void* atty, float* lse, attn_args_t* a) {
     const int64_t C = m->C;
     mg_attention_shape_args(m, a);
-    char* qkv = mg_slice(m->qkv, (size_t)m->N * 3 * C, m->asz, l);
+    char* qkv = qkv_v;
     a->q = qkv;
-    a->k = qkv + C * m->asz;
-    a->v = qkv + 2 * C * m->asz;
-    a->o = mg_slice(m->atty, (size_t)m->N * C, m->asz, l);
-    a->lse = m->lse ? m->lse + (size_t)l * m->B * m->NH * m->T : NULL;
+    a->k = qkv ? qkv + C * m->asz : NULL;
+    a->v = qkv ? qkv + 2 * C * m->asz : NULL;
+    a->o = atty;
+    a->lse = lse;
     if (m->dqkv) {
         a->dout = m->datty;
         a->dq = m->dqkv;
@@ -55,15 +55,15 @@ static void plugin_args(const model_gpu_t* m, int l, attn_args_t* a) {
 size_t mg_attention_ws_bytes(const model_gpu_t* m) {
     if (!m->attn || !m->attn->backward || !m->attn->bwd_workspace_bytes) return 0;
     attn_args_t a;
-    plugin_args(m, 0, &a);
+    plugin_args(m, m->qkv, m->atty, m->lse, &a);  // (NULL for a ranges-only model: sizes only)
     return m->attn->bwd_workspace_bytes(&a);
 }
 
-void mg_attention_forward(model_gpu_t* m, int l) {
+void mg_attention_forward(model_gpu_t* m, const mg_block_t* blk) {
     const int B = m->B, T = m->T, C = m->C, NH = m->NH, HS = m->HS;
     if (m->attn) {
         attn_args_t a;
-        plugin_args(m, l, &a);
+        plugin_args(m, blk->qkv, blk->atty, blk->lse, &a);
         nvtx_push(m->attn->name);
         m->attn->forward(&a, m->stream);
         nvtx_pop();
@@ -72,9 +72,9 @@ void mg_attention_forward(model_gpu_t* m, int l) {
     const dtype_t t = m->adt;
     const size_t es = m->asz;
     const float scale = 1.0f / sqrtf((float)HS);
-    char* qkv = mg_slice(m->qkv, (size_t)m->N * 3 * C, es, l);
-    char* P = mg_slice(m->att, (size_t)B * NH * T * T, es, l);
-    char* O = mg_slice(m->atty, (size_t)m->N * C, es, l);
+    char* qkv = blk->qkv;
+    char* P = blk->att;
+    char* O = blk->atty;
     nvtx_push("scores");
     for (int b = 0; b < B; b++) {
         const char* Q = qkv + (size_t)b * T * 3 * C * es;
@@ -98,11 +98,11 @@ void mg_attention_forward(model_gpu_t* m, int l) {
     nvtx_pop();
 }
 
-void mg_attention_backward(model_gpu_t* m, int l) {
+void mg_attention_backward(model_gpu_t* m, const mg_block_t* blk) {
     const int B = m->B, T = m->T, C = m->C, NH = m->NH, HS = m->HS;
     if (m->attn) {
         attn_args_t a;
-        plugin_args(m, l, &a);
+        plugin_args(m, blk->qkv, blk->atty, blk->lse, &a);
         nvtx_push(m->attn->name);
         m->attn->backward(&a, m->stream);
         nvtx_pop();
@@ -111,8 +111,8 @@ void mg_attention_backward(model_gpu_t* m, int l) {
     const dtype_t t = m->adt;
     const size_t es = m->asz;
     const float scale = 1.0f / sqrtf((float)HS);
-    const char* qkv = mg_slice(m->qkv, (size_t)m->N * 3 * C, es, l);
-    const char* P = mg_slice(m->att, (size_t)B * NH * T * T, es, l);
+    const char* qkv = blk->qkv;
+    const char* P = blk->att;
     char* dP = m->datt;
     const char* dO = m->datty;
     char* dqkv = m->dqkv;

@@ -76,7 +76,47 @@ struct model_gpu {
     model_window_t pwin, gwin;  // where parameters are read and gradients written
     model_unit_hooks_t hooks;
     int flat_freed;             // model_gpu_free_flat: params and grads are NULL
+
+    // Stage 08 (model_gpu_range.c)
+    int ranges_only;       // model_gpu_create_ranges: no whole-model activations (resid1.. NULL)
+    float* dw_tmp;         // (C) a norm's weight gradient before it is added (ADD sinks only)
 };
+
+// One block's saved activations: pointers into the whole model's per-layer arrays
+// (model_gpu_pass.c) or into a range's activation set (model_gpu_range.c). The per-block
+// functions below read and write only these and the model's parameters and scratch, so the
+// whole-model pass and the range pass run the same code.
+typedef struct {
+    float* x;      // (N, C) fp32 block input
+    float* xm;     // (N, C) fp32 after the attention residual add
+    float* xn;     // (N, C) fp32 block output (the next block's input)
+    void* ln1;     // (N, C) adt
+    float* rstd1;  // (N)
+    void* ln2;     // (N, C) adt
+    float* rstd2;  // (N)
+    void* qkv;     // (B, T, 3, NH, HS) adt
+    void* att;     // naive: (B, NH, T, T) adt softmax probabilities P (else NULL)
+    float* lse;    // plug-in: (B, NH, T) fp32 logsumexp (else NULL)
+    void* atty;    // (B, T, NH, HS) adt
+    void* h13;     // (N, 2F) adt
+} mg_block_t;
+
+// model_gpu_pass.c: the building blocks of both passes, enqueued on m->stream. Weight
+// gradients are WRITTEN (beta 0) or ADDED (beta 1: accumulation over micro-batches).
+void mg_embed_forward(model_gpu_t* m, const int32_t* tokens, float* x);
+void mg_block_forward(model_gpu_t* m, int l, const mg_block_t* b);
+void mg_head_forward(model_gpu_t* m, const float* x, void* lnf, float* rstdf, void* logits,
+                     const int32_t* targets, float* ce_lse, float* losses, float* d_loss);
+// Backward: m->dres holds the gradient of the output on entry and of the input on exit.
+// head: scale = d(loss)/d(sum of row losses) (1/N for the mean, loss_scale/N in a pipeline).
+void mg_head_backward(model_gpu_t* m, const float* x, const void* lnf, const float* rstdf, void* logits,
+                      const int32_t* targets, const float* ce_lse, float scale, float beta,
+                      grad_ready_fn hook, void* ctx);
+void mg_block_backward(model_gpu_t* m, int l, const mg_block_t* b, float beta, grad_ready_fn hook,
+                       void* ctx);
+void mg_embed_backward(model_gpu_t* m, const int32_t* tokens, float beta, grad_ready_fn hook, void* ctx);
+// The gradient buffer and the backward scratch, at the first backward (0, or -1 on OOM).
+int mg_alloc_backward(model_gpu_t* m, char* err, size_t errlen);
 
 // Unit hooks (model_gpu_pass.c): called only when set.
 static inline void mg_unit_hook(model_gpu_t* m, model_unit_fn f, int u) {
@@ -92,10 +132,10 @@ static inline void* mg_slice(void* base, size_t elems_per_layer, size_t elem_siz
     return (char*)base + (size_t)l * elems_per_layer * elem_size;
 }
 
-// model_gpu_attn.c: attention of layer l, reading qkv slice l, writing atty slice l (and the
+// model_gpu_attn.c: attention of one block, reading b->qkv, writing b->atty (and the
 // saved P or lse); the backward reads datty and writes dqkv (before the inverse RoPE).
-void mg_attention_forward(model_gpu_t* m, int l);
-void mg_attention_backward(model_gpu_t* m, int l);
+void mg_attention_forward(model_gpu_t* m, const mg_block_t* b);
+void mg_attention_backward(model_gpu_t* m, const mg_block_t* b);
 // The plug-in's shapes, dtype and strides (pointers NULL), as asked of impl->supports().
 void mg_attention_shape_args(const model_gpu_t* m, attn_args_t* a);
 size_t mg_attention_ws_bytes(const model_gpu_t* m);

@@ -5,6 +5,7 @@
 // gradient dW = dyᵀ x is (1, 0) and lands in the fp32 gradient buffer (fp32 C).
 #include <math.h>
 #include <stdio.h>
+#include <cublas_v2.h>
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/model_gpu_internal.h"
@@ -22,61 +23,88 @@ static void linear(model_gpu_t* m, const void* x, const void* W, void* y, dtype_
 static void linear_dx(model_gpu_t* m, const void* dy, const void* W, void* dx, int in, int out) {
     mm_rm(&m->mm, 0, 0, m->N, in, out, 1.0f, dy, m->adt, out, W, m->adt, in, 0.0f, dx, m->adt, in);
 }
-// dW (out, in) fp32 = dyᵀ (out, N) · x (N, in)
-static void linear_dw(model_gpu_t* m, const void* dy, const void* x, float* dW, int in, int out) {
-    mm_rm(&m->mm, 1, 0, out, in, m->N, 1.0f, dy, m->adt, out, x, m->adt, in, 0.0f, dW, DT_F32, in);
+// dW (out, in) fp32 = dyᵀ (out, N) · x (N, in), written (beta 0) or added (beta 1)
+static void linear_dw(model_gpu_t* m, const void* dy, const void* x, float* dW, int in, int out, float beta) {
+    mm_rm(&m->mm, 1, 0, out, in, m->N, 1.0f, dy, m->adt, out, x, m->adt, in, beta, dW, DT_F32, in);
+}
+
+// Layer l's activations in the whole model's per-layer arrays.
+static mg_block_t whole_block(model_gpu_t* m, int l) {
+    const size_t es = m->asz, NC = (size_t)m->N * m->C;
+    mg_block_t b;
+    b.x = m->resid1 + (size_t)l * NC;
+    b.xm = m->resid2 + (size_t)l * NC;
+    b.xn = m->resid1 + (size_t)(l + 1) * NC;
+    b.ln1 = mg_slice(m->ln1, NC, es, l);
+    b.rstd1 = m->rstd1 + (size_t)l * m->N;
+    b.ln2 = mg_slice(m->ln2, NC, es, l);
+    b.rstd2 = m->rstd2 + (size_t)l * m->N;
+    b.qkv = mg_slice(m->qkv, NC * 3, es, l);
+    b.att = m->att ? mg_slice(m->att, (size_t)m->B * m->NH * m->T * m->T, es, l) : NULL;
+    b.lse = m->lse ? m->lse + (size_t)l * m->B * m->NH * m->T : NULL;
+    b.atty = mg_slice(m->atty, NC, es, l);
+    b.h13 = mg_slice(m->h13, (size_t)m->N * 2 * m->F, es, l);
+    return b;
+}
+
+void mg_embed_forward(model_gpu_t* m, const int32_t* tokens, float* x) {
+    k_embedding_fwd(tokens, mg_param(m, PK_EMBED, -1), x, m->N, m->C, m->V, m->stream);
+}
+
+// Block l (its parameters), activations in b.
+void mg_block_forward(model_gpu_t* m, int l, const mg_block_t* b) {
+    const int N = m->N, C = m->C, F = m->F;
+    const size_t NC = (size_t)N * C;
+    cudaStream_t s = m->stream;
+    void* g = m->g;  // (N, F) scratch: recomputed in the backward
+    k_rmsnorm_fwd(m->adt, b->x, mg_param(m, PK_LN1, l), b->ln1, b->rstd1, N, C, RMS_EPS, s);
+    linear(m, b->ln1, mg_weight(m, PK_Q, l), b->qkv, m->adt, C, 3 * C, 0.0f);  // fused q, k, v
+    k_rope(m->adt, b->qkv, m->rope_cos, m->rope_sin, m->B, m->T, m->NH, m->HS, 0, s);
+    nvtx_push("attention");
+    mg_attention_forward(m, b);
+    nvtx_pop();
+    // xm = x + atty Woᵀ: the GEMM accumulates into an fp32 copy of x.
+    CUDA_CHECK(cudaMemcpyAsync(b->xm, b->x, NC * 4, cudaMemcpyDeviceToDevice, s));
+    linear(m, b->atty, mg_weight(m, PK_O, l), b->xm, DT_F32, C, C, 1.0f);
+    k_rmsnorm_fwd(m->adt, b->xm, mg_param(m, PK_LN2, l), b->ln2, b->rstd2, N, C, RMS_EPS, s);
+    linear(m, b->ln2, mg_weight(m, PK_W1, l), b->h13, m->adt, C, 2 * F, 0.0f);  // fused w1, w3
+    k_swiglu_fwd(m->adt, b->h13, g, N, F, s);
+    CUDA_CHECK(cudaMemcpyAsync(b->xn, b->xm, NC * 4, cudaMemcpyDeviceToDevice, s));
+    linear(m, g, mg_weight(m, PK_W2, l), b->xn, DT_F32, F, C, 1.0f);
+}
+
+void mg_head_forward(model_gpu_t* m, const float* x, void* lnf, float* rstdf, void* logits,
+                     const int32_t* targets, float* ce_lse, float* losses, float* d_loss) {
+    const int N = m->N, C = m->C, V = m->V;
+    k_rmsnorm_fwd(m->adt, x, mg_param(m, PK_LNF, -1), lnf, rstdf, N, C, RMS_EPS, m->stream);
+    linear(m, lnf, mg_weight(m, PK_HEAD, -1), logits, m->adt, C, V, 0.0f);
+    k_cross_entropy_fwd(m->adt, logits, targets, ce_lse, losses, d_loss, N, V, m->stream);
 }
 
 void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int32_t* d_targets) {
-    const int N = m->N, C = m->C, F = m->F, V = m->V, L = m->L;
-    const size_t es = m->asz, NC = (size_t)N * C;
-    cudaStream_t s = m->stream;
+    if (m->ranges_only) DIE("model_gpu_forward: this model was made by model_gpu_create_ranges (no whole-model activations)");
+    const int L = m->L;
     nvtx_push("forward");
     if (m->params_lp && !m->lp_fresh) {  // bf16 copy of the weights, once per step
-        k_cast_f32_bf16(m->params, m->params_lp, m->lay.total, s);
+        k_cast_f32_bf16(m->params, m->params_lp, m->lay.total, m->stream);
         m->lp_fresh = 1;
     }
     mg_unit_hook(m, m->hooks.before_fwd, 0);  // ZeRO-3 (unit 0: the embedding)
-    k_embedding_fwd(d_inputs, mg_param(m, PK_EMBED, -1), m->resid1, N, C, V, s);
+    mg_embed_forward(m, d_inputs, m->resid1);
     for (int l = 0; l < L; l++) {
         mg_unit_hook(m, m->hooks.before_fwd, 1 + l);
-        float* x = m->resid1 + (size_t)l * NC;   // (N, C) block input
-        float* xm = m->resid2 + (size_t)l * NC;  // (N, C) after attention
-        void* ln1 = mg_slice(m->ln1, NC, es, l);
-        void* ln2 = mg_slice(m->ln2, NC, es, l);
-        void* qkv = mg_slice(m->qkv, NC * 3, es, l);
-        void* atty = mg_slice(m->atty, NC, es, l);
-        void* h13 = mg_slice(m->h13, (size_t)N * 2 * F, es, l);
-        void* g = m->g;  // (N, F) scratch: recomputed in the backward
-        k_rmsnorm_fwd(m->adt, x, mg_param(m, PK_LN1, l), ln1, m->rstd1 + (size_t)l * N, N, C,
-                      RMS_EPS, s);
-        linear(m, ln1, mg_weight(m, PK_Q, l), qkv, m->adt, C, 3 * C, 0.0f);  // fused q, k, v
-        k_rope(m->adt, qkv, m->rope_cos, m->rope_sin, m->B, m->T, m->NH, m->HS, 0, s);
-        nvtx_push("attention");
-        mg_attention_forward(m, l);
-        nvtx_pop();
-        // xm = x + atty Woᵀ: the GEMM accumulates into an fp32 copy of x.
-        CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * 4, cudaMemcpyDeviceToDevice, s));
-        linear(m, atty, mg_weight(m, PK_O, l), xm, DT_F32, C, C, 1.0f);
-        k_rmsnorm_fwd(m->adt, xm, mg_param(m, PK_LN2, l), ln2, m->rstd2 + (size_t)l * N, N, C,
-                      RMS_EPS, s);
-        linear(m, ln2, mg_weight(m, PK_W1, l), h13, m->adt, C, 2 * F, 0.0f);  // fused w1, w3
-        k_swiglu_fwd(m->adt, h13, g, N, F, s);
-        float* xn = m->resid1 + (size_t)(l + 1) * NC;
-        CUDA_CHECK(cudaMemcpyAsync(xn, xm, NC * 4, cudaMemcpyDeviceToDevice, s));
-        linear(m, g, mg_weight(m, PK_W2, l), xn, DT_F32, F, C, 1.0f);
+        const mg_block_t b = whole_block(m, l);
+        mg_block_forward(m, l, &b);
     }
     mg_unit_hook(m, m->hooks.before_fwd, L + 1);
-    k_rmsnorm_fwd(m->adt, m->resid1 + (size_t)L * NC, mg_param(m, PK_LNF, -1), m->lnf, m->rstdf, N,
-                  C, RMS_EPS, s);
-    linear(m, m->lnf, mg_weight(m, PK_HEAD, -1), m->logits, m->adt, C, V, 0.0f);
-    k_cross_entropy_fwd(m->adt, m->logits, d_targets, m->ce_lse, m->losses, m->d_loss, N, V, s);
+    mg_head_forward(m, m->resid1 + (size_t)L * m->N * m->C, m->lnf, m->rstdf, m->logits, d_targets, m->ce_lse,
+                    m->losses, m->d_loss);
     m->last_targets = d_targets;
     m->last_inputs = d_inputs;
     nvtx_pop();
 }
 
-static int alloc_backward(model_gpu_t* m, char* err, size_t errlen) {
+int mg_alloc_backward(model_gpu_t* m, char* err, size_t errlen) {
     const size_t N = m->N, C = m->C, F = m->F, es = m->asz, total = m->lay.total;
     struct { void** p; size_t bytes; mem_tag_t tag; const char* what; } want[] = {
         {(void**)&m->grads, m->flat_freed ? 0 : total * 4, MEM_GRADS, "gradients"},  // ZeRO-3: windows
@@ -120,71 +148,103 @@ static void ready(model_gpu_t* m, grad_ready_fn hook, void* ctx, param_kind_t k,
     if (hook) hook(ctx, param_index(&m->lay, k, layer));
 }
 
+// A norm's weight gradient: written straight into the gradient buffer (beta 0), or into
+// dw_tmp and then added (beta 1: the kernel writes its C floats, it does not add).
+static float* norm_dw(model_gpu_t* m, param_kind_t k, int l, float beta) {
+    if (beta == 0.0f) return mg_grad(m, k, l);
+    if (!m->dw_tmp) m->dw_tmp = mem_alloc(DEV_CUDA, (size_t)m->C * 4, MEM_WORKSPACE);
+    return m->dw_tmp;
+}
+static void norm_dw_done(model_gpu_t* m, param_kind_t k, int l, float beta) {
+    if (beta == 0.0f) return;
+    const float one = 1.0f;  // dW += dw_tmp, on the model's stream (the cuBLAS handle's)
+    CUBLAS_CHECK(cublasSaxpy(m->mm.h, m->C, &one, m->dw_tmp, 1, mg_grad(m, k, l), 1));
+}
+
+// dlogits = (softmax − onehot) · scale, in place over the logits; then the LM head and the
+// final norm. m->dres ends as the gradient of x (the head's input).
+void mg_head_backward(model_gpu_t* m, const float* x, const void* lnf, const float* rstdf, void* logits,
+                      const int32_t* targets, const float* ce_lse, float scale, float beta,
+                      grad_ready_fn hook, void* ctx) {
+    const int N = m->N, C = m->C, V = m->V;
+    const dtype_t a = m->adt;
+    cudaStream_t s = m->stream;
+    k_cross_entropy_bwd(a, logits, targets, ce_lse, scale, N, V, s);
+    linear_dw(m, logits, lnf, mg_grad(m, PK_HEAD, -1), C, V, beta);
+    ready(m, hook, ctx, PK_HEAD, -1);
+    linear_dx(m, logits, mg_weight(m, PK_HEAD, -1), m->dln, C, V);
+    k_rmsnorm_bwd(a, m->dln, x, mg_param(m, PK_LNF, -1), rstdf, m->dres,
+                  m->prec == MP_BF16 ? m->dres_lp : NULL, 0, norm_dw(m, PK_LNF, -1, beta), m->dw_partial, N, C, s);
+    norm_dw_done(m, PK_LNF, -1, beta);
+    ready(m, hook, ctx, PK_LNF, -1);
+}
+
+// Block l: m->dres holds d x_{l+1} on entry and d x_l on exit.
+void mg_block_backward(model_gpu_t* m, int l, const mg_block_t* b, float beta, grad_ready_fn hook,
+                       void* ctx) {
+    const int N = m->N, C = m->C, F = m->F;
+    const dtype_t a = m->adt;
+    cudaStream_t s = m->stream;
+    void* dres_lp = m->dres_lp;
+    // FFN: x_{l+1} = xm + g W2ᵀ; dres holds d x_{l+1}.
+    k_swiglu_fwd(a, b->h13, m->g, N, F, s);  // recompute g = SiLU(h1) * h3 (not saved)
+    linear_dw(m, dres_lp, m->g, mg_grad(m, PK_W2, l), F, C, beta);
+    ready(m, hook, ctx, PK_W2, l);
+    linear_dx(m, dres_lp, mg_weight(m, PK_W2, l), m->dg, F, C);
+    k_swiglu_bwd(a, b->h13, m->dg, m->dh13, N, F, s);
+    linear_dw(m, m->dh13, b->ln2, mg_grad(m, PK_W1, l), C, 2 * F, beta);  // w1 and w3 at once
+    ready(m, hook, ctx, PK_W3, l);
+    ready(m, hook, ctx, PK_W1, l);
+    linear_dx(m, m->dh13, mg_weight(m, PK_W1, l), m->dln, C, 2 * F);
+    k_rmsnorm_bwd(a, m->dln, b->xm, mg_param(m, PK_LN2, l), b->rstd2, m->dres,
+                  m->prec == MP_BF16 ? dres_lp : NULL, 1, norm_dw(m, PK_LN2, l, beta), m->dw_partial, N, C, s);
+    norm_dw_done(m, PK_LN2, l, beta);
+    ready(m, hook, ctx, PK_LN2, l);
+    // Attention: xm = x_l + atty Woᵀ; dres holds d xm.
+    linear_dw(m, dres_lp, b->atty, mg_grad(m, PK_O, l), C, C, beta);
+    ready(m, hook, ctx, PK_O, l);
+    linear_dx(m, dres_lp, mg_weight(m, PK_O, l), m->datty, C, C);
+    mg_attention_backward(m, b);
+    k_rope(a, m->dqkv, m->rope_cos, m->rope_sin, m->B, m->T, m->NH, m->HS, 1, s);
+    linear_dw(m, m->dqkv, b->ln1, mg_grad(m, PK_Q, l), C, 3 * C, beta);  // q, k, v at once
+    ready(m, hook, ctx, PK_V, l);
+    ready(m, hook, ctx, PK_K, l);
+    ready(m, hook, ctx, PK_Q, l);
+    linear_dx(m, m->dqkv, mg_weight(m, PK_Q, l), m->dln, C, 3 * C);
+    k_rmsnorm_bwd(a, m->dln, b->x, mg_param(m, PK_LN1, l), b->rstd1, m->dres,
+                  m->prec == MP_BF16 ? dres_lp : NULL, 1, norm_dw(m, PK_LN1, l, beta), m->dw_partial, N, C, s);
+    norm_dw_done(m, PK_LN1, l, beta);
+    ready(m, hook, ctx, PK_LN1, l);
+}
+
+// dE (V, C): the rows of m->dres scattered by token (atomics; zeroed first unless beta 1).
+void mg_embed_backward(model_gpu_t* m, const int32_t* tokens, float beta, grad_ready_fn hook, void* ctx) {
+    float* dE = mg_grad(m, PK_EMBED, -1);
+    if (beta == 0.0f) CUDA_CHECK(cudaMemsetAsync(dE, 0, (size_t)m->V * m->C * 4, m->stream));
+    k_embedding_bwd(tokens, m->dres, dE, m->N, m->C, m->V, m->stream);
+    ready(m, hook, ctx, PK_EMBED, -1);
+}
+
 int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err, size_t errlen) {
     char why[256];
     if (!model_gpu_can_train(m, why, sizeof why)) DIE("%s", why);
     if (!m->last_targets) DIE("model_gpu_backward without a forward");
-    if (!m->bwd_ready && alloc_backward(m, err, errlen) != 0) return -1;
-    const int N = m->N, C = m->C, F = m->F, V = m->V, L = m->L;
-    const size_t es = m->asz, NC = (size_t)N * C;
-    const dtype_t a = m->adt;
-    cudaStream_t s = m->stream;
-    void* dres_lp = m->dres_lp;
+    if (!m->bwd_ready && mg_alloc_backward(m, err, errlen) != 0) return -1;
+    const int N = m->N, L = m->L;
     nvtx_push("backward");
     // Loss and LM head. dlogits = (softmax − onehot) / N, in place over the logits.
     mg_unit_hook(m, m->hooks.before_bwd, L + 1);  // ZeRO-3: unit L+1 = ln_final + lm_head
-    k_cross_entropy_bwd(a, m->logits, m->last_targets, m->ce_lse, 1.0f / (float)N, N, V, s);
-    linear_dw(m, m->logits, m->lnf, mg_grad(m, PK_HEAD, -1), C, V);
-    ready(m, hook, ctx, PK_HEAD, -1);
-    linear_dx(m, m->logits, mg_weight(m, PK_HEAD, -1), m->dln, C, V);
-    k_rmsnorm_bwd(a, m->dln, m->resid1 + (size_t)L * NC, mg_param(m, PK_LNF, -1), m->rstdf,
-                  m->dres, m->prec == MP_BF16 ? dres_lp : NULL, 0, mg_grad(m, PK_LNF, -1),
-                  m->dw_partial, N, C, s);
-    ready(m, hook, ctx, PK_LNF, -1);
+    mg_head_backward(m, m->resid1 + (size_t)L * N * m->C, m->lnf, m->rstdf, m->logits, m->last_targets, m->ce_lse,
+                     1.0f / (float)N, 0.0f, hook, ctx);
     mg_unit_hook(m, m->hooks.after_bwd, L + 1);
-
     for (int l = L - 1; l >= 0; l--) {
-        const void* ln1 = mg_slice(m->ln1, NC, es, l);
-        const void* ln2 = mg_slice(m->ln2, NC, es, l);
-        const void* atty = mg_slice(m->atty, NC, es, l);
-        const void* h13 = mg_slice(m->h13, (size_t)N * 2 * F, es, l);
+        const mg_block_t b = whole_block(m, l);
         mg_unit_hook(m, m->hooks.before_bwd, 1 + l);
-        // FFN: x_{l+1} = xm + g W2ᵀ; dres holds d x_{l+1}.
-        k_swiglu_fwd(a, h13, m->g, N, F, s);  // recompute g = SiLU(h1) * h3 (not saved)
-        linear_dw(m, dres_lp, m->g, mg_grad(m, PK_W2, l), F, C);
-        ready(m, hook, ctx, PK_W2, l);
-        linear_dx(m, dres_lp, mg_weight(m, PK_W2, l), m->dg, F, C);
-        k_swiglu_bwd(a, h13, m->dg, m->dh13, N, F, s);
-        linear_dw(m, m->dh13, ln2, mg_grad(m, PK_W1, l), C, 2 * F);  // w1 and w3 at once
-        ready(m, hook, ctx, PK_W3, l);
-        ready(m, hook, ctx, PK_W1, l);
-        linear_dx(m, m->dh13, mg_weight(m, PK_W1, l), m->dln, C, 2 * F);
-        k_rmsnorm_bwd(a, m->dln, m->resid2 + (size_t)l * NC, mg_param(m, PK_LN2, l),
-                      m->rstd2 + (size_t)l * N, m->dres, m->prec == MP_BF16 ? dres_lp : NULL, 1,
-                      mg_grad(m, PK_LN2, l), m->dw_partial, N, C, s);
-        ready(m, hook, ctx, PK_LN2, l);
-        // Attention: xm = x_l + atty Woᵀ; dres holds d xm.
-        linear_dw(m, dres_lp, atty, mg_grad(m, PK_O, l), C, C);
-        ready(m, hook, ctx, PK_O, l);
-        linear_dx(m, dres_lp, mg_weight(m, PK_O, l), m->datty, C, C);
-        mg_attention_backward(m, l);
-        k_rope(a, m->dqkv, m->rope_cos, m->rope_sin, m->B, m->T, m->NH, m->HS, 1, s);
-        linear_dw(m, m->dqkv, ln1, mg_grad(m, PK_Q, l), C, 3 * C);  // q, k, v at once
-        ready(m, hook, ctx, PK_V, l);
-        ready(m, hook, ctx, PK_K, l);
-        ready(m, hook, ctx, PK_Q, l);
-        linear_dx(m, m->dqkv, mg_weight(m, PK_Q, l), m->dln, C, 3 * C);
-        k_rmsnorm_bwd(a, m->dln, m->resid1 + (size_t)l * NC, mg_param(m, PK_LN1, l),
-                      m->rstd1 + (size_t)l * N, m->dres, m->prec == MP_BF16 ? dres_lp : NULL, 1,
-                      mg_grad(m, PK_LN1, l), m->dw_partial, N, C, s);
-        ready(m, hook, ctx, PK_LN1, l);
+        mg_block_backward(m, l, &b, 0.0f, hook, ctx);
         mg_unit_hook(m, m->hooks.after_bwd, 1 + l);
     }
     mg_unit_hook(m, m->hooks.before_bwd, 0);
-    float* dE = mg_grad(m, PK_EMBED, -1);
-    CUDA_CHECK(cudaMemsetAsync(dE, 0, (size_t)V * C * 4, s));
-    k_embedding_bwd(m->last_inputs, m->dres, dE, N, C, V, s);
-    ready(m, hook, ctx, PK_EMBED, -1);
+    mg_embed_backward(m, m->last_inputs, 0.0f, hook, ctx);
     mg_unit_hook(m, m->hooks.after_bwd, 0);
     nvtx_pop();
     return 0;
