@@ -295,3 +295,6 @@ size_t zero3_owned_trainable(const zero3_t* z) { return z->owned; }
 size_t zero3_state_bytes(const zero3_t* z) { return optim_state_bytes(&z->opt); }
 size_t zero3_work_bytes(const zero3_t* z) { return 4 * z->W * sizeof(float); }
 zero3_stats_t zero3_stats(const zero3_t* z) { return z->st; }
+optim_t* zero3_optim(zero3_t* z) { return &z->opt; }
+void zero3_set_lr(zero3_t* z, float lr) { z->opt.cfg.lr = lr; }
+float* zero3_grad_shard(zero3_t* z) { return z->gshard; }

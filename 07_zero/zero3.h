@@ -101,6 +101,13 @@ size_t zero3_owned_trainable(const zero3_t* z);   // elements this rank's AdamW 
 size_t zero3_state_bytes(const zero3_t* z);       // its optimizer state (MEM_OPTIM), bytes
 size_t zero3_work_bytes(const zero3_t* z);        // the four working buffers (MEM_WORKSPACE)
 zero3_stats_t zero3_stats(const zero3_t* z);
+// For a trainer that drives the step itself (clipping, a schedule, checkpoints: 09_train), as
+// zero.h's: the optimizer (its ranges index the compact shard: unit u's piece at q_u), the
+// learning rate of the next zero3_step, and the averaged gradient shard (S elements) that the
+// optimizer's gradient offsets index, complete after zero3_finish_grads.
+optim_t* zero3_optim(zero3_t* z);
+void zero3_set_lr(zero3_t* z, float lr);
+float* zero3_grad_shard(zero3_t* z);
 
 #ifdef __cplusplus
 }

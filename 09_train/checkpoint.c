@@ -16,7 +16,8 @@
 #include "common/fileio.h"
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), -1)
-#define MANIFEST_MAGIC "cs336-checkpoint 1"
+#define MANIFEST_MAGIC "cs336-checkpoint 2"
+#define MANIFEST_MAGIC_V1 "cs336-checkpoint 1"
 
 uint64_t ckpt_fnv(uint64_t h, const void* p, size_t n) {
     const unsigned char* b = p;
@@ -45,18 +46,30 @@ static int fsync_dir(const char* dir) {
     return r == 0 || errno == EINVAL ? 0 : -1;
 }
 
-// Writes n floats to path atomically (afile: temporary, fsync, rename) and returns the checksum.
-static int write_floats(const char* path, const float* a, size_t n, uint64_t* fnv, char* err, size_t errlen) {
+// Writes the parts one after the other to path atomically (afile: temporary, fsync, rename) and
+// returns the checksum of the whole file. Streamed: no copy of the parts is made (an XL
+// optimizer shard is gigabytes).
+static int write_parts(const char* path, int np, const void* const* part, const size_t* bytes, uint64_t* fnv,
+                       char* err, size_t errlen) {
     FILE* f = afile_open(path);
     if (!f) return ERR("%s: cannot create: %s", path, strerror(errno));
-    if (n && fwrite(a, sizeof *a, n, f) != n) {
-        int e = errno;
-        afile_abort(f);
-        return ERR("%s: write failed: %s", path, strerror(e));
+    uint64_t h = CKPT_FNV_INIT;
+    for (int k = 0; k < np; k++) {
+        if (bytes[k] && fwrite(part[k], 1, bytes[k], f) != bytes[k]) {
+            int e = errno;
+            afile_abort(f);
+            return ERR("%s: write failed: %s", path, strerror(e));
+        }
+        h = ckpt_fnv(h, part[k], bytes[k]);
     }
     if (afile_commit(f) != 0) return ERR("%s: cannot write (flush, fsync or rename failed): %s", path, strerror(errno));
-    *fnv = ckpt_fnv(CKPT_FNV_INIT, a, n * sizeof *a);
+    *fnv = h;
     return 0;
+}
+static int write_floats(const char* path, const float* a, size_t n, uint64_t* fnv, char* err, size_t errlen) {
+    const void* part[1] = {a};
+    const size_t bytes[1] = {n * sizeof *a};
+    return write_parts(path, 1, part, bytes, fnv, err, errlen);
 }
 
 // ------------------------------------------------------------------ manifest text
@@ -64,8 +77,8 @@ static void manifest_text(const ckpt_manifest_t* m, char* buf, size_t len) {
     size_t k = 0;
 #define PUT(...) (k += (size_t)snprintf(buf + k, k < len ? len - k : 0, __VA_ARGS__))
     PUT("%s\n", MANIFEST_MAGIC);
-    PUT("step %lld\nworld %d\nzero %d\ntotal %llu\nglobal_batch %lld\n", (long long)m->step, m->world, m->zero,
-        (unsigned long long)m->total, (long long)m->global_batch);
+    PUT("step %lld\nworld %d\nzero %d\ntotal %llu\npadded %llu\nglobal_batch %lld\n", (long long)m->step, m->world,
+        m->zero, (unsigned long long)m->total, (unsigned long long)m->padded, (long long)m->global_batch);
     PUT("model T %d vocab %d d_model %d n_layers %d n_heads %d d_ff %d\n", m->T, m->vocab, m->d_model, m->n_layers,
         m->n_heads, m->d_ff);
     PUT("sampler seed %llu counter %lld\n", (unsigned long long)m->seed, (long long)m->sampler_counter);
@@ -73,8 +86,8 @@ static void manifest_text(const ckpt_manifest_t* m, char* buf, size_t len) {
         (long long)m->warmup, (long long)m->steps, m->clip, m->wd);
     for (int i = 0; i < m->n_files; i++) {
         const ckpt_file_t* f = &m->files[i];
-        PUT("file %s bytes %llu fnv64 %016llx range %llu %llu\n", f->name, (unsigned long long)f->bytes,
-            (unsigned long long)f->fnv, (unsigned long long)f->lo, (unsigned long long)f->hi);
+        PUT("file %s bytes %llu fnv64 %016llx ranges %llu elems %llu\n", f->name, (unsigned long long)f->bytes,
+            (unsigned long long)f->fnv, (unsigned long long)f->n_ranges, (unsigned long long)f->elems);
     }
     const uint64_t h = ckpt_fnv(CKPT_FNV_INIT, buf, k);
     PUT("end fnv64 %016llx\n", (unsigned long long)h);
@@ -85,6 +98,9 @@ static void manifest_text(const ckpt_manifest_t* m, char* buf, size_t len) {
 static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_t errlen) {
     memset(m, 0, sizeof *m);
     const char* end = strstr(text, "end fnv64 ");
+    if (strncmp(text, MANIFEST_MAGIC_V1 "\n", strlen(MANIFEST_MAGIC_V1) + 1) == 0)
+        return ERR("manifest.txt: checkpoint format 1 (written before the trainer used stage 07's optimizer ranges); "
+                   "this trainer reads format 2: resume it with the trainer that wrote it, or start over");
     if (strncmp(text, MANIFEST_MAGIC "\n", strlen(MANIFEST_MAGIC) + 1) != 0) return ERR("manifest.txt: not a checkpoint manifest");
     if (!end) return ERR("manifest.txt: no final checksum line (truncated)");
     unsigned long long want;
@@ -92,10 +108,11 @@ static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_
     const uint64_t got = ckpt_fnv(CKPT_FNV_INIT, text, (size_t)(end - text));
     if (got != want) return ERR("manifest.txt: checksum %016llx, its last line says %016llx (damaged)", (unsigned long long)got, want);
     long long step, gb, ctr;
-    unsigned long long total, seed;
+    unsigned long long total, padded, seed;
     const char* p = text + strlen(MANIFEST_MAGIC) + 1;
     int n = 0;
-    if (sscanf(p, "step %lld\nworld %d\nzero %d\ntotal %llu\nglobal_batch %lld\n%n", &step, &m->world, &m->zero, &total, &gb, &n) != 5)
+    if (sscanf(p, "step %lld\nworld %d\nzero %d\ntotal %llu\npadded %llu\nglobal_batch %lld\n%n", &step, &m->world, &m->zero,
+               &total, &padded, &gb, &n) != 6)
         return ERR("manifest.txt: unreadable header");
     p += n;
     if (sscanf(p, "model T %d vocab %d d_model %d n_layers %d n_heads %d d_ff %d\n%n", &m->T, &m->vocab, &m->d_model,
@@ -112,17 +129,20 @@ static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_
     m->warmup = wu, m->steps = st;
     m->step = step;
     m->total = total;
+    m->padded = padded;
     m->global_batch = gb;
     m->seed = seed;
     m->sampler_counter = ctr;
     while (p < end) {
         if (m->n_files == CKPT_MAX_FILES) return ERR("manifest.txt: more than %d files", CKPT_MAX_FILES);
         ckpt_file_t* f = &m->files[m->n_files];
-        unsigned long long b, h, lo, hi;
-        if (sscanf(p, "file %31s bytes %llu fnv64 %llx range %llu %llu\n%n", f->name, &b, &h, &lo, &hi, &n) != 5)
+        unsigned long long b, h, nr, el;
+        if (sscanf(p, "file %31s bytes %llu fnv64 %llx ranges %llu elems %llu\n%n", f->name, &b, &h, &nr, &el, &n) != 5)
             return ERR("manifest.txt: unreadable file line");
         if (strchr(f->name, '/') || f->name[0] == '.') return ERR("manifest.txt: bad file name '%s'", f->name);
-        f->bytes = b, f->fnv = h, f->lo = lo, f->hi = hi;
+        if (strncmp(f->name, "optim_r", 7) == 0 && b != 8 + 16 * nr + 8 * el)
+            return ERR("manifest.txt: %s: %llu bytes cannot hold %llu ranges and %llu elements", f->name, b, nr, el);
+        f->bytes = b, f->fnv = h, f->n_ranges = nr, f->elems = el;
         m->n_files++;
         p += n;
     }
@@ -163,9 +183,9 @@ static int list_steps(const char* dir, long long* steps, int max) {
     return n;
 }
 
-void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params, const float* m,
-               const float* v, size_t lo, size_t hi, int has_state, const float* hist, int keep, char* out,
-               size_t outlen) {
+void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params,
+               const ckpt_range_t* ranges, int n_ranges, const float* m, const float* v, int has_state,
+               const float* hist, int keep, char* out, size_t outlen) {
     const int r = c->rank, W = c->world;
     char tmp[1024], fin[1024], p[1100], err[4096] = "";
     const size_t errlen = sizeof err;  // for ERR()
@@ -179,24 +199,23 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
     }
     check_io(c, rc, err);
 
-    // Each rank's files, and their records: [bytes, fnv, lo, hi] per rank, gathered by a sum
-    // over ranks of arrays that are zero except in the rank's own row (exact for any bits).
+    // Each rank's files, and their records: [bytes, fnv, n_ranges, elems] per rank, gathered by
+    // a sum over ranks of arrays that are zero except in the rank's own row (exact for any bits).
     long long* rec = calloc((size_t)W * 4, sizeof *rec);
     if (!rec) DIE("out of host memory");
     if (has_state) {
         snprintf(p, sizeof p, "%s/optim_r%d.bin", tmp, r);
-        float* mv = malloc(2 * (hi - lo) * sizeof *mv + 1);
-        if (!mv) DIE("out of host memory");
-        memcpy(mv, m, (hi - lo) * sizeof *mv);
-        memcpy(mv + (hi - lo), v, (hi - lo) * sizeof *mv);
+        uint64_t nr = (uint64_t)n_ranges, el = 0;
+        for (int k = 0; k < n_ranges; k++) el += ranges[k].numel;
+        const void* part[4] = {&nr, ranges, m, v};
+        const size_t bytes[4] = {8, (size_t)n_ranges * sizeof *ranges, el * sizeof(float), el * sizeof(float)};
         uint64_t h = 0;
-        rc = write_floats(p, mv, 2 * (hi - lo), &h, err, sizeof err);
-        free(mv);
-        rec[4 * r + 0] = (long long)(2 * (hi - lo) * sizeof(float));
+        rc = write_parts(p, 4, part, bytes, &h, err, sizeof err);
+        rec[4 * r + 0] = (long long)(8 + 16 * nr + 8 * el);
         rec[4 * r + 1] = (long long)h;
-        rec[4 * r + 2] = (long long)lo;
-        rec[4 * r + 3] = (long long)hi;
-        rec[4 * r + 0] |= 1ll << 62;  // marks "this rank wrote a file" (a file may be empty)
+        rec[4 * r + 2] = (long long)nr;
+        rec[4 * r + 3] = (long long)el;
+        rec[4 * r + 0] |= 1ll << 62;  // marks "this rank wrote a file" (a file may hold no range)
     }
     check_io(c, rc, err);
     comm_host_allreduce_i64(c, rec, 4 * W, COMM_SUM);
@@ -219,8 +238,8 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
             snprintf(f->name, sizeof f->name, "optim_r%d.bin", k);
             f->bytes = (uint64_t)(rec[4 * k] & ~(1ll << 62));
             f->fnv = (uint64_t)rec[4 * k + 1];
-            f->lo = (uint64_t)rec[4 * k + 2];
-            f->hi = (uint64_t)rec[4 * k + 3];
+            f->n_ranges = (uint64_t)rec[4 * k + 2];
+            f->elems = (uint64_t)rec[4 * k + 3];
         }
         if (rc == 0) {
             static char text[64 * CKPT_MAX_FILES + 1024];
@@ -293,13 +312,19 @@ int ckpt_validate(const char* path, ckpt_manifest_t* out, char* err, size_t errl
     int rc = manifest_parse(text, out, err, errlen);
     free(text);
     if (rc != 0) return -1;
+    (void)e2;
+    static char chunk[1 << 22];  // the files are read in pieces: an XL shard is gigabytes
     for (int i = 0; i < out->n_files; i++) {
         const ckpt_file_t* f = &out->files[i];
         snprintf(p, sizeof p, "%s/%s", path, f->name);
-        char* b;
-        if (read_all(p, &b, &len, e2, sizeof e2) != 0) return ERR("%s", e2);
-        uint64_t h = ckpt_fnv(CKPT_FNV_INIT, b, len);
-        free(b);
+        FILE* fp = fopen(p, "rb");
+        if (!fp) return ERR("%s: missing (%s)", f->name, strerror(errno));
+        uint64_t h = CKPT_FNV_INIT;
+        len = 0;
+        for (size_t k; (k = fread(chunk, 1, sizeof chunk, fp)) > 0;) h = ckpt_fnv(h, chunk, k), len += k;
+        const int bad = ferror(fp);
+        fclose(fp);
+        if (bad) return ERR("%s: read failed", f->name);
         if (len != f->bytes)
             return ERR("%s: %zu bytes, the manifest says %llu (%s)", f->name, len, (unsigned long long)f->bytes,
                        len < f->bytes ? "truncated" : "too long");
@@ -353,23 +378,40 @@ int ckpt_read_history(const char* path, const ckpt_manifest_t* mf, float* hist, 
     return read_range(p, 0, hist, (size_t)mf->step * CKPT_HIST * sizeof(float), err, errlen);
 }
 
-int ckpt_read_state(const char* path, const ckpt_manifest_t* mf, size_t lo, size_t hi, float* m, float* v, char* err,
-                    size_t errlen) {
-    size_t covered = 0;
+int ckpt_read_state(const char* path, const ckpt_manifest_t* mf, const ckpt_range_t* ranges, int n_ranges,
+                    float* m, float* v, char* err, size_t errlen) {
+    size_t need = 0, covered = 0;
+    for (int k = 0; k < n_ranges; k++) need += ranges[k].numel;
     for (int i = 0; i < mf->n_files; i++) {
         const ckpt_file_t* f = &mf->files[i];
-        if (strncmp(f->name, "optim_r", 7) != 0) continue;
-        const size_t a = lo > f->lo ? lo : f->lo, b = hi < f->hi ? hi : f->hi;
-        if (a >= b) continue;
-        const size_t n = f->hi - f->lo;  // the file holds m[f->lo, f->hi) then v[f->lo, f->hi)
+        if (strncmp(f->name, "optim_r", 7) != 0 || f->n_ranges == 0) continue;
         char p[1100];
         snprintf(p, sizeof p, "%s/%s", path, f->name);
-        if (read_range(p, (a - f->lo) * sizeof(float), m + (a - lo), (b - a) * sizeof(float), err, errlen) != 0 ||
-            read_range(p, (n + a - f->lo) * sizeof(float), v + (a - lo), (b - a) * sizeof(float), err, errlen) != 0)
-            return -1;
-        covered += b - a;  // shards never overlap (one owner per element), so this counts exactly
+        ckpt_range_t* fr = malloc(f->n_ranges * sizeof *fr);
+        if (!fr) DIE("out of host memory");
+        if (read_range(p, 8, fr, f->n_ranges * sizeof *fr, err, errlen) != 0) { free(fr); return -1; }
+        const size_t head = 8 + 16 * f->n_ranges;  // then m[elems], then v[elems]
+        // Every overlap of one of my runs with one of the file's: both are packed in range order.
+        size_t fs = 0;
+        for (uint64_t j = 0; j < f->n_ranges; fs += fr[j].numel, j++) {
+            size_t ms = 0;
+            for (int k = 0; k < n_ranges; ms += ranges[k].numel, k++) {
+                const uint64_t a = ranges[k].off > fr[j].off ? ranges[k].off : fr[j].off;
+                const uint64_t e1 = ranges[k].off + ranges[k].numel, e2 = fr[j].off + fr[j].numel;
+                const uint64_t b = e1 < e2 ? e1 : e2;
+                if (a >= b) continue;
+                const size_t src = fs + (a - fr[j].off), dst = ms + (a - ranges[k].off), n = b - a;
+                if (read_range(p, head + src * sizeof(float), m + dst, n * sizeof(float), err, errlen) != 0 ||
+                    read_range(p, head + (f->elems + src) * sizeof(float), v + dst, n * sizeof(float), err, errlen) != 0) {
+                    free(fr);
+                    return -1;
+                }
+                covered += n;  // the files never overlap (one owner per element), so this counts exactly
+            }
+        }
+        free(fr);
     }
-    if (covered != hi - lo)
-        return ERR("%s: the optimizer shards hold %zu of the %zu elements [%zu, %zu) this rank needs", path, covered, hi - lo, lo, hi);
+    if (covered != need)
+        return ERR("%s: the optimizer shards hold %zu of the %zu elements this rank's optimizer needs", path, covered, need);
     return 0;
 }

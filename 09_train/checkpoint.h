@@ -3,17 +3,23 @@
 // A checkpoint of step N is a directory DIR/step_<N, 9 digits>/ holding
 //   manifest.txt   what follows; written last, by rank 0 (the checkpoint's commit record)
 //   params.bin     the flat fp32 parameters, `total` elements (replicated: rank 0 writes them)
-//   optim_rK.bin   AdamW's moments m then v (fp32) for the elements [lo, hi) that rank K's
-//                  optimizer owns: the whole buffer under DDP (rank 0 alone writes one file),
-//                  rank K's ZeRO shard under --zero 1 (every rank writes its own, in parallel)
+//   optim_rK.bin   AdamW's moments for the trainable elements rank K's optimizer owns, keyed by
+//                  their place in the model's flat layout (not by the rank's shard, which
+//                  depends on the world size and the ZeRO level):
+//                    uint64 n_ranges; n_ranges x {uint64 off, uint64 numel}   flat [off, off+numel)
+//                    float m[E]; float v[E]        E = Σ numel, packed in range order
+//                  the whole buffer under DDP (rank 0 alone writes one file); under --zero 1/2/3
+//                  every rank writes its own, in parallel (07's optim_t ranges: its shard, its
+//                  bucket pieces, its unit pieces — padding and frozen elements never appear)
 //   history.bin    rank 0: per step done, CKPT_HIST floats (loss, lr, grad norm, tokens/s, eval
 //                  loss or NaN), so that the CSV and the plot of a resumed run cover the whole run
-// The manifest names the world size, the ZeRO level, the model, the global batch, the step (=
+// The manifest names the world size, the ZeRO level, the padded total of that layout, the model, the global batch, the step (=
 // the learning-rate schedule's position = AdamW's step count), the schedule (lr, min lr, warm-up,
 // length, clip, weight decay), the sampler's seed and counter
 // (the only RNG the trainer draws from after initialisation), and for every file its byte count,
-// its FNV-1a 64 checksum and (optimizer shards) its element range; its own last line is the
-// checksum of the lines before it.
+// its FNV-1a 64 checksum and (optimizer shards) its range count and element count; its own last
+// line is the checksum of the lines before it. Format 2 (this one); format 1 (moments of one
+// [lo, hi) range a file) is refused with a line saying so.
 //
 // Atomicity: every rank writes its files into DIR/.tmp.step_<N>/ (each file: temporary name,
 // fsync, rename — common/fileio.h); then the checksums are gathered, rank 0 writes the manifest,
@@ -25,8 +31,8 @@
 // matches; every file present, of the size and checksum the manifest says) and, if anything is
 // wrong, prints why on stderr and tries the one before. Moments are element-wise over the flat
 // layout, so any checkpoint re-shards to any world size and ZeRO level (ckpt_read_state reads the
-// element range a rank now owns from whichever shards hold it); what must match is the model and
-// the global batch (the caller checks those and says what to change).
+// flat ranges a rank now owns from whichever shard files hold them); what must match is the model
+// and the global batch (the caller checks those and says what to change).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -43,13 +49,19 @@ extern "C" {
 typedef struct {
     char name[32];
     uint64_t bytes, fnv;
-    uint64_t lo, hi;  // optimizer shards: the element range of the moments (else 0, 0)
+    uint64_t n_ranges, elems;  // optimizer shards: flat ranges, and elements per moment (else 0, 0)
 } ckpt_file_t;
+
+// A run of elements of the model's flat layout: [off, off + numel).
+typedef struct {
+    uint64_t off, numel;
+} ckpt_range_t;
 
 typedef struct {
     int64_t step;        // optimizer steps done; the schedule's position; AdamW's t
     int world, zero;
     uint64_t total;      // parameter elements (the model's flat layout, padding included)
+    uint64_t padded;     // the ZeRO layout's padded total on `world` ranks (= total without ZeRO)
     int64_t global_batch;  // sequences per step, every rank and micro-batch together
     int T, vocab, d_model, n_layers, n_heads, d_ff;
     uint64_t seed;       // the sampler's (and the initialisation's) seed
@@ -67,14 +79,15 @@ typedef struct {
 uint64_t ckpt_fnv(uint64_t h, const void* p, size_t n);
 
 // Every rank calls it (collective). meta: everything but the file list (filled in here).
-// params (total): rank 0's are written. m, v: this rank's moments for [lo, hi) (has_state 0: this
-// rank writes no optimizer file). hist: rank 0's history (meta->step · CKPT_HIST floats).
+// params (total, host): rank 0's are written. ranges (n_ranges): the flat runs this rank's
+// optimizer owns, in the order of its packed moments m, v (host, Σ numel each); has_state 0:
+// this rank writes no optimizer file. hist: rank 0's history (meta->step · CKPT_HIST floats).
 // Keeps the newest `keep` checkpoints (>= 1). A failed write ends the job (comm_fatal, exit 1,
 // the path and the reason); nothing older is touched before the new one is complete.
 // Returns the checkpoint's directory in out (rank 0; others get it too).
-void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params, const float* m,
-               const float* v, size_t lo, size_t hi, int has_state, const float* hist, int keep,
-               char* out, size_t outlen);
+void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params,
+               const ckpt_range_t* ranges, int n_ranges, const float* m, const float* v, int has_state,
+               const float* hist, int keep, char* out, size_t outlen);
 
 // Fully checks the checkpoint in `path` (a step_* directory). 0 and the manifest, or -1 with
 // the reason ("optim_r1.bin: 2048 bytes, the manifest says 4096 (truncated)").
@@ -87,10 +100,10 @@ int ckpt_find(const char* dir, ckpt_manifest_t* out, char* path, size_t pathlen,
 
 // Readers (any rank, after rank 0 found and checked the checkpoint). 0, or -1 with the reason.
 int ckpt_read_params(const char* path, const ckpt_manifest_t* mf, float* params, char* err, size_t errlen);
-// The moments of elements [lo, hi) into m, v (hi − lo each), gathered from the shards that hold
-// them; -1 if some element is in none of them.
-int ckpt_read_state(const char* path, const ckpt_manifest_t* mf, size_t lo, size_t hi, float* m, float* v,
-                    char* err, size_t errlen);
+// The moments of the flat runs `ranges` into m, v (packed in range order, Σ numel each),
+// gathered from the shard files that hold them; -1 if some element is in none of them.
+int ckpt_read_state(const char* path, const ckpt_manifest_t* mf, const ckpt_range_t* ranges, int n_ranges,
+                    float* m, float* v, char* err, size_t errlen);
 int ckpt_read_history(const char* path, const ckpt_manifest_t* mf, float* hist, char* err, size_t errlen);
 
 #ifdef __cplusplus

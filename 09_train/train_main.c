@@ -3,27 +3,28 @@
 //   build/09_train/tokenize --in /usr/share/common-licenses --out results/09/lic.bin
 //   build/09_train/train --data results/09/lic.bin --steps 400 --out results/09/run          # 1 process
 //   scripts/mpirun.sh 2 build/09_train/train --data ... --dp --ckpt-dir ck --ckpt-every 50  # DDP (06)
-//   scripts/mpirun.sh 2 build/09_train/train --data ... --zero 1 --ckpt-dir ck --resume     # ZeRO-1 (07)
+//   scripts/mpirun.sh 2 build/09_train/train --data ... --zero 2 --ckpt-dir ck --resume     # ZeRO-1/2/3 (07)
 //
 // A step (letters: W ranks, B sequences a rank a micro-batch, A micro-batches, T context):
 //   for each of A micro-batches: this rank's B windows (common/tokens.h's sampler: the step's
 //     A·W·B windows are distinct, rank r takes rows a·W·B + r·B ..), forward, backward;
 //     gradients summed over the micro-batches, then × 1/A (the mean over the global batch);
-//   gradients averaged over ranks: --dp through stage 06's DDP layer (with A = 1 its all-reduces
-//     start in the backward's hook); --zero 1 reduce-scattered, rank r keeping shard r (07);
-//   the global gradient norm: Σ g² over what this rank owns (everything under DDP, its shard
-//     under ZeRO), all-reduced when sharded; clipped to --clip;
-//   AdamW (common/adamw_cpu.h) at the cosine schedule's learning rate on what this rank owns;
-//     ZeRO: the shards all-gathered back into every rank's parameters.
+//   gradients averaged over ranks, by stage 06's DDP layer (--dp) or stage 07's zero_t (--zero 1:
+//     one reduce-scatter into rank r's shard; --zero 2: bucket by bucket in the backward, rank r
+//     keeping its piece of each) or zero3_t (--zero 3: unit by unit, parameters gathered per unit
+//     too). With A = 1 the per-parameter hooks start them inside the backward (06's overlap);
+//     with A > 1 after the last micro-batch (ZeRO-3: after each, summed over its shard);
+//   the global gradient norm: Σ g² over the ranges this rank's optimizer (07's optim_t) owns —
+//     every trainable element under DDP, its owned pieces under ZeRO (padding and frozen
+//     elements are in no range) — all-reduced when sharded; clipped to --clip on those ranges;
+//   AdamW at the cosine schedule's learning rate: optim_step (DDP), zero_step (AdamW on the
+//     owned ranges, then the all-gathers), zero3_step (AdamW on the shard).
 // Between steps: the log line, the evaluation loss on the held-out split, a checkpoint every
 // --ckpt-every steps or when SIGTERM/SIGINT arrived (the handler only sets a flag; the ranks
 // agree on it, save, and stop). --resume continues from the newest complete checkpoint.
-//
-// Why ZeRO-1 is not 07's zero_t: zero_t fixes the learning rate when it is created and keeps its
-// optimizer state private, so a schedule, clipping and checkpoints cannot reach it. The trainer
-// makes the same calls zero.c makes at level 1 — 07's shard layout (zero_shard_range), the
-// communicator's in-place reduce-scatter and all-gather, AdamW on the shard — with the state
-// in its hands (README "ZeRO in the trainer").
+// The optimizer is always 07's optim_t (sharded_optim.h): the trainer reaches it through
+// zero_optim/zero3_optim to set the learning rate, clip, and read and write the moments of the
+// flat ranges it owns (checkpoint.h); no ZeRO logic lives here.
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,10 +33,12 @@
 #include <unistd.h>
 
 #include "06_ddp/ddp.h"
+#include "07_zero/sharded_optim.h"
 #include "07_zero/zero.h"
+#include "07_zero/zero3.h"
 #include "09_train/checkpoint.h"
 #include "09_train/lr_clip.h"
-#include "common/adamw_cpu.h"
+#include "common/alloc.h"
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
@@ -51,68 +54,131 @@ static void on_signal(int sig) { g_stop = sig; }
 
 typedef struct {
     comm_t* c;
-    int W, r, B, A, T, zero, dp;
+    int W, r, B, A, T, zero;
     model_cpu_t m;
-    size_t total;         // flat parameter elements (padding included)
-    size_t lo, hi;        // the elements this rank's optimizer owns: [0, total) or its shard ∩ [0, total)
-    size_t S, P;          // ZeRO: shard length and padded total
-    float *ppad, *gpad;   // ZeRO: (P) padded parameters and gradients
-    float *adam_m, *adam_v;  // (hi − lo) AdamW moments of what this rank owns
-    float* acc;           // (total) gradient sum over micro-batches (A > 1)
-    ddp_t* ddp;
+    size_t total;         // flat parameter elements (the layout's)
+    size_t P;             // the flat buffers' length: total, or ZeRO-1/2's padded total
+    ddp_t* ddp;           // --dp
+    zero_t* z;            // --zero 1, 2
+    zero3_t* z3;          // --zero 3
+    optim_t own;          // no ZeRO: AdamW over every parameter (one range)
+    optim_t* opt;         // the optimizer that steps: &own, zero_optim(z) or zero3_optim(z3)
+    float* gbase;         // the buffer opt's gradient offsets index
+    ckpt_range_t* fr;     // (nfr) opt's ranges as runs of the flat layout, in its state order
+    int nfr;
+    float* acc;           // (nacc) gradient sum over micro-batches (A > 1): the flat gradient, or ZeRO-3's shard
+    size_t nacc;
     ddp_param_t* table;
-    adamw_config_t opt;
+    adamw_config_t cfg;
     tokens_t tok;
     sampler_t smp;
     size_t n_train;       // tokens [0, n_train) train, [n_train, n) are held out
     int32_t *in, *tg;     // (B, T)
 } trainer_t;
 
+// The per-parameter hook of the backward: DDP's and ZeRO-1/2's buckets start here.
+static void grad_hook(void* ctx, int i) {
+    trainer_t* t = ctx;
+    if (t->ddp) ddp_grad_ready(t->ddp, i);
+    else if (t->z) zero_grad_ready(t->z, i);
+}
+
+// ZeRO-3's windows into the CPU model (zero3_window_fn).
+static void cpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) {
+    model_cpu_t* m = mm;
+    m->pwin = (model_window_t){p, lo, hi};
+    if (g) m->gwin = (model_window_t){g, lo, hi};
+}
+
+// The optimizer's ranges as runs of the flat layout, in the order of its packed moments. Under
+// ZeRO-3 a range's offsets are compact (unit u's piece at q_u); a merged range may run on into
+// the next unit's piece, so it is cut at unit boundaries and each part mapped back to
+// [begin_u + r·c_u + x).
+static void flat_ranges(trainer_t* t) {
+    const optim_t* o = t->opt;
+    free(t->fr);
+    t->nfr = 0;
+    const int U = t->z3 ? zero3_n_units(t->z3) : 1;
+    t->fr = malloc((size_t)(o->n * (U + 1) + 1) * sizeof *t->fr);
+    if (!t->fr) DIE("out of host memory");
+    for (int k = 0; k < o->n; k++) {
+        size_t p = o->r[k].p_off, left = o->r[k].numel;
+        if (!t->z3) {
+            t->fr[t->nfr++] = (ckpt_range_t){p, left};
+            continue;
+        }
+        for (int u = 0; u < U && left; u++) {
+            const zero3_unit_t un = zero3_unit(t->z3, u);
+            if (p < un.q || p >= un.q + un.piece) continue;
+            const size_t n = un.q + un.piece - p < left ? un.q + un.piece - p : left;
+            t->fr[t->nfr++] = (ckpt_range_t){un.begin + (size_t)t->r * un.piece + (p - un.q), n};
+            p += n, left -= n;
+        }
+        if (left) DIE("optimizer range %d of ZeRO-3 outside every unit's piece", k);
+    }
+}
+
+// The moments of a resumed run: allocated as optim_step would (it allocates at the first step,
+// sharded_optim.h), read from the checkpoint, and every range's step count set to `step` (each
+// range stepped at every step before).
+static int load_state(trainer_t* t, const char* path, const ckpt_manifest_t* mf, char* err, size_t errlen) {
+    optim_t* o = t->opt;
+    if (!o->m) {
+        o->m = mem_alloc(o->dev, o->state_n * sizeof(float), MEM_OPTIM);
+        o->v = mem_alloc(o->dev, o->state_n * sizeof(float), MEM_OPTIM);
+        o->alloc_n = o->state_n;
+    }
+    for (int k = 0; k < o->n; k++) o->r[k].t = (int)mf->step;
+    return ckpt_read_state(path, mf, t->fr, t->nfr, o->m, o->v, err, errlen);
+}
+
 // One optimizer step `step` (0-based). Returns the mean training loss over the global batch
 // and the gradient norm (before clipping) in *gnorm.
 static double train_step(trainer_t* t, int64_t step, double lr, double clip, int64_t kill_step, double* gnorm) {
-    const size_t n = t->total;
-    float* G = t->m.grads;
+    float* G = t->z3 ? zero3_grad_shard(t->z3) : t->m.grads;  // what a micro-batch's gradient is in
     double loss = 0;
     for (int a = 0; a < t->A; a++) {
         sampler_fill(&t->smp, &t->tok, (int64_t)a * t->W * t->B + (int64_t)t->r * t->B, t->B, t->in, t->tg);
         loss += model_cpu_forward(&t->m, t->in, t->tg, t->B, t->T);
-        // With one micro-batch the DDP all-reduces start inside the backward (stage 06's overlap).
-        const int hook = t->ddp && t->A == 1;
-        model_cpu_backward(&t->m, hook ? ddp_grad_ready : NULL, hook ? t->ddp : NULL);
+        // With one micro-batch DDP's all-reduces and ZeRO-2's reduce-scatters start inside the
+        // backward (stage 06's overlap); ZeRO-3's run in the model's unit hooks.
+        const int hook = (t->ddp || t->z) && t->A == 1;
+        model_cpu_backward(&t->m, hook ? grad_hook : NULL, hook ? t : NULL);
+        if (t->z3) zero3_finish_grads(t->z3);  // this micro-batch's averaged shard is complete
         if (t->A > 1) {
-            if (a == 0) memcpy(t->acc, G, n * sizeof *G);
-            else for (size_t i = 0; i < n; i++) t->acc[i] += G[i];
+            if (a == 0) memcpy(t->acc, G, t->nacc * sizeof *G);
+            else for (size_t i = 0; i < t->nacc; i++) t->acc[i] += G[i];
         }
     }
     if (t->A > 1) {
         const float inv = 1.0f / (float)t->A;
-        for (size_t i = 0; i < n; i++) G[i] = t->acc[i] * inv;
+        for (size_t i = 0; i < t->nacc; i++) G[i] = t->acc[i] * inv;
     }
     // --die-at-step: the whole job dies here, after the backward and before the update — the
     // worst moment (gradients computed, nothing saved), as a lost node would.
     if (step == kill_step) raise(SIGKILL);
-    float *Pw = t->m.params, *Gw = G;  // what AdamW updates, indexed from 0
-    if (t->ddp) {
-        if (t->A > 1)  // the hooks did not fire in the backward: every gradient is final now
-            for (int i = t->m.layout.n - 1; i >= 0; i--) ddp_grad_ready(t->ddp, i);
-        ddp_finish_grads(t->ddp);
-    } else if (t->zero) {
-        memcpy(t->gpad, G, n * sizeof *G);  // padding stays 0
-        comm_reduce_scatter(t->c, t->gpad, t->gpad + (size_t)t->r * t->S, t->S, COMM_F32, COMM_AVG, NULL);
-        Pw = t->ppad;
-        Gw = t->gpad;
-    }
-    // The global norm: Σ g² over the owned elements, summed over ranks when they are shards.
-    double ss = grad_sumsq(Gw + t->lo, t->hi - t->lo);
+    if (t->A > 1 && (t->ddp || t->z))  // the hooks did not fire in the backward: every gradient is final now
+        for (int i = t->m.layout.n - 1; i >= 0; i--) grad_hook(t, i);
+    if (t->ddp) ddp_finish_grads(t->ddp);
+    if (t->z) zero_finish_grads(t->z);
+    // The global norm: Σ g² over the optimizer's ranges (what this rank owns), summed over ranks
+    // when they are shards.
+    const optim_t* o = t->opt;
+    double ss = 0;
+    for (int k = 0; k < o->n; k++) ss += grad_sumsq(t->gbase + o->r[k].g_off, o->r[k].numel);
     if (t->zero) comm_host_allreduce_f64(t->c, &ss, 1, COMM_SUM);
     *gnorm = sqrt(ss);
-    grad_scale(Gw + t->lo, t->hi - t->lo, grad_clip_coef(*gnorm, clip));
-    t->opt.lr = (float)lr;
-    adamw_cpu_step(&t->opt, Pw + t->lo, Gw + t->lo, t->adam_m, t->adam_v, t->hi - t->lo, (int)(step + 1));
-    if (t->zero) {
-        comm_allgather(t->c, t->ppad + (size_t)t->r * t->S, t->ppad, t->S, COMM_F32, NULL);
-        memcpy(t->m.params, t->ppad, n * sizeof *G);
+    const float coef = grad_clip_coef(*gnorm, clip);
+    for (int k = 0; k < o->n; k++) grad_scale(t->gbase + o->r[k].g_off, o->r[k].numel, coef);
+    if (t->z) {
+        zero_set_lr(t->z, (float)lr);
+        zero_step(t->z);
+    } else if (t->z3) {
+        zero3_set_lr(t->z3, (float)lr);
+        zero3_step(t->z3);
+    } else {
+        t->own.cfg.lr = (float)lr;
+        optim_step(&t->own, t->m.params, t->m.grads, NULL);
     }
     sampler_advance(&t->smp);
     loss /= t->A;
@@ -121,6 +187,14 @@ static double train_step(trainer_t* t, int64_t step, double lr, double clip, int
         loss /= t->W;
     }
     return loss;
+}
+
+// The flat parameters on the host (total): the model's buffer, or ZeRO-3's shards gathered
+// into `buf` (collective).
+static const float* host_params(trainer_t* t, float* buf) {
+    if (!t->z3) return t->m.params;
+    zero3_gather_params(t->z3, buf);
+    return buf;
 }
 
 // Mean loss over the held-out split's first nb·B·W windows (consecutive, non-overlapping; rank
@@ -213,7 +287,7 @@ int main(int argc, char** argv) {
         {"wd", CLI_DOUBLE, &wd, "0.1", "AdamW weight decay", NULL},
         {"seed", CLI_INT, &seed, "1", "initialisation and data order", NULL},
         {"dp", CLI_FLAG, &dp, "0", "data parallel over the ranks (stage 06's DDP layer)", NULL},
-        {"zero", CLI_INT, &zero, "0", "0: replicated optimizer state; 1: ZeRO-1 (state sharded over ranks, stage 07)", NULL},
+        {"zero", CLI_INT, &zero, "0", "0: replicated optimizer state; 1, 2, 3: ZeRO-1/2/3 over the ranks (stage 07: optimizer state; + gradients; + parameters)", NULL},
         {"variant", CLI_CHOICE, &variant_s, "bucketed", "DDP variant", DDP_VARIANT_CHOICES},
         {"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "DDP bucket cap (MiB)", NULL},
         {"log-every", CLI_INT, &log_every, "10", "a progress line every k steps", NULL},
@@ -243,7 +317,8 @@ int main(int argc, char** argv) {
     if (!(clip >= 0)) BAD("--clip: %g must be >= 0", clip);
     if (!(wd >= 0 && wd < 1)) BAD("--wd: %g is out of range [0, 1)", wd);
     if (!(val_frac > 0 && val_frac < 1)) BAD("--val-frac: %g is out of range (0, 1)", val_frac);
-    if (zero != 0 && zero != 1) BAD("--zero: %d is not supported here (0 or 1; ZeRO-2 and 3: see 09_train/README.md)", zero);
+    if (zero < 0 || zero > 3) BAD("--zero: %d is out of range (0..3)", zero);
+    if (zero && dp) BAD("--dp and --zero %d: choose one (ZeRO is data parallel already)", zero);
     if (log_every < 1 || eval_every < 0 || eval_batches < 1 || ckpt_every < 0 || keep < 1)
         BAD("--log-every, --eval-batches and --keep must be >= 1, --eval-every and --ckpt-every >= 0");
     if (!(peak_tflops >= 0 && peak_tflops < 1e6)) BAD("--peak-tflops: %g is out of range [0, 1e6)", peak_tflops);
@@ -256,10 +331,10 @@ int main(int argc, char** argv) {
     // that depend on it end the job before anything is allocated.
     const char* ws = getenv("OMPI_COMM_WORLD_SIZE");
     const int W = ws ? atoi(ws) : 1;
-    if (W > 1 && !dp && !zero) BAD("%d ranks need --dp or --zero 1 (without them each rank would train alone)", W);
+    if (W > 1 && !dp && !zero) BAD("%d ranks need --dp or --zero 1|2|3 (without them each rank would train alone)", W);
 
     trainer_t t = {0};
-    t.B = B, t.A = A, t.T = context, t.zero = zero, t.dp = dp || zero;
+    t.B = B, t.A = A, t.T = context, t.zero = zero;
     if (tokens_open(&t.tok, data, err, sizeof err) != 0) BAD("--data: %s", err);
     if (vocab == 0) vocab = t.tok.max_id < 256 ? 256 : t.tok.max_id + 1;
     if (t.tok.max_id >= vocab) BAD("--vocab: %d is too small for %s (its largest id is %d)", vocab, data, t.tok.max_id);
@@ -279,42 +354,26 @@ int main(int argc, char** argv) {
     t.W = t.c->world, t.r = t.c->rank;
     if (t.W != W) comm_fatal(t.c, 1, "world size %d, the environment said %d", t.W, W);
     model_cpu_create(&t.m, &cfg, B, context, (uint64_t)seed);
-    t.total = t.m.layout.total;
-    t.opt = adamw_default();
-    t.opt.weight_decay = (float)wd;
-    t.lo = 0, t.hi = t.total;
-    if (zero) {
-        zero_shard_range(t.total, t.W, t.r, &t.lo, &t.hi, &t.P);
-        t.S = t.hi - t.lo;
-        if (t.lo > t.total) t.lo = t.total;  // a shard wholly in the padding owns nothing
-        if (t.hi > t.total) t.hi = t.total;
-        t.ppad = calloc(t.P, sizeof(float));
-        t.gpad = calloc(t.P, sizeof(float));
-        if (!t.ppad || !t.gpad) DIE("out of host memory");
-    }
-    t.adam_m = calloc(t.hi - t.lo + 1, sizeof(float));
-    t.adam_v = calloc(t.hi - t.lo + 1, sizeof(float));
-    t.acc = A > 1 ? malloc(t.total * sizeof(float)) : NULL;
+    t.total = t.P = t.m.layout.total;
+    t.cfg = adamw_default();
+    t.cfg.weight_decay = (float)wd;
     t.in = malloc((size_t)B * context * sizeof(int32_t));
     t.tg = malloc((size_t)B * context * sizeof(int32_t));
     float* hist = malloc((size_t)steps * CKPT_HIST * sizeof(float) + 1);
-    if (!t.adam_m || !t.adam_v || (A > 1 && !t.acc) || !t.in || !t.tg || !hist) DIE("out of host memory");
-    if (dp && !zero) {
-        t.table = malloc((size_t)t.m.layout.n * sizeof *t.table);
-        if (!t.table) DIE("out of host memory");
-        for (int i = 0; i < t.m.layout.n; i++)
-            t.table[i] = (ddp_param_t){t.m.layout.p[i].name, t.m.layout.p[i].offset, t.m.layout.p[i].numel, 1};
-        ddp_variant_t v;
-        if (ddp_variant_parse(variant_s, &v) != 0) DIE("--variant %s passed the choice check", variant_s);
-        t.ddp = ddp_create(t.c, t.table, t.m.layout.n, t.m.params, t.m.grads, t.total, v, bucket_mb, NULL);
-    }
+    t.table = malloc((size_t)t.m.layout.n * sizeof *t.table);
+    if (!t.in || !t.tg || !hist || !t.table) DIE("out of host memory");
+    for (int i = 0; i < t.m.layout.n; i++)
+        t.table[i] = (ddp_param_t){t.m.layout.p[i].name, t.m.layout.p[i].offset, t.m.layout.p[i].numel, 1};
+    // The optimizer lives outside the model (07's optim_t): its own moments are not needed.
+    mem_free(t.m.adam_m), mem_free(t.m.adam_v);
+    t.m.adam_m = t.m.adam_v = NULL;
 
-    // ---- start or resume
+    // ---- resume, part 1: the checkpoint found and checked, parameters and history read
     int64_t step = 0;
+    ckpt_manifest_t mf;
+    char path[1100] = "";
+    long long found = 0;
     if (resume) {
-        ckpt_manifest_t mf;
-        char path[1100] = "";
-        long long found = 0;
         // Rank 0 checks (every file read once); the others learn the verdict. 1: found; 0: the
         // directory holds no checkpoint (a first run); -1: there were some, all refused.
         if (t.r == 0) {
@@ -339,26 +398,81 @@ int main(int argc, char** argv) {
             if (mf.step > steps) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s is at step %lld, beyond --steps %d", path, (long long)mf.step, steps);
             if (mf.seed != (uint64_t)seed) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s was trained with --seed %llu; give that seed", path, (unsigned long long)mf.seed);
             int rc = ckpt_read_params(path, &mf, t.m.params, err, sizeof err);
-            if (rc == 0) rc = ckpt_read_state(path, &mf, t.lo, t.hi, t.adam_m, t.adam_v, err, sizeof err);
             if (rc == 0) rc = ckpt_read_history(path, &mf, hist, err, sizeof err);
             if (rc != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
             step = mf.step;
             t.smp.counter = mf.sampler_counter;
-            // Another schedule is allowed (training longer is a reason), but never silently.
-            if (t.r == 0 && (mf.lr != lr || mf.min_lr != min_lr || mf.warmup != warmup || mf.steps != steps ||
-                             mf.clip != clip || mf.wd != wd))
-                printf("resume: note: the checkpoint's schedule was --lr %g --min-lr %g --warmup %lld --steps %lld --clip %g "
-                       "--wd %g; continuing with --lr %g --min-lr %g --warmup %d --steps %d --clip %g --wd %g\n",
-                       mf.lr, mf.min_lr, (long long)mf.warmup, (long long)mf.steps, mf.clip, mf.wd, lr, min_lr, warmup,
-                       steps, clip, wd);
-            if (t.r == 0)
-                printf("resume: %s: step %lld, written by %d rank%s with --zero %d, now %d rank%s with --zero %d\n", path,
-                       (long long)step, mf.world, mf.world > 1 ? "s" : "", mf.zero, t.W, t.W > 1 ? "s" : "", zero);
         }
     }
     // Every rank holds rank 0's parameters (they start equal anyway: one seed; this makes it so).
     if (t.W > 1) comm_broadcast(t.c, t.m.params, t.m.params, t.total, COMM_F32, 0, NULL);
-    if (zero) memcpy(t.ppad, t.m.params, t.total * sizeof(float));
+
+    // ---- the data-parallel layer (06 or 07) and the optimizer it steps
+    if (zero == 1 || zero == 2) {
+        // zero_t works on flat buffers padded to W equal, aligned shards (zero.h): the model's
+        // grown to P elements, the padding zero.
+        t.P = zero_padded_total(t.total, t.W);
+        float* pp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_PARAMS);
+        float* gp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_GRADS);
+        memset(pp, 0, t.P * sizeof(float)), memset(gp, 0, t.P * sizeof(float));
+        memcpy(pp, t.m.params, t.total * sizeof(float));
+        mem_free(t.m.params), mem_free(t.m.grads);
+        t.m.params = pp, t.m.grads = gp;
+        t.z = zero_create(t.c, zero, t.table, t.m.layout.n, t.m.params, t.m.grads, t.total, bucket_mb, &t.cfg, NULL);
+        t.opt = zero_optim(t.z);
+        t.gbase = zero_grad_shard(t.z);
+        t.nacc = t.total;
+    } else if (zero == 3) {
+        // ZeRO-3: the shard made from the parameters, then the model's flat buffers freed; it reads
+        // and writes through the windows zero3's unit hooks set (07_zero/zero3.h).
+        const int U = model_n_units(&cfg);
+        size_t* bounds = malloc((size_t)(U + 1) * sizeof *bounds);
+        if (!bounds) DIE("out of host memory");
+        for (int u = 0; u < U; u++) model_unit_span(&t.m.layout, &cfg, u, &bounds[u], &bounds[u + 1]);
+        bounds[U] = t.total;
+        t.z3 = zero3_create(t.c, t.table, t.m.layout.n, bounds, U, t.m.params, &t.cfg, NULL, cpu_window, &t.m);
+        free(bounds);
+        mem_free(t.m.params), mem_free(t.m.grads);
+        t.m.params = t.m.grads = NULL;
+        const model_unit_hooks_t hooks = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, t.z3};
+        model_cpu_set_unit_hooks(&t.m, &hooks);
+        t.opt = zero3_optim(t.z3);
+        t.gbase = zero3_grad_shard(t.z3);
+        t.nacc = zero3_shard_elems(t.z3);
+        t.P = t.total;
+    } else {
+        optim_init(&t.own, OPT_ADAMW, &t.cfg, DEV_CPU);
+        optim_add_range(&t.own, 0, 0, t.total);
+        t.opt = &t.own;
+        t.gbase = t.m.grads;
+        t.nacc = t.total;
+        if (dp) {
+            ddp_variant_t v;
+            if (ddp_variant_parse(variant_s, &v) != 0) DIE("--variant %s passed the choice check", variant_s);
+            t.ddp = ddp_create(t.c, t.table, t.m.layout.n, t.m.params, t.m.grads, t.total, v, bucket_mb, NULL);
+        }
+    }
+    flat_ranges(&t);
+    t.acc = A > 1 ? malloc(t.nacc * sizeof(float)) : NULL;
+    if (A > 1 && !t.acc) DIE("out of host memory");
+    // A host copy of the parameters for ZeRO-3's checkpoints and final check (its shards gathered).
+    float* pbuf = zero == 3 ? malloc(t.total * sizeof(float)) : NULL;
+    if (zero == 3 && !pbuf) DIE("out of host memory");
+
+    // ---- resume, part 2: the moments of the flat ranges this rank's optimizer owns now
+    if (found) {
+        if (load_state(&t, path, &mf, err, sizeof err) != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
+        // Another schedule is allowed (training longer is a reason), but never silently.
+        if (t.r == 0 && (mf.lr != lr || mf.min_lr != min_lr || mf.warmup != warmup || mf.steps != steps ||
+                         mf.clip != clip || mf.wd != wd))
+            printf("resume: note: the checkpoint's schedule was --lr %g --min-lr %g --warmup %lld --steps %lld --clip %g "
+                   "--wd %g; continuing with --lr %g --min-lr %g --warmup %d --steps %d --clip %g --wd %g\n",
+                   mf.lr, mf.min_lr, (long long)mf.warmup, (long long)mf.steps, mf.clip, mf.wd, lr, min_lr, warmup,
+                   steps, clip, wd);
+        if (t.r == 0)
+            printf("resume: %s: step %lld, written by %d rank%s with --zero %d, now %d rank%s with --zero %d\n", path,
+                   (long long)step, mf.world, mf.world > 1 ? "s" : "", mf.zero, t.W, t.W > 1 ? "s" : "", zero);
+    }
 
     const double h_uni = unigram_entropy(&t.tok, t.n_train, vocab);
     if (t.r == 0) {
@@ -366,7 +480,8 @@ int main(int argc, char** argv) {
                t.n_train, n_val, vocab, h_uni);
         printf("# model %s (%zu parameters), context %d, batch %d x accum %d x %d rank%s = %d sequences a step, %s\n",
                model_s, param_count(&t.m.layout), context, B, A, t.W, t.W > 1 ? "s" : "", A * t.W * B,
-               zero ? "ZeRO-1 (optimizer state sharded)" : dp ? "DDP" : "single process");
+               zero == 1 ? "ZeRO-1 (optimizer state sharded, stage 07)" : zero == 2 ? "ZeRO-2 (optimizer state and gradients sharded, stage 07)"
+               : zero == 3 ? "ZeRO-3 (optimizer state, gradients and parameters sharded, stage 07)" : dp ? "DDP (stage 06)" : "single process");
         printf("# AdamW lr %g -> %g (cosine, %d warm-up steps), wd %g, clip %g; CPU over MPI\n", lr, min_lr, warmup, wd, clip);
         fflush(stdout);
     }
@@ -382,6 +497,7 @@ int main(int argc, char** argv) {
     meta.T = context, meta.vocab = cfg.vocab, meta.d_model = cfg.d_model, meta.n_layers = cfg.n_layers;
     meta.n_heads = cfg.n_heads, meta.d_ff = cfg.d_ff, meta.seed = (uint64_t)seed;
     meta.lr = lr, meta.min_lr = min_lr, meta.warmup = warmup, meta.steps = steps, meta.clip = clip, meta.wd = wd;
+    meta.padded = zero == 3 ? (uint64_t)zero3_shard_elems(t.z3) * (uint64_t)t.W : t.P;
     // Optimizer state: every ZeRO rank writes its shard; under DDP it is replicated, rank 0 writes it.
     const int has_state = zero || t.r == 0;
     char where[1100];
@@ -390,7 +506,8 @@ int main(int argc, char** argv) {
         meta.step = step;                                                                               \
         meta.sampler_counter = t.smp.counter;                                                           \
         double t0_ = time_now_s();                                                                      \
-        ckpt_save(t.c, ckpt_dir, &meta, t.m.params, t.adam_m, t.adam_v, t.lo, t.hi, has_state, hist, keep, \
+        const float* hp_ = host_params(&t, pbuf);                                                       \
+        ckpt_save(t.c, ckpt_dir, &meta, hp_, t.fr, t.nfr, t.opt->m, t.opt->v, has_state, hist, keep,   \
                   where, sizeof where);                                                                 \
         if (t.r == 0) printf("checkpoint: %s (%.0f ms)\n", where, 1e3 * (time_now_s() - t0_));          \
     } while (0)
@@ -447,7 +564,7 @@ int main(int argc, char** argv) {
     }
 
     // ---- the end: replicas must agree bit for bit; the CSV and the plot
-    unsigned long long ph = ckpt_fnv(CKPT_FNV_INIT, t.m.params, t.total * sizeof(float));
+    unsigned long long ph = ckpt_fnv(CKPT_FNV_INIT, host_params(&t, pbuf), t.total * sizeof(float));
     long long v2[2] = {(long long)(ph >> 1), -(long long)(ph >> 1)};
     comm_host_allreduce_i64(t.c, v2, 2, COMM_MAX);
     const int same = v2[0] == -v2[1];
@@ -469,9 +586,15 @@ int main(int argc, char** argv) {
         }
     }
     if (t.ddp) ddp_destroy(t.ddp);
+    zero_destroy(t.z);
+    if (t.z3) {
+        model_cpu_set_unit_hooks(&t.m, NULL);
+        zero3_destroy(t.z3);
+    }
+    if (t.opt == &t.own) optim_free(&t.own);
     free(t.table);
     model_cpu_destroy(&t.m);
-    free(t.ppad), free(t.gpad), free(t.adam_m), free(t.adam_v), free(t.acc), free(t.in), free(t.tg), free(hist);
+    free(t.fr), free(pbuf), free(t.acc), free(t.in), free(t.tg), free(hist);
     sampler_free(&t.smp);
     tokens_close(&t.tok);
     comm_destroy(t.c, 1);
