@@ -1,0 +1,411 @@
+// The executor on the GPU (executor.h, "the executor on the GPU"): the CPU executor's loop
+// over a rank's action list, with the CUDA model's range pass for compute and NCCL
+// send/receive on device buffers for the groups. Every CUDA call is checked (CUDA_CHECK); the
+// communicator checks its own NCCL calls.
+#include "08_pipeline/executor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/adamw_cpu.h"
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/model_kernels.h"
+
+// The activation sets of one chunk: a pool that grows to the peak number in flight (as the
+// CPU executor's, with device sets).
+typedef struct {
+    model_gpu_range_acts_t** set;
+    int* in_use;
+    int n, cap;
+    int* slot_of;  // [m]
+} gpool_t;
+
+struct pp_exec_gpu {
+    pp_exec_gpu_config_t cfg;
+    int p, m, v, S;
+    size_t *span_b, *span_e;     // [v]
+    gpool_t* pool;               // [v]
+    int deferred[64];            // (chunk, mb) pairs given back at the next compute
+    int n_deferred;
+    int live, peak_live;
+    long actions_done;
+    comm_req_t** reqs;           // [longest group]
+    cudaStream_t cs, ks;         // compute (the model's) and communication (the communicator's)
+    cudaEvent_t ev_ready;        // compute -> communication, before each group
+    cudaEvent_t ev_recvd;        // communication -> compute, after a group that receives
+    cudaEvent_t ev_t0, ev_t1;    // the step on the compute stream
+    cudaEvent_t* ev_act;         // [2 n_compute] around each compute action
+    cudaEvent_t* ev_grp;         // [2 n_groups] around each group on the communication stream
+    int n_compute, n_groups;
+    int32_t *d_in, *d_tg;        // (m·Bmb, T) the step's tokens on the device
+    float* d_losses;             // [m] each micro-batch's mean loss (head ranks)
+    float **adam_m, **adam_v;    // [v] moments of each chunk's slice (at the first step)
+    int adam_t;
+};
+
+static model_gpu_range_acts_t* pool_take(pp_exec_gpu_t* x, int c, int mb) {
+    gpool_t* q = &x->pool[c];
+    if (q->slot_of[mb] >= 0) return q->set[q->slot_of[mb]];
+    int k = 0;
+    while (k < q->n && q->in_use[k]) k++;
+    if (k == q->n) {
+        if (q->n == q->cap) {
+            q->cap = q->cap ? 2 * q->cap : 2;
+            q->set = realloc(q->set, (size_t)q->cap * sizeof *q->set);
+            q->in_use = realloc(q->in_use, (size_t)q->cap * sizeof *q->in_use);
+            if (!q->set || !q->in_use) DIE("out of host memory");
+        }
+        q->set[k] = calloc(1, sizeof(model_gpu_range_acts_t));
+        if (!q->set[k]) DIE("out of host memory");
+        char err[512];
+        if (model_gpu_range_acts_create(x->cfg.m, q->set[k], &x->cfg.ranges[c], err, sizeof err) != 0)
+            comm_fatal(x->cfg.c, 1, "activation set %d of chunk %d: %s", k, c, err);
+        q->n++;
+    }
+    q->in_use[k] = 1;
+    q->slot_of[mb] = k;
+    return q->set[k];
+}
+
+static model_gpu_range_acts_t* pool_get(pp_exec_gpu_t* x, int c, int mb, const char* why) {
+    const int k = x->pool[c].slot_of[mb];
+    if (k < 0) DIE("GPU executor rank %d: %s for micro-batch %d chunk %d, which has no activations (bad list)",
+                   x->cfg.rank, why, mb, c);
+    return x->pool[c].set[k];
+}
+
+static void pool_release_later(pp_exec_gpu_t* x, int c, int mb) {
+    if (x->n_deferred >= 32) DIE("GPU executor: too many deferred releases (bad list)");
+    x->deferred[2 * x->n_deferred] = c;
+    x->deferred[2 * x->n_deferred + 1] = mb;
+    x->n_deferred++;
+}
+static void pool_release_deferred(pp_exec_gpu_t* x) {
+    for (int i = 0; i < x->n_deferred; i++) {
+        gpool_t* q = &x->pool[x->deferred[2 * i]];
+        int* k = &q->slot_of[x->deferred[2 * i + 1]];
+        q->in_use[*k] = 0;
+        *k = -1;
+    }
+    x->n_deferred = 0;
+}
+
+static void destroy_events(pp_exec_gpu_t* x) {
+    for (int i = 0; i < 2 * x->n_compute; i++) CUDA_CHECK(cudaEventDestroy(x->ev_act[i]));
+    for (int i = 0; i < 2 * x->n_groups; i++) CUDA_CHECK(cudaEventDestroy(x->ev_grp[i]));
+    free(x->ev_act);
+    free(x->ev_grp);
+    x->ev_act = x->ev_grp = NULL;
+    x->n_compute = x->n_groups = 0;
+}
+
+pp_exec_gpu_t* pp_exec_gpu_create(const pp_exec_gpu_config_t* cfg) {
+    const schedule_t* s = cfg->sched;
+    if (s->kind == SCHED_ZBH1)
+        fail("the GPU executor has no split backward (BI / W): ZB-H1 runs on the CPU only (--backend mpi)");
+    if (cfg->c->backend != COMM_NCCL) fail("the GPU executor needs the NCCL backend");
+    pp_exec_gpu_t* x = calloc(1, sizeof *x);
+    if (!x) DIE("out of host memory");
+    x->cfg = *cfg;
+    x->p = s->p;
+    x->m = s->m;
+    x->v = s->v;
+    x->S = sched_stages(s);
+    if (x->v > 16) fail("GPU executor: at most 16 chunks per rank, got %d", x->v);
+    const model_config_t* mc = model_gpu_config(cfg->m);
+    char err[256];
+    if (cfg->rank < 0 || cfg->rank >= x->p || x->p != cfg->c->world)
+        fail("GPU executor: rank %d of a pipeline of %d in a world of %d (no data parallelism on the GPU)", cfg->rank,
+             x->p, cfg->c->world);
+    x->span_b = calloc((size_t)x->v, sizeof(size_t));
+    x->span_e = calloc((size_t)x->v, sizeof(size_t));
+    x->pool = calloc((size_t)x->v, sizeof(gpool_t));
+    x->adam_m = calloc((size_t)x->v, sizeof(float*));
+    x->adam_v = calloc((size_t)x->v, sizeof(float*));
+    if (!x->span_b || !x->span_e || !x->pool || !x->adam_m || !x->adam_v) DIE("out of host memory");
+    for (int c = 0; c < x->v; c++) {
+        const model_range_t* r = &cfg->ranges[c];
+        const int stage = sched_stage(s, cfg->rank, c);
+        if (model_range_check(mc, r, err, sizeof err) != 0) fail("GPU executor: chunk %d: %s", c, err);
+        if (r->embed != (stage == 0) || r->head != (stage == x->S - 1))
+            fail("GPU executor: chunk %d is stage %d of %d: embedding %s, head %s expected", c, stage, x->S,
+                 stage == 0 ? "yes" : "no", stage == x->S - 1 ? "yes" : "no");
+        model_range_span(model_gpu_layout(cfg->m), mc, r, &x->span_b[c], &x->span_e[c]);
+        x->pool[c].slot_of = malloc((size_t)x->m * sizeof(int));
+        if (!x->pool[c].slot_of) DIE("out of host memory");
+        for (int mb = 0; mb < x->m; mb++) x->pool[c].slot_of[mb] = -1;
+    }
+    x->cs = model_gpu_stream(cfg->m);
+    x->ks = comm_stream(cfg->c);
+    if (!x->ks) DIE("GPU executor: the communicator has no stream");
+    CUDA_CHECK(cudaEventCreateWithFlags(&x->ev_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&x->ev_recvd, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreate(&x->ev_t0));
+    CUDA_CHECK(cudaEventCreate(&x->ev_t1));
+    const size_t rows = (size_t)x->m * cfg->Bmb * cfg->T;
+    x->d_in = mem_alloc(DEV_CUDA, rows * sizeof(int32_t), MEM_OTHER);
+    x->d_tg = mem_alloc(DEV_CUDA, rows * sizeof(int32_t), MEM_OTHER);
+    x->d_losses = mem_alloc(DEV_CUDA, (size_t)x->m * sizeof(float), MEM_OTHER);
+    CUDA_CHECK(cudaMemsetAsync(x->d_losses, 0, (size_t)x->m * sizeof(float), x->cs));
+    pp_exec_gpu_schedule_changed(x);
+    return x;
+}
+
+void pp_exec_gpu_schedule_changed(pp_exec_gpu_t* x) {
+    const schedule_t* s = x->cfg.sched;
+    const int r = x->cfg.rank;
+    char err[256];
+    if (s->p != x->p || s->m != x->m || s->v != x->v || s->kind == SCHED_ZBH1)
+        fail("GPU executor: the new schedule has another shape (p %d, m %d, v %d, %s)", s->p, s->m, s->v, sched_name(s->kind));
+    if (schedule_check_structure(s, err, sizeof err) != 0) fail("GPU executor: %s", err);
+    destroy_events(x);
+    int longest = 1;
+    for (int i = 0; i < s->n_actions[r];) {
+        const int g = schedule_group_len(s, r, i);
+        if (g > 0) x->n_groups++;
+        else x->n_compute++;
+        longest = g > longest ? g : longest;
+        i += g > 0 ? g : 1;
+    }
+    free(x->reqs);
+    x->reqs = calloc((size_t)longest, sizeof(comm_req_t*));
+    x->ev_act = calloc((size_t)2 * x->n_compute + 1, sizeof(cudaEvent_t));
+    x->ev_grp = calloc((size_t)2 * x->n_groups + 1, sizeof(cudaEvent_t));
+    if (!x->reqs || !x->ev_act || !x->ev_grp) DIE("out of host memory");
+    for (int i = 0; i < 2 * x->n_compute; i++) CUDA_CHECK(cudaEventCreate(&x->ev_act[i]));
+    for (int i = 0; i < 2 * x->n_groups; i++) CUDA_CHECK(cudaEventCreate(&x->ev_grp[i]));
+}
+
+void pp_exec_gpu_destroy(pp_exec_gpu_t* x) {
+    if (!x) return;
+    CUDA_CHECK(cudaStreamSynchronize(x->cs));
+    for (int c = 0; c < x->v; c++) {
+        gpool_t* q = &x->pool[c];
+        for (int k = 0; k < q->n; k++) {
+            model_gpu_range_acts_destroy(q->set[k]);
+            free(q->set[k]);
+        }
+        free(q->set);
+        free(q->in_use);
+        free(q->slot_of);
+        mem_free(x->adam_m[c]);
+        mem_free(x->adam_v[c]);
+    }
+    destroy_events(x);
+    CUDA_CHECK(cudaEventDestroy(x->ev_ready));
+    CUDA_CHECK(cudaEventDestroy(x->ev_recvd));
+    CUDA_CHECK(cudaEventDestroy(x->ev_t0));
+    CUDA_CHECK(cudaEventDestroy(x->ev_t1));
+    mem_free(x->d_in);
+    mem_free(x->d_tg);
+    mem_free(x->d_losses);
+    free(x->pool);
+    free(x->span_b);
+    free(x->span_e);
+    free(x->adam_m);
+    free(x->adam_v);
+    free(x->reqs);
+    free(x);
+}
+
+void pp_exec_gpu_span(const pp_exec_gpu_t* x, int chunk, size_t* begin, size_t* end) {
+    *begin = x->span_b[chunk];
+    *end = x->span_e[chunk];
+}
+
+// One group on the communication stream; k = the group's index (its timing events).
+static void run_group(pp_exec_gpu_t* x, const action_t* acts, int n, int k) {
+    comm_t* c = x->cfg.c;
+    const size_t count = (size_t)x->cfg.Bmb * x->cfg.T * model_gpu_config(x->cfg.m)->d_model;  // (B_mb, T, C)
+    int receives = 0;
+    CUDA_CHECK(cudaEventRecord(x->ev_ready, x->cs));  // what the group sends is computed
+    CUDA_CHECK(cudaStreamWaitEvent(x->ks, x->ev_ready, 0));
+    CUDA_CHECK(cudaEventRecord(x->ev_grp[2 * k], x->ks));
+    comm_group_start(c);
+    for (int j = 0; j < n; j++) {
+        const action_t* a = &acts[j];
+        const int peer = a->peer;
+        model_gpu_range_acts_t* s;
+        switch (a->kind) {
+        case ACT_SEND_ACT:
+            s = pool_get(x, a->chunk, a->mb, "SEND_ACT");
+            x->reqs[j] = comm_isend(c, s->res + (size_t)s->nL * count, count, COMM_F32, peer, x->ks);
+            break;
+        case ACT_RECV_ACT:
+            s = pool_take(x, a->chunk, a->mb);
+            x->reqs[j] = comm_irecv(c, s->res, count, COMM_F32, peer, x->ks);
+            receives = 1;
+            break;
+        case ACT_SEND_GRAD:
+            s = pool_get(x, a->chunk, a->mb, "SEND_GRAD");
+            x->reqs[j] = comm_isend(c, s->dx, count, COMM_F32, peer, x->ks);
+            break;
+        case ACT_RECV_GRAD:
+            s = pool_get(x, a->chunk, a->mb, "RECV_GRAD");
+            x->reqs[j] = comm_irecv(c, s->dy, count, COMM_F32, peer, x->ks);
+            receives = 1;
+            break;
+        default:
+            DIE("GPU executor: %s inside a communication group", act_name(a->kind));
+        }
+    }
+    comm_group_end(c);
+    for (int j = 0; j < n; j++) {  // ordered on ks; the step's comm_stream_sync covers them
+        comm_detach(c, x->reqs[j]);
+        x->reqs[j] = NULL;
+    }
+    CUDA_CHECK(cudaEventRecord(x->ev_grp[2 * k + 1], x->ks));
+    if (receives) {  // the next compute reads what arrived
+        CUDA_CHECK(cudaEventRecord(x->ev_recvd, x->ks));
+        CUDA_CHECK(cudaStreamWaitEvent(x->cs, x->ev_recvd, 0));
+    }
+}
+
+static void compute(pp_exec_gpu_t* x, const action_t* a, float loss_scale) {
+    const schedule_t* s = x->cfg.sched;
+    model_gpu_t* m = x->cfg.m;
+    const int c = a->chunk, mb = a->mb, stage = sched_stage(s, x->cfg.rank, c);
+    const size_t rows = (size_t)mb * x->cfg.Bmb * x->cfg.T;
+    const size_t NC = (size_t)x->cfg.Bmb * x->cfg.T * model_gpu_config(m)->d_model;
+    char err[512];
+    model_gpu_range_acts_t* st;
+    switch (a->kind) {
+    case ACT_F:
+        st = pool_take(x, c, mb);
+        model_gpu_range_forward(m, st, stage == 0 ? x->d_in + rows : NULL, stage == x->S - 1 ? x->d_tg + rows : NULL,
+                                loss_scale);
+        if (stage == x->S - 1)
+            CUDA_CHECK(cudaMemcpyAsync(x->d_losses + mb, st->d_loss, sizeof(float), cudaMemcpyDeviceToDevice, x->cs));
+        if (stage + 1 < x->S && sched_rank_of(s, stage + 1) == x->cfg.rank)  // next stage local (p = 1)
+            CUDA_CHECK(cudaMemcpyAsync(pool_take(x, c + 1, mb)->res, st->res + (size_t)st->nL * NC, NC * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, x->cs));
+        if (++x->live > x->peak_live) x->peak_live = x->live;
+        break;
+    case ACT_B:
+        st = pool_get(x, c, mb, "B");
+        if (model_gpu_range_backward(m, st, 1, NULL, NULL, err, sizeof err) != 0) comm_fatal(x->cfg.c, 1, "%s", err);
+        if (stage > 0 && sched_rank_of(s, stage - 1) == x->cfg.rank)
+            CUDA_CHECK(cudaMemcpyAsync(pool_get(x, c - 1, mb, "local gradient")->dy, st->dx, NC * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, x->cs));
+        pool_release_later(x, c, mb);
+        x->live--;
+        break;
+    default:
+        DIE("GPU executor: %s is not a compute action here", act_name(a->kind));
+    }
+}
+
+static float ms_between(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* targets, float loss_scale,
+                        pp_timing_t* t) {
+    const schedule_t* s = x->cfg.sched;
+    const int r = x->cfg.rank, n = s->n_actions[r];
+    const action_t* acts = s->actions[r];
+    model_gpu_t* m = x->cfg.m;
+    const size_t rows = (size_t)x->m * x->cfg.Bmb * x->cfg.T;
+    pp_timing_t tm;
+    memset(&tm, 0, sizeof tm);
+    // Zero this rank's gradient slices (the ranges ADD). Before the model's first backward
+    // there is no gradient buffer: that backward allocates it zeroed (mg_alloc_backward).
+    float* G = model_gpu_grads(m);
+    for (int c = 0; G && c < x->v; c++)
+        CUDA_CHECK(cudaMemsetAsync(G + x->span_b[c], 0, (x->span_e[c] - x->span_b[c]) * sizeof(float), x->cs));
+    CUDA_CHECK(cudaMemcpyAsync(x->d_in, inputs, rows * sizeof(int32_t), cudaMemcpyHostToDevice, x->cs));
+    CUDA_CHECK(cudaMemcpyAsync(x->d_tg, targets, rows * sizeof(int32_t), cudaMemcpyHostToDevice, x->cs));
+    for (int c = 0; c < x->v; c++) {
+        for (int mb = 0; mb < x->m; mb++) x->pool[c].slot_of[mb] = -1;
+        for (int k = 0; k < x->pool[c].n; k++) x->pool[c].in_use[k] = 0;
+    }
+    x->n_deferred = 0;
+    x->live = x->peak_live = 0;
+    CUDA_CHECK(cudaEventRecord(x->ev_t0, x->cs));
+    int kc = 0, kg = 0;
+    for (int i = 0; i < n;) {
+        const int g = schedule_group_len(s, r, i);
+        if (g > 0) {
+            run_group(x, acts + i, g, kg++);
+        } else {
+            pool_release_deferred(x);
+            CUDA_CHECK(cudaEventRecord(x->ev_act[2 * kc], x->cs));
+            compute(x, &acts[i], loss_scale);
+            CUDA_CHECK(cudaEventRecord(x->ev_act[2 * kc + 1], x->cs));
+            tm.n_kind[acts[i].kind]++;
+            kc++;
+        }
+        const int done = g > 0 ? g : 1;
+        if (x->cfg.die_after >= 0 && x->actions_done < x->cfg.die_after && x->actions_done + done >= x->cfg.die_after) {
+            fprintf(stderr, "rank %d: --die-rank: exiting after %ld of its actions, in the middle of the schedule\n",
+                    x->cfg.c->rank, x->actions_done + done);
+            fflush(stderr);
+            _exit(3);
+        }
+        x->actions_done += done;
+        i += done;
+    }
+    pool_release_deferred(x);
+    // The communication stream's last group, then the compute stream's end.
+    CUDA_CHECK(cudaEventRecord(x->ev_ready, x->ks));
+    CUDA_CHECK(cudaStreamWaitEvent(x->cs, x->ev_ready, 0));
+    CUDA_CHECK(cudaEventRecord(x->ev_t1, x->cs));
+    comm_stream_sync(x->cfg.c, x->ks, "pipeline sends and receives");
+    comm_stream_sync(x->cfg.c, x->cs, "pipeline compute");
+    if (x->live != 0) DIE("GPU executor rank %d: %d micro-batch-chunks still live after the list (bad list)", r, x->live);
+    // Timing from the events (all complete now).
+    tm.wall = 1e-3 * ms_between(x->ev_t0, x->ev_t1);
+    kc = 0;
+    for (int i = 0; i < n;) {
+        const int g = schedule_group_len(s, r, i);
+        if (g == 0) {
+            const double dt = 1e-3 * ms_between(x->ev_act[2 * kc], x->ev_act[2 * kc + 1]);
+            tm.busy += dt;
+            tm.t_kind[acts[i].kind] += dt;
+            kc++;
+        }
+        i += g > 0 ? g : 1;
+    }
+    for (int k = 0; k < kg; k++) tm.comm += 1e-3 * ms_between(x->ev_grp[2 * k], x->ev_grp[2 * k + 1]);
+    tm.peak_live = x->peak_live;
+    for (int c = 0; c < x->v; c++) tm.pool_slots += x->pool[c].n;
+    // The losses of the micro-batches whose head is here, summed in micro-batch order.
+    double loss_sum = 0;
+    int head_here = 0;
+    for (int c = 0; c < x->v; c++) head_here |= x->cfg.ranges[c].head;
+    if (head_here) {
+        float* h = malloc((size_t)x->m * sizeof(float));
+        if (!h) DIE("out of host memory");
+        CUDA_CHECK(cudaMemcpyAsync(h, x->d_losses, (size_t)x->m * sizeof(float), cudaMemcpyDeviceToHost, x->cs));
+        CUDA_CHECK(cudaStreamSynchronize(x->cs));
+        for (int mb = 0; mb < x->m; mb++) loss_sum += (double)loss_scale * h[mb];
+        free(h);
+    }
+    if (t) *t = tm;
+    return loss_sum;
+}
+
+void pp_exec_gpu_adamw(pp_exec_gpu_t* x, const adamw_config_t* cfg) {
+    model_gpu_t* m = x->cfg.m;
+    float* P = model_gpu_params(m);
+    float* G = model_gpu_grads(m);
+    if (!G) DIE("pp_exec_gpu_adamw before any step");
+    const adamw_scalars_t sc = adamw_scalars(cfg, ++x->adam_t);
+    for (int c = 0; c < x->v; c++) {
+        const size_t b = x->span_b[c], n = x->span_e[c] - b;
+        if (!x->adam_m[c]) {  // this rank's slices only: 8 bytes per parameter it owns
+            x->adam_m[c] = mem_alloc(DEV_CUDA, n * 4 + 4, MEM_OPTIM);
+            x->adam_v[c] = mem_alloc(DEV_CUDA, n * 4 + 4, MEM_OPTIM);
+            CUDA_CHECK(cudaMemsetAsync(x->adam_m[c], 0, n * 4, x->cs));
+            CUDA_CHECK(cudaMemsetAsync(x->adam_v[c], 0, n * 4, x->cs));
+        }
+        k_adamw(P + b, G + b, x->adam_m[c], x->adam_v[c], NULL, n, cfg->beta1, cfg->beta2, cfg->eps, sc.decay,
+                sc.step_size, sc.bc2_sqrt, x->cs);
+    }
+    model_gpu_params_changed(m);
+}
