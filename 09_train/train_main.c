@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
 
 #include "06_ddp/ddp.h"
 #include "07_zero/sharded_optim.h"
@@ -46,6 +48,7 @@
 #include "common/gnuplot.h"
 #include "common/model.h"
 #include "common/model_cpu.h"
+#include "common/model_gpu.h"
 #include "common/timer.h"
 #include "common/tokens.h"
 
@@ -55,7 +58,12 @@ static void on_signal(int sig) { g_stop = sig; }
 typedef struct {
     comm_t* c;
     int W, r, B, A, T, zero;
-    model_cpu_t m;
+    int gpu;              // NCCL backend: the CUDA model (common/model_gpu.h), one GPU a rank
+    model_cpu_t m;        // CPU: the model; GPU: unused but for m.layout (a copy of the GPU model's)
+    model_gpu_t* gm;      // GPU: the model
+    cudaStream_t cs;      // GPU: its stream (compute, optimizer and, for DDP/ZeRO-1, collectives)
+    cublasHandle_t blas;  // GPU: the norm, clipping and accumulation of device gradients
+    float *hm, *hv;       // GPU: host copies of the moments for checkpoints (state_n each)
     size_t total;         // flat parameter elements (the layout's)
     size_t P;             // the flat buffers' length: total, or ZeRO-1/2's padded total
     ddp_t* ddp;           // --dp
@@ -81,6 +89,72 @@ static void grad_hook(void* ctx, int i) {
     trainer_t* t = ctx;
     if (t->ddp) ddp_grad_ready(t->ddp, i);
     else if (t->z) zero_grad_ready(t->z, i);
+}
+
+// The model's flat fp32 buffers (device on the GPU).
+static float* P_(trainer_t* t) { return t->gpu ? model_gpu_params(t->gm) : t->m.params; }
+static float* G_(trainer_t* t) { return t->gpu ? model_gpu_grads(t->gm) : t->m.grads; }
+
+static void gpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) { model_gpu_set_windows(mm, p, g, lo, hi); }
+
+// Σ g² and g *= coef over n elements of a host or device gradient (cuBLAS on the model's stream:
+// nrm2 in fp32 with its own scaling, so the device norm differs from the host's in the last
+// bits; the bit-exact resume compares a device run with a device run).
+static double sumsq(trainer_t* t, const float* g, size_t n) {
+    if (!t->gpu) return grad_sumsq(g, n);
+    double s = 0;
+    for (size_t o = 0; o < n; o += 1u << 30) {  // cuBLAS counts in int
+        float r = 0;
+        const int k = (int)(n - o < (1u << 30) ? n - o : (1u << 30));
+        if (cublasSnrm2(t->blas, k, g + o, 1, &r) != CUBLAS_STATUS_SUCCESS) DIE("cublasSnrm2 failed");
+        s += (double)r * r;
+    }
+    return s;
+}
+static void scale(trainer_t* t, float* g, size_t n, float coef) {
+    if (!t->gpu) { grad_scale(g, n, coef); return; }
+    if (coef == 1.0f) return;
+    for (size_t o = 0; o < n; o += 1u << 30) {
+        const int k = (int)(n - o < (1u << 30) ? n - o : (1u << 30));
+        if (cublasSscal(t->blas, k, &coef, g + o, 1) != CUBLAS_STATUS_SUCCESS) DIE("cublasSscal failed");
+    }
+}
+// acc = G (a = 0) or acc += G; at the end G = acc × 1/A: the host loop's arithmetic (1·x + y is exact).
+static void accumulate(trainer_t* t, float* acc, float* G, int a) {
+    if (!t->gpu) {
+        if (a == 0) memcpy(acc, G, t->nacc * sizeof *G);
+        else for (size_t i = 0; i < t->nacc; i++) acc[i] += G[i];
+        return;
+    }
+    if (a == 0) CUDA_CHECK(cudaMemcpyAsync(acc, G, t->nacc * sizeof *G, cudaMemcpyDeviceToDevice, t->cs));
+    else {
+        const float one = 1.0f;
+        for (size_t o = 0; o < t->nacc; o += 1u << 30) {
+            const int k = (int)(t->nacc - o < (1u << 30) ? t->nacc - o : (1u << 30));
+            if (cublasSaxpy(t->blas, k, &one, G + o, 1, acc + o, 1) != CUBLAS_STATUS_SUCCESS) DIE("cublasSaxpy failed");
+        }
+    }
+}
+static void acc_mean(trainer_t* t, float* acc, float* G) {
+    const float inv = 1.0f / (float)t->A;
+    if (!t->gpu) {
+        for (size_t i = 0; i < t->nacc; i++) G[i] = acc[i] * inv;
+        return;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(G, acc, t->nacc * sizeof *G, cudaMemcpyDeviceToDevice, t->cs));
+    scale(t, G, t->nacc, inv);
+}
+
+// One forward (+ backward) of a (B, T) batch on either model.
+static double forward(trainer_t* t) {
+    if (!t->gpu) return model_cpu_forward(&t->m, t->in, t->tg, t->B, t->T);
+    model_gpu_set_tokens(t->gm, t->in, t->tg);
+    return model_gpu_forward(t->gm, model_gpu_inputs(t->gm), model_gpu_targets(t->gm));
+}
+static void backward(trainer_t* t, grad_ready_fn hook, void* ctx) {
+    char err[512];
+    if (!t->gpu) model_cpu_backward(&t->m, hook, ctx);
+    else if (model_gpu_backward(t->gm, hook, ctx, err, sizeof err) != 0) comm_fatal(t->c, EXIT_FAILURE_RT, "%s", err);
 }
 
 // ZeRO-3's windows into the CPU model (zero3_window_fn).
@@ -129,34 +203,35 @@ static int load_state(trainer_t* t, const char* path, const ckpt_manifest_t* mf,
         o->alloc_n = o->state_n;
     }
     for (int k = 0; k < o->n; k++) o->r[k].t = (int)mf->step;
-    return ckpt_read_state(path, mf, t->fr, t->nfr, o->m, o->v, err, errlen);
+    if (!t->gpu) return ckpt_read_state(path, mf, t->fr, t->nfr, o->m, o->v, err, errlen);
+    if (ckpt_read_state(path, mf, t->fr, t->nfr, t->hm, t->hv, err, errlen) != 0) return -1;
+    CUDA_CHECK(cudaMemcpy(o->m, t->hm, o->state_n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(o->v, t->hv, o->state_n * sizeof(float), cudaMemcpyHostToDevice));
+    return 0;
 }
 
 // One optimizer step `step` (0-based). Returns the mean training loss over the global batch
 // and the gradient norm (before clipping) in *gnorm.
 static double train_step(trainer_t* t, int64_t step, double lr, double clip, int64_t kill_step, double* gnorm) {
-    float* G = t->z3 ? zero3_grad_shard(t->z3) : t->m.grads;  // what a micro-batch's gradient is in
+    float* G = t->z3 ? zero3_grad_shard(t->z3) : G_(t);  // what a micro-batch's gradient is in
     double loss = 0;
     for (int a = 0; a < t->A; a++) {
         sampler_fill(&t->smp, &t->tok, (int64_t)a * t->W * t->B + (int64_t)t->r * t->B, t->B, t->in, t->tg);
-        loss += model_cpu_forward(&t->m, t->in, t->tg, t->B, t->T);
+        loss += forward(t);
         // With one micro-batch DDP's all-reduces and ZeRO-2's reduce-scatters start inside the
         // backward (stage 06's overlap); ZeRO-3's run in the model's unit hooks.
         const int hook = (t->ddp || t->z) && t->A == 1;
-        model_cpu_backward(&t->m, hook ? grad_hook : NULL, hook ? t : NULL);
+        backward(t, hook ? grad_hook : NULL, hook ? t : NULL);
         if (t->z3) zero3_finish_grads(t->z3);  // this micro-batch's averaged shard is complete
-        if (t->A > 1) {
-            if (a == 0) memcpy(t->acc, G, t->nacc * sizeof *G);
-            else for (size_t i = 0; i < t->nacc; i++) t->acc[i] += G[i];
-        }
+        if (t->A > 1) accumulate(t, t->acc, G, a);
     }
-    if (t->A > 1) {
-        const float inv = 1.0f / (float)t->A;
-        for (size_t i = 0; i < t->nacc; i++) G[i] = t->acc[i] * inv;
-    }
+    if (t->A > 1) acc_mean(t, t->acc, G);
     // --die-at-step: the whole job dies here, after the backward and before the update — the
     // worst moment (gradients computed, nothing saved), as a lost node would.
-    if (step == kill_step) raise(SIGKILL);
+    if (step == kill_step) {
+        if (t->gpu) CUDA_CHECK(cudaStreamSynchronize(t->cs));  // the backward done, as on the CPU
+        raise(SIGKILL);
+    }
     if (t->A > 1 && (t->ddp || t->z))  // the hooks did not fire in the backward: every gradient is final now
         for (int i = t->m.layout.n - 1; i >= 0; i--) grad_hook(t, i);
     if (t->ddp) ddp_finish_grads(t->ddp);
@@ -165,11 +240,11 @@ static double train_step(trainer_t* t, int64_t step, double lr, double clip, int
     // when they are shards.
     const optim_t* o = t->opt;
     double ss = 0;
-    for (int k = 0; k < o->n; k++) ss += grad_sumsq(t->gbase + o->r[k].g_off, o->r[k].numel);
+    for (int k = 0; k < o->n; k++) ss += sumsq(t, t->gbase + o->r[k].g_off, o->r[k].numel);
     if (t->zero) comm_host_allreduce_f64(t->c, &ss, 1, COMM_SUM);
     *gnorm = sqrt(ss);
     const float coef = grad_clip_coef(*gnorm, clip);
-    for (int k = 0; k < o->n; k++) grad_scale(t->gbase + o->r[k].g_off, o->r[k].numel, coef);
+    for (int k = 0; k < o->n; k++) scale(t, t->gbase + o->r[k].g_off, o->r[k].numel, coef);
     if (t->z) {
         zero_set_lr(t->z, (float)lr);
         zero_step(t->z);
@@ -178,8 +253,9 @@ static double train_step(trainer_t* t, int64_t step, double lr, double clip, int
         zero3_step(t->z3);
     } else {
         t->own.cfg.lr = (float)lr;
-        optim_step(&t->own, t->m.params, t->m.grads, NULL);
+        optim_step(&t->own, P_(t), G_(t), t->cs);
     }
+    if (t->gpu) model_gpu_params_changed(t->gm);  // bf16: the copy is remade at the next forward
     sampler_advance(&t->smp);
     loss /= t->A;
     if (t->W > 1) {
@@ -191,10 +267,31 @@ static double train_step(trainer_t* t, int64_t step, double lr, double clip, int
 
 // The flat parameters on the host (total): the model's buffer, or ZeRO-3's shards gathered
 // into `buf` (collective).
+// GPU: `buf` is host memory of `total` floats; ZeRO-3 gathers into the device buffer t->dbuf first.
+static float* g_dbuf;
 static const float* host_params(trainer_t* t, float* buf) {
-    if (!t->z3) return t->m.params;
-    zero3_gather_params(t->z3, buf);
+    if (!t->gpu) {
+        if (!t->z3) return t->m.params;
+        zero3_gather_params(t->z3, buf);
+        return buf;
+    }
+    if (t->z3) {
+        zero3_gather_params(t->z3, g_dbuf);
+        CUDA_CHECK(cudaMemcpy(buf, g_dbuf, t->total * sizeof(float), cudaMemcpyDeviceToHost));
+    } else {
+        CUDA_CHECK(cudaStreamSynchronize(t->cs));
+        model_gpu_get_params(t->gm, buf);
+    }
     return buf;
+}
+// The moments on the host (GPU: copied into hm, hv).
+static void host_moments(trainer_t* t, const float** m, const float** v) {
+    *m = t->opt->m, *v = t->opt->v;
+    if (!t->gpu || !t->opt->m) return;
+    CUDA_CHECK(cudaStreamSynchronize(t->cs));
+    CUDA_CHECK(cudaMemcpy(t->hm, t->opt->m, t->opt->state_n * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(t->hv, t->opt->v, t->opt->state_n * sizeof(float), cudaMemcpyDeviceToHost));
+    *m = t->hm, *v = t->hv;
 }
 
 // Mean loss over the held-out split's first nb·B·W windows (consecutive, non-overlapping; rank
@@ -210,7 +307,7 @@ static double evaluate(trainer_t* t, int nb) {
                 t->tg[(size_t)b * t->T + i] = tokens_at(&t->tok, p + i + 1);
             }
         }
-        s += model_cpu_forward(&t->m, t->in, t->tg, t->B, t->T);
+        s += forward(t);
     }
     if (t->W > 1) comm_host_allreduce_f64(t->c, &s, 1, COMM_SUM);
     return s / ((double)nb * t->W);
@@ -264,6 +361,8 @@ int main(int argc, char** argv) {
     const char* data = NULL;
     const char* model_s = "tiny";
     const char* variant_s = "bucketed";
+    const char* backend_s = "auto";
+    const char* prec_s = "fp32";
     const char* ckpt_dir = "";
     const char* out = "";
     int context = 64, B = 8, A = 1, steps = 200, warmup = -1, seed = 1, dp = 0, zero = 0, vocab = 0;
@@ -289,6 +388,8 @@ int main(int argc, char** argv) {
         {"dp", CLI_FLAG, &dp, "0", "data parallel over the ranks (stage 06's DDP layer)", NULL},
         {"zero", CLI_INT, &zero, "0", "0: replicated optimizer state; 1, 2, 3: ZeRO-1/2/3 over the ranks (stage 07: optimizer state; + gradients; + parameters)", NULL},
         {"variant", CLI_CHOICE, &variant_s, "bucketed", "DDP variant", DDP_VARIANT_CHOICES},
+        {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl (the GPU model, one GPU a rank) where every rank has a GPU, else mpi (the CPU model)", COMM_BACKEND_AUTO_CHOICES},
+        {"precision", CLI_CHOICE, &prec_s, "fp32", "GPU precision (the CPU model is fp32)", MODEL_PRECISION_CHOICES},
         {"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "DDP bucket cap (MiB)", NULL},
         {"log-every", CLI_INT, &log_every, "10", "a progress line every k steps", NULL},
         {"eval-every", CLI_INT, &eval_every, "50", "evaluation loss every k steps (and at the end; 0: only at the end)", NULL},
@@ -350,10 +451,34 @@ int main(int argc, char** argv) {
     if (sampler_init(&t.smp, 0, t.n_train, context, (int64_t)A * W * B, (uint64_t)seed, err, sizeof err) != 0)
         BAD("--data: %s", err);
 
-    t.c = comm_init(COMM_MPI, comm_timeout_flag(timeout_s));
+    comm_backend_t backend;
+    comm_backend_choose(backend_s, &backend);  // the flag's choices were checked by the parser
+    const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
+    if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
+    if (zero == 3 && prec != MP_FP32) BAD("--zero 3 runs the GPU model in fp32 only (its windows refuse bf16: common/model_gpu.h)");
+    t.gpu = backend == COMM_NCCL;
+    t.c = comm_init(backend, comm_timeout_flag(timeout_s));
     t.W = t.c->world, t.r = t.c->rank;
     if (t.W != W) comm_fatal(t.c, 1, "world size %d, the environment said %d", t.W, W);
-    model_cpu_create(&t.m, &cfg, B, context, (uint64_t)seed);
+    if (!t.gpu) {
+        model_cpu_create(&t.m, &cfg, B, context, (uint64_t)seed);
+    } else {
+        t.gm = model_gpu_create(&cfg, B, context, prec, NULL, (uint64_t)seed, err, sizeof err);
+        if (!t.gm) comm_fatal(t.c, EXIT_BAD_INPUT, "--model %s: %s", model_s, err);
+        t.m.layout = *model_gpu_layout(t.gm);  // (shared: never freed through t.m)
+        t.cs = model_gpu_stream(t.gm);
+        if (cublasCreate(&t.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(t.blas, t.cs) != CUBLAS_STATUS_SUCCESS)
+            DIE("cuBLAS: cannot create a handle");
+        // One forward and backward (no update: nothing changes) make the model allocate its
+        // gradient buffer, which DDP and ZeRO take at creation (as 06's replica does).
+        int32_t* z0 = calloc((size_t)B * context, sizeof(int32_t));
+        if (!z0) DIE("out of host memory");
+        model_gpu_set_tokens(t.gm, z0, z0);
+        model_gpu_forward_async(t.gm, model_gpu_inputs(t.gm), model_gpu_targets(t.gm));
+        if (model_gpu_backward(t.gm, NULL, NULL, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+        CUDA_CHECK(cudaStreamSynchronize(t.cs));
+        free(z0);
+    }
     t.total = t.P = t.m.layout.total;
     t.cfg = adamw_default();
     t.cfg.weight_decay = (float)wd;
@@ -365,8 +490,12 @@ int main(int argc, char** argv) {
     for (int i = 0; i < t.m.layout.n; i++)
         t.table[i] = (ddp_param_t){t.m.layout.p[i].name, t.m.layout.p[i].offset, t.m.layout.p[i].numel, 1};
     // The optimizer lives outside the model (07's optim_t): its own moments are not needed.
-    mem_free(t.m.adam_m), mem_free(t.m.adam_v);
-    t.m.adam_m = t.m.adam_v = NULL;
+    if (!t.gpu) {
+        mem_free(t.m.adam_m), mem_free(t.m.adam_v);
+        t.m.adam_m = t.m.adam_v = NULL;
+    }
+    float* pbuf = malloc(t.total * sizeof(float));  // host parameters: checkpoints, the final check
+    if (!pbuf) DIE("out of host memory");
 
     // ---- resume, part 1: the checkpoint found and checked, parameters and history read
     int64_t step = 0;
@@ -397,7 +526,8 @@ int main(int argc, char** argv) {
                            path, (long long)mf.global_batch, mf.world, B, A, t.W, A * t.W * B, (long long)mf.global_batch);
             if (mf.step > steps) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s is at step %lld, beyond --steps %d", path, (long long)mf.step, steps);
             if (mf.seed != (uint64_t)seed) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s was trained with --seed %llu; give that seed", path, (unsigned long long)mf.seed);
-            int rc = ckpt_read_params(path, &mf, t.m.params, err, sizeof err);
+            int rc = ckpt_read_params(path, &mf, t.gpu ? pbuf : t.m.params, err, sizeof err);
+            if (rc == 0 && t.gpu) model_gpu_set_params(t.gm, pbuf);
             if (rc == 0) rc = ckpt_read_history(path, &mf, hist, err, sizeof err);
             if (rc != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
             step = mf.step;
@@ -405,20 +535,28 @@ int main(int argc, char** argv) {
         }
     }
     // Every rank holds rank 0's parameters (they start equal anyway: one seed; this makes it so).
-    if (t.W > 1) comm_broadcast(t.c, t.m.params, t.m.params, t.total, COMM_F32, 0, NULL);
+    if (t.W > 1) comm_broadcast(t.c, P_(&t), P_(&t), t.total, COMM_F32, 0, t.cs);
+    if (t.gpu) {
+        comm_stream_sync(t.c, t.cs, "the parameter broadcast");
+        model_gpu_params_changed(t.gm);
+    }
 
     // ---- the data-parallel layer (06 or 07) and the optimizer it steps
     if (zero == 1 || zero == 2) {
         // zero_t works on flat buffers padded to W equal, aligned shards (zero.h): the model's
         // grown to P elements, the padding zero.
         t.P = zero_padded_total(t.total, t.W);
-        float* pp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_PARAMS);
-        float* gp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_GRADS);
-        memset(pp, 0, t.P * sizeof(float)), memset(gp, 0, t.P * sizeof(float));
-        memcpy(pp, t.m.params, t.total * sizeof(float));
-        mem_free(t.m.params), mem_free(t.m.grads);
-        t.m.params = pp, t.m.grads = gp;
-        t.z = zero_create(t.c, zero, t.table, t.m.layout.n, t.m.params, t.m.grads, t.total, bucket_mb, &t.cfg, NULL);
+        if (t.gpu) {
+            if (model_gpu_pad_flat(t.gm, t.P, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+        } else {
+            float* pp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_PARAMS);
+            float* gp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_GRADS);
+            memset(pp, 0, t.P * sizeof(float)), memset(gp, 0, t.P * sizeof(float));
+            memcpy(pp, t.m.params, t.total * sizeof(float));
+            mem_free(t.m.params), mem_free(t.m.grads);
+            t.m.params = pp, t.m.grads = gp;
+        }
+        t.z = zero_create(t.c, zero, t.table, t.m.layout.n, P_(&t), G_(&t), t.total, bucket_mb, &t.cfg, t.cs);
         t.opt = zero_optim(t.z);
         t.gbase = zero_grad_shard(t.z);
         t.nacc = t.total;
@@ -430,34 +568,45 @@ int main(int argc, char** argv) {
         if (!bounds) DIE("out of host memory");
         for (int u = 0; u < U; u++) model_unit_span(&t.m.layout, &cfg, u, &bounds[u], &bounds[u + 1]);
         bounds[U] = t.total;
-        t.z3 = zero3_create(t.c, t.table, t.m.layout.n, bounds, U, t.m.params, &t.cfg, NULL, cpu_window, &t.m);
+        const model_unit_hooks_t hooks = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, NULL};
+        model_unit_hooks_t h = hooks;
+        if (t.gpu) {
+            t.z3 = zero3_create(t.c, t.table, t.m.layout.n, bounds, U, P_(&t), &t.cfg, t.cs, gpu_window, t.gm);
+            model_gpu_free_flat(t.gm);
+            h.ctx = t.z3;
+            model_gpu_set_unit_hooks(t.gm, &h);
+            g_dbuf = mem_alloc(DEV_CUDA, t.total * sizeof(float), MEM_WORKSPACE);  // checkpoints' gather
+        } else {
+            t.z3 = zero3_create(t.c, t.table, t.m.layout.n, bounds, U, t.m.params, &t.cfg, NULL, cpu_window, &t.m);
+            mem_free(t.m.params), mem_free(t.m.grads);
+            t.m.params = t.m.grads = NULL;
+            h.ctx = t.z3;
+            model_cpu_set_unit_hooks(&t.m, &h);
+        }
         free(bounds);
-        mem_free(t.m.params), mem_free(t.m.grads);
-        t.m.params = t.m.grads = NULL;
-        const model_unit_hooks_t hooks = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, t.z3};
-        model_cpu_set_unit_hooks(&t.m, &hooks);
         t.opt = zero3_optim(t.z3);
         t.gbase = zero3_grad_shard(t.z3);
         t.nacc = zero3_shard_elems(t.z3);
         t.P = t.total;
     } else {
-        optim_init(&t.own, OPT_ADAMW, &t.cfg, DEV_CPU);
+        optim_init(&t.own, OPT_ADAMW, &t.cfg, t.gpu ? DEV_CUDA : DEV_CPU);
         optim_add_range(&t.own, 0, 0, t.total);
         t.opt = &t.own;
-        t.gbase = t.m.grads;
+        t.gbase = G_(&t);
         t.nacc = t.total;
         if (dp) {
             ddp_variant_t v;
             if (ddp_variant_parse(variant_s, &v) != 0) DIE("--variant %s passed the choice check", variant_s);
-            t.ddp = ddp_create(t.c, t.table, t.m.layout.n, t.m.params, t.m.grads, t.total, v, bucket_mb, NULL);
+            t.ddp = ddp_create(t.c, t.table, t.m.layout.n, P_(&t), G_(&t), t.total, v, bucket_mb, t.cs);
         }
     }
     flat_ranges(&t);
-    t.acc = A > 1 ? malloc(t.nacc * sizeof(float)) : NULL;
-    if (A > 1 && !t.acc) DIE("out of host memory");
-    // A host copy of the parameters for ZeRO-3's checkpoints and final check (its shards gathered).
-    float* pbuf = zero == 3 ? malloc(t.total * sizeof(float)) : NULL;
-    if (zero == 3 && !pbuf) DIE("out of host memory");
+    t.acc = A > 1 ? mem_alloc(t.gpu ? DEV_CUDA : DEV_CPU, t.nacc * sizeof(float), MEM_GRADS) : NULL;
+    if (t.gpu) {  // host staging of the moments for checkpoints
+        t.hm = malloc(t.opt->state_n * sizeof(float) + 1);
+        t.hv = malloc(t.opt->state_n * sizeof(float) + 1);
+        if (!t.hm || !t.hv) DIE("out of host memory");
+    }
 
     // ---- resume, part 2: the moments of the flat ranges this rank's optimizer owns now
     if (found) {
@@ -482,7 +631,8 @@ int main(int argc, char** argv) {
                model_s, param_count(&t.m.layout), context, B, A, t.W, t.W > 1 ? "s" : "", A * t.W * B,
                zero == 1 ? "ZeRO-1 (optimizer state sharded, stage 07)" : zero == 2 ? "ZeRO-2 (optimizer state and gradients sharded, stage 07)"
                : zero == 3 ? "ZeRO-3 (optimizer state, gradients and parameters sharded, stage 07)" : dp ? "DDP (stage 06)" : "single process");
-        printf("# AdamW lr %g -> %g (cosine, %d warm-up steps), wd %g, clip %g; CPU over MPI\n", lr, min_lr, warmup, wd, clip);
+        printf("# AdamW lr %g -> %g (cosine, %d warm-up steps), wd %g, clip %g; %s\n", lr, min_lr, warmup, wd, clip,
+               t.gpu ? (prec == MP_BF16 ? "GPU model (bf16 mixed precision) over NCCL" : "GPU model (fp32) over NCCL") : "CPU model over MPI");
         fflush(stdout);
     }
     struct sigaction sa;
@@ -507,7 +657,9 @@ int main(int argc, char** argv) {
         meta.sampler_counter = t.smp.counter;                                                           \
         double t0_ = time_now_s();                                                                      \
         const float* hp_ = host_params(&t, pbuf);                                                       \
-        ckpt_save(t.c, ckpt_dir, &meta, hp_, t.fr, t.nfr, t.opt->m, t.opt->v, has_state, hist, keep,   \
+        const float *hm_, *hv_;                                                                         \
+        host_moments(&t, &hm_, &hv_);                                                                   \
+        ckpt_save(t.c, ckpt_dir, &meta, hp_, t.fr, t.nfr, hm_, hv_, has_state, hist, keep,              \
                   where, sizeof where);                                                                 \
         if (t.r == 0) printf("checkpoint: %s (%.0f ms)\n", where, 1e3 * (time_now_s() - t0_));          \
     } while (0)
@@ -579,8 +731,8 @@ int main(int argc, char** argv) {
             snprintf(png, sizeof png, "%s/loss.png", out);
             write_csv(csv, hist, step);
             plot_ctx_t pc = {csv, h_uni, ""};
-            snprintf(pc.title, sizeof pc.title, "%s, context %d, %d sequences a step, %d rank%s (CPU)", model_s, context,
-                     A * t.W * B, t.W, t.W > 1 ? "s" : "");
+            snprintf(pc.title, sizeof pc.title, "%s, context %d, %d sequences a step, %d rank%s (%s)", model_s, context,
+                     A * t.W * B, t.W, t.W > 1 ? "s" : "", t.gpu ? (prec == MP_BF16 ? "GPU, bf16" : "GPU, fp32") : "CPU");
             if (gnuplot_png(png, plot_script, &pc, err, sizeof err) != 0) printf("%s written; no PNG: %s\n", csv, err);
             else printf("%s, %s written\n", csv, png);
         }
@@ -588,13 +740,21 @@ int main(int argc, char** argv) {
     if (t.ddp) ddp_destroy(t.ddp);
     zero_destroy(t.z);
     if (t.z3) {
-        model_cpu_set_unit_hooks(&t.m, NULL);
+        if (t.gpu) model_gpu_set_unit_hooks(t.gm, NULL);
+        else model_cpu_set_unit_hooks(&t.m, NULL);
         zero3_destroy(t.z3);
     }
     if (t.opt == &t.own) optim_free(&t.own);
     free(t.table);
-    model_cpu_destroy(&t.m);
-    free(t.fr), free(pbuf), free(t.acc), free(t.in), free(t.tg), free(hist);
+    mem_free(t.acc);
+    if (t.gpu) {
+        mem_free(g_dbuf);
+        cublasDestroy(t.blas);
+        model_gpu_destroy(t.gm);
+    } else {
+        model_cpu_destroy(&t.m);
+    }
+    free(t.fr), free(pbuf), free(t.hm), free(t.hv), free(t.in), free(t.tg), free(hist);
     sampler_free(&t.smp);
     tokens_close(&t.tok);
     comm_destroy(t.c, 1);
