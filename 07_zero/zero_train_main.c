@@ -338,11 +338,12 @@ typedef struct {
 int main(int argc, char** argv) {
     const char *model_s = "tiny", *zero_s = "1", *shard_s = "zero", *backend_s = "auto", *prec_s = "fp32",
                *attn_s = "naive", *csv = "";
-    int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1;
+    int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1, layers = 0;
     double lr = 1e-3, timeout_s = 0, bucket_mb = 25;
     cli_opt_t opts[] = {
         {"model", CLI_CHOICE, &model_s, "tiny", "model size", MODEL_SIZE_CHOICES},
         {"context", CLI_INT, &context, "32", "sequence length T", NULL},
+        {"layers", CLI_INT, &layers, "0", "blocks, in place of the size's own (0: the size's): a deeper model of the same width, to find the memory wall", NULL},
         {"batch", CLI_INT, &B, "2", "sequences per rank (the global batch is batch x ranks)", NULL},
         {"precision", CLI_CHOICE, &prec_s, "fp32", "GPU precision (the CPU model is fp32)", MODEL_PRECISION_CHOICES},
         {"attention", CLI_CHOICE, &attn_s, "naive", "GPU attention: naive, or flash (stage 04; bf16)", "naive|flash"},
@@ -364,6 +365,11 @@ int main(int argc, char** argv) {
     trainer_t t = {0};
     model_config_t cfg;
     if (model_config_by_name(model_s, context, &cfg) != 0) BAD("--model: unknown size '%s'", model_s);
+    if (layers < 0 || layers > 4096) BAD("--layers: %d is out of range (0 for the size's own, or 1..4096)", layers);
+    if (layers > 0) cfg.n_layers = layers;
+    char model_label[64];  // "2.7B", or "2.7B/L80" with --layers
+    if (layers > 0) snprintf(model_label, sizeof model_label, "%s/L%d", model_s, layers);
+    else snprintf(model_label, sizeof model_label, "%s", model_s);
     if (context < 1 || context > 65536) BAD("--context: %d is out of range (1..65536)", context);
     if (B < 1 || B > 4096) BAD("--batch: %d is out of range (1..4096)", B);
     if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
@@ -441,7 +447,7 @@ int main(int argc, char** argv) {
             for (int i = 0; i < t.rep.lay->n; i++)
                 cuts += t.rep.table[i].offset < k * s1 && k * s1 < t.rep.table[i].offset + t.rep.table[i].numel;
         printf("# zero_train: %s, context %d, batch %d per rank x %d ranks, %s, %s backend%s%s, %zu parameters (%.2f GB fp32)\n",
-               model_s, context, B, W, prec_s, comm_backend_name(backend), t.rep.gpu ? ", GPU " : "", t.rep.gpu ? gi.name : "", psi,
+               model_label, context, B, W, prec_s, comm_backend_name(backend), t.rep.gpu ? ", GPU " : "", t.rep.gpu ? gi.name : "", psi,
                4e-9 * (double)psi);
         printf("# shards: %d x %zu elements, padded total %zu (layout %zu, padding %zu); %d shard boundar%s cut%s through a parameter\n",
                W, s1, t.P, t.total, t.P - t.total, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
@@ -578,7 +584,7 @@ int main(int argc, char** argv) {
             if (ddp_ms > 0) snprintf(ov, sizeof ov, "%+.1f%%", 100.0 * (res[ri].ms[0] / ddp_ms - 1.0));
             printf("| %-6s | %16d | %9.2f | %14.2f | %11.2f | %8s |\n", run_names[runs[ri]], res[ri].n_coll, res[ri].ms[0],
                    res[ri].ms[1], res[ri].ms[2], ov);
-            if (f) fprintf(f, "%s,%d,%d,%d,%s,%s,%s,%g,%d,%.3f,%.3f,%.3f,%lld,%lld\n", model_s, context, B, W, prec_s,
+            if (f) fprintf(f, "%s,%d,%d,%d,%s,%s,%s,%g,%d,%.3f,%.3f,%.3f,%lld,%lld\n", model_label, context, B, W, prec_s,
                            comm_backend_name(backend), run_names[runs[ri]], bucket_mb, res[ri].n_coll, res[ri].ms[0],
                            res[ri].ms[1], res[ri].ms[2], res[ri].optim_meas[0], res[ri].after[0][NT]);
         }

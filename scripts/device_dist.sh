@@ -45,6 +45,17 @@ for s in "$@"; do
       --zero 1 --shard course --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
     step torch_zero_xl 240 $TORCHRUN 2 07_zero/bench_torch_zero.py --model xl --csv results/07_zero/torch.csv
     ;;
+  07wall)  # stage 07: the memory wall — 2.7B's width, ever deeper, per level, until one does not fit
+    step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
+      --zero all --backend nccl --steps 3 --warmup 1 --csv results/07_zero/wall.csv
+    for lv in "0:64 80" "1:80 96" "2:80 96" "3:96 128 144"; do
+      for L in ${lv#*:}; do
+        step wall_z${lv%%:*}_L$L 75 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $L --context 512 \
+          --batch 2 --zero ${lv%%:*} --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
+        grep -q "exit 0$" <(tail -1 "$O/steps.txt") || break
+      done
+    done
+    ;;
   torch06)
     step torch_xl_fp32 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
     step torch_xl_bf16 90 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --precision bf16 --variants none,ddp --csv results/06_ddp/torch.csv
