@@ -56,6 +56,20 @@ for s in "$@"; do
       done
     done
     ;;
+  gputests)  # every stage's GPU tests after the model's per-block refactor (01, 06, 07, 08, 09)
+    step t01_gpu 90 "$B/01_benchmarking/test_01" --jobs 1 --filter 'model_gpu/*'
+    step t08_range 60 "$B/08_pipeline/test_08" --jobs 1 --filter 'model_gpu_range/*'
+    step t08_nccl 150 "$B/08_pipeline/test_08" --jobs 1 --filter 'pp_train_nccl/*'
+    step t06_gpu 60 "$B/06_ddp/test_06" --jobs 1 --filter 'ddp_train_nccl/*'
+    step t07_gpu 60 "$B/07_zero/test_07" --jobs 1 --filter 'zero_train_nccl/*'
+    step t09_gpu 200 "$B/09_train/test_09" --jobs 1 --filter 'train_gpu/*'
+    ;;
+  08bench)  # stage 08 on 2 GPUs: every schedule, m = 8, 16 (32: M32=1), measured bubble vs formula
+    for m in 8 16 ${M32:+32}; do for sc in gpipe 1f1b interleaved; do
+      step pp_${sc}_m$m 60 scripts/mpirun.sh 2 "$B/08_pipeline/pp_train" --backend nccl --model large --context 512 \
+        --batch $((2*m)) --micro-batches $m --schedule $sc --steps 3
+    done; done
+    ;;
   torch06)
     step torch_xl_fp32 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
     step torch_xl_bf16 90 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --precision bf16 --variants none,ddp --csv results/06_ddp/torch.csv
