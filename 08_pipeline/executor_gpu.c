@@ -102,6 +102,47 @@ static void destroy_events(pp_exec_gpu_t* x) {
     x->n_compute = x->n_groups = 0;
 }
 
+// NCCL connects a pair of ranks lazily, inside the ncclGroupEnd of their first send/recv, and the
+// host blocks there until the peer connects too. The schedules' groups are not symmetric (GPipe
+// m = 1: rank 0's first group sends AND receives, rank 1's only receives), so a first connection
+// made inside a step can leave one host waiting in ncclGroupEnd for a peer whose GPU waits for
+// data that host has not launched yet: a hang (seen on 2 x H200), or an NCCL internal error. So
+// before the first step every rank exchanges one message of the real size with each of its
+// pipeline neighbours, in one group that is the same on both sides of every pair.
+static void connect_peers(pp_exec_gpu_t* x) {
+    const schedule_t* s = x->cfg.sched;
+    const int r = x->cfg.rank;
+    comm_t* c = x->cfg.c;
+    int peers[64], np = 0;
+    for (int i = 0; i < s->n_actions[r]; i++) {
+        const action_t* a = &s->actions[r][i];
+        if (a->kind != ACT_SEND_ACT && a->kind != ACT_RECV_ACT && a->kind != ACT_SEND_GRAD && a->kind != ACT_RECV_GRAD)
+            continue;
+        int known = 0;
+        for (int k = 0; k < np; k++) known |= peers[k] == a->peer;
+        if (!known && a->peer != c->rank) {
+            if (np == 64) DIE("GPU executor: more than 64 pipeline peers");
+            peers[np++] = a->peer;
+        }
+    }
+    if (np == 0) return;
+    for (int i = 1; i < np; i++)  // ascending: the same order on both sides of a pair
+        for (int k = i; k > 0 && peers[k - 1] > peers[k]; k--) { int t = peers[k]; peers[k] = peers[k - 1]; peers[k - 1] = t; }
+    const size_t count = (size_t)x->cfg.Bmb * x->cfg.T * model_gpu_config(x->cfg.m)->d_model;
+    float* buf = mem_alloc(DEV_CUDA, 2 * (size_t)np * count * sizeof(float), MEM_WORKSPACE);
+    CUDA_CHECK(cudaMemsetAsync(buf, 0, 2 * (size_t)np * count * sizeof(float), x->ks));
+    comm_req_t* q[128];
+    comm_group_start(c);
+    for (int k = 0; k < np; k++) {
+        q[2 * k] = comm_irecv(c, buf + (2 * (size_t)k + 1) * count, count, COMM_F32, peers[k], x->ks);
+        q[2 * k + 1] = comm_isend(c, buf + 2 * (size_t)k * count, count, COMM_F32, peers[k], x->ks);
+    }
+    comm_group_end(c);  // requests live until the group ends (it records their events)
+    for (int k = 0; k < 2 * np; k++) comm_detach(c, q[k]);
+    comm_stream_sync(c, x->ks, "connecting the pipeline neighbours");
+    mem_free(buf);
+}
+
 pp_exec_gpu_t* pp_exec_gpu_create(const pp_exec_gpu_config_t* cfg) {
     const schedule_t* s = cfg->sched;
     if (s->kind == SCHED_ZBH1)
@@ -151,6 +192,8 @@ pp_exec_gpu_t* pp_exec_gpu_create(const pp_exec_gpu_config_t* cfg) {
     x->d_losses = mem_alloc(DEV_CUDA, (size_t)x->m * sizeof(float), MEM_OTHER);
     CUDA_CHECK(cudaMemsetAsync(x->d_losses, 0, (size_t)x->m * sizeof(float), x->cs));
     pp_exec_gpu_schedule_changed(x);
+    if (model_gpu_prepare_backward(cfg->m, err, sizeof err) != 0) comm_fatal(cfg->c, 1, "GPU executor: %s", err);
+    connect_peers(x);
     return x;
 }
 

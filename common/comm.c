@@ -298,6 +298,8 @@ void comm_waitall(comm_t* c, comm_req_t** reqs, int n) {
 void comm_detach(comm_t* c, comm_req_t* r) {
     if (!r) return;
     if (c->backend != COMM_NCCL) DIE("comm_detach of an MPI request: MPI requests must be waited");
+    // Inside a group the request is still on the group's list (comm_group_end records its event).
+    if (c->impl->in_group > 0) DIE("comm_detach inside comm_group_start/end: detach after comm_group_end");
     comm_req_free(r);
 }
 

@@ -14,13 +14,26 @@ __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tok, const floa
     x[idx] = (t >= 0 && t < V) ? E[(size_t)t * C + c] : NAN;
 }
 
+// dE[t] += dx[n] for every position n whose token is t, deterministically: no atomics, so two
+// runs (or a run and its resume from a checkpoint) give the same bits. One block per position
+// n; only the block of a token's FIRST position writes its row, adding the rows of all its
+// positions in increasing n — the CPU reference's order, so a zeroed dE gets the CPU's bits.
+// The first-position test and the walk read the N token ids (cached); work ~ N x (N + unique
+// tokens x C / blockDim), small beside the step for the batches this repo trains.
 __global__ void embedding_bwd_kernel(const int32_t* __restrict__ tok, const float* __restrict__ dx,
                                      float* __restrict__ dE, int N, int C, int V) {
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * C) return;
-    const size_t n = idx / C, c = idx % C;
+    const int n = blockIdx.x;
     const int t = tok[n];
-    if (t >= 0 && t < V) atomicAdd(&dE[(size_t)t * C + c], dx[idx]);
+    if (t < 0 || t >= V) return;  // uniform over the block
+    int seen = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) seen |= tok[j] == t;
+    if (__syncthreads_or(seen)) return;  // not this token's first position
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = dE[(size_t)t * C + c];
+        for (int j = n; j < N; j++)
+            if (tok[j] == t) acc += dx[(size_t)j * C + c];
+        dE[(size_t)t * C + c] = acc;
+    }
 }
 
 // One block per row: an online (max, sum) per thread, then block reductions.
@@ -88,7 +101,7 @@ extern "C" void k_embedding_fwd(const int32_t* tokens, const float* E, float* x,
 }
 extern "C" void k_embedding_bwd(const int32_t* tokens, const float* dx, float* dE, int N, int C,
                                 int V, cudaStream_t s) {
-    embedding_bwd_kernel<<<cdiv_u((size_t)N * C, 256), 256, 0, s>>>(tokens, dx, dE, N, C, V);
+    if (N > 0) embedding_bwd_kernel<<<N, 256, 0, s>>>(tokens, dx, dE, N, C, V);
     CUDA_CHECK_LAST();
 }
 extern "C" void k_cross_entropy_fwd(dtype_t adt, const void* logits, const int32_t* targets,

@@ -174,6 +174,10 @@ float model_gpu_range_loss(model_gpu_t* m, const model_gpu_range_acts_t* s);  //
 // with a reason on out-of-memory at the model's first backward.
 int model_gpu_range_backward(model_gpu_t* m, model_gpu_range_acts_t* s, int accumulate, grad_ready_fn hook,
                              void* ctx, char* err, size_t errlen);
+// Allocates what the first backward would (the gradient buffer, zeroed; backward scratch) now,
+// so that no allocation — and no device-wide synchronisation it may bring — happens in the
+// middle of a pipelined step while another stream waits on a peer. 0, or -1 with a reason.
+int model_gpu_prepare_backward(model_gpu_t* m, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -152,6 +152,12 @@ float model_gpu_range_loss(model_gpu_t* m, const model_gpu_range_acts_t* s) {
     return loss;
 }
 
+int model_gpu_prepare_backward(model_gpu_t* m, char* err, size_t errlen) {
+    char why[256];
+    if (!model_gpu_can_train(m, why, sizeof why)) DIE("%s", why);
+    return m->bwd_ready ? 0 : mg_alloc_backward(m, err, errlen);
+}
+
 int model_gpu_range_backward(model_gpu_t* m, model_gpu_range_acts_t* s, int accumulate, grad_ready_fn hook,
                              void* ctx, char* err, size_t errlen) {
     char why[256];

@@ -47,8 +47,8 @@ for s in "$@"; do
     ;;
   07wall)  # stage 07: the memory wall — 2.7B's width, ever deeper, per level, until one does not fit
     step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
-      --zero all --backend nccl --steps 3 --warmup 1 --csv results/07_zero/wall.csv
-    for lv in "0:64 80" "1:80 96" "2:80 96" "3:96 128 144"; do
+      --zero all --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
+    for lv in "0:64 80" "1:80 96" "2:80 96" "3:112 144"; do
       for L in ${lv#*:}; do
         step wall_z${lv%%:*}_L$L 75 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $L --context 512 \
           --batch 2 --zero ${lv%%:*} --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
