@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from torch_model import TransformerLM, config_by_name  # noqa: E402
+from torch_model import append_csv, config_by_name, timing_model  # noqa: E402
 
 
 def main():
@@ -41,14 +41,7 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(1234)
     rows = []
     for variant in a.variants.split(","):
-        torch.manual_seed(1)
-        # The course's init draws every weight on the CPU in float64 (minutes at XL); the
-        # timing does not depend on it: draw on the GPU instead (normal, std 0.02; norms 1).
-        TransformerLM.reset_parameters = lambda self, seed=None: None
-        model = TransformerLM(cfg, use_sdpa=a.sdpa).cuda()
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                p.fill_(1.0) if p.dim() == 1 else p.normal_(0.0, 0.02)
+        model = timing_model(cfg, a.sdpa)
         net = model
         if variant == "ddp":
             net = torch.nn.parallel.DistributedDataParallel(model)
@@ -88,14 +81,9 @@ def main():
         torch.cuda.reset_peak_memory_stats()
     if rank == 0:
         base = next((r[1] for r in rows if r[0] == "none"), None)
-        os.makedirs(os.path.dirname(a.csv) or ".", exist_ok=True)
-        new = not os.path.exists(a.csv)
-        with open(a.csv, "a") as f:
-            if new:
-                f.write("model,context,batch,ranks,precision,impl,variant,step_ms,comm_exposed_ms,peak_GiB,overhead_pct\n")
-            for v, t, c, p in rows:
-                ov = f"{100 * (t / base - 1):+.1f}%" if base else ""
-                f.write(f"{a.model},{a.context},{a.batch},{W},{a.precision},torch,{v},{t:.3f},{c:.3f},{p:.2f},{ov}\n")
+        append_csv(a.csv, "model,context,batch,ranks,precision,impl,variant,step_ms,comm_exposed_ms,peak_GiB,overhead_pct",
+                   [(a.model, a.context, a.batch, W, a.precision, "torch", v, f"{t:.3f}", f"{c:.3f}", f"{p:.2f}",
+                     f"{100 * (t / base - 1):+.1f}%" if base else "") for v, t, c, p in rows])
     dist.destroy_process_group()
 
 

@@ -152,14 +152,15 @@ class Block(nn.Module):
 
 
 class TransformerLM(nn.Module):
-    def __init__(self, cfg, use_sdpa=False, init_seed=None):
+    def __init__(self, cfg, use_sdpa=False, init_seed=None, init=True):
         super().__init__()
         self.cfg = cfg
         self.token_embeddings = nn.Embedding(cfg.vocab, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg, use_sdpa) for _ in range(cfg.n_layers))
         self.ln_final = RMSNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
-        self.reset_parameters(init_seed)
+        if init:  # init=False: torch's default init, for callers that draw their own (timing_model)
+            self.reset_parameters(init_seed)
 
     @torch.no_grad()
     def reset_parameters(self, seed=None):
@@ -237,6 +238,31 @@ def load_flat(model, flat):
     for name, shape, off in layout:
         src = torch.from_numpy(np.array(flat[off:off + int(np.prod(shape))]).reshape(shape))
         params[name].copy_(src.to(params[name].dtype))
+
+
+def timing_model(cfg, use_sdpa=False, device="cuda"):
+    """A TransformerLM for timing and memory runs (the benchmarks of stages 06 and 07): the
+    course's init draws every weight on the CPU in float64 (minutes at XL) and neither time nor
+    memory depends on it, so the weights are drawn on the device instead (normal, std 0.02;
+    norms 1), from torch.manual_seed(1)."""
+    torch.manual_seed(1)
+    model = TransformerLM(cfg, use_sdpa=use_sdpa, init=False).to(device)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.fill_(1.0) if p.dim() == 1 else p.normal_(0.0, 0.02)
+    return model
+
+
+def append_csv(path, header, rows):
+    """Appends rows (lists of values) to a CSV, writing the header first if the file is new."""
+    import os
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    new = not os.path.exists(path)
+    with open(path, "a") as f:
+        if new:
+            f.write(header + "\n")
+        for r in rows:
+            f.write(",".join(str(x) for x in r) + "\n")
 
 
 def _self_check():
