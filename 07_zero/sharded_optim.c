@@ -103,6 +103,7 @@ size_t optim_state_bytes(const optim_t* o) { return o->kind == OPT_ADAMW ? 2 * o
 
 // ------------------------------------------------------------------ the greedy assignment
 void sharded_assign(const ddp_param_t* table, int n, int world, size_t* load, int* owner) {
+    // STUDENT-BEGIN(07.sharded_assign): the course's partition (PyTorch's ZeroRedundancyOptimizer): the parameters by size, largest first (a stable order: equal sizes keep table order); each trainable one to the rank with the fewest elements in load[] so far (the lowest rank on ties), load[owner] += numel; a frozen parameter gets owner -1 | see 07_zero/README.md §The four levels | test: test_07 sharded_assign/*
     // Indices sorted by size, largest first; a stable insertion sort keeps equal sizes in table
     // order, as Python's sorted() does in ZeroRedundancyOptimizer._partition_parameters.
     int* idx = malloc((size_t)(n ? n : 1) * sizeof(int));
@@ -123,6 +124,7 @@ void sharded_assign(const ddp_param_t* table, int n, int world, size_t* load, in
         load[best] += table[i].numel;
     }
     free(idx);
+    // STUDENT-END(07.sharded_assign)
 }
 
 // ------------------------------------------------------------------ sharded_optim_t
@@ -195,6 +197,7 @@ void sharded_optim_add_group(sharded_optim_t* s, const ddp_param_t* table, int n
 }
 
 void sharded_optim_step(sharded_optim_t* s) {
+    // STUDENT-BEGIN(07.sharded_optim_step): the course's step: when s->average, all-reduce (avg) each trainable parameter's gradient (comm_iallreduce, then one comm_waitall); optim_step over this rank's ranges on s->stream; then every owned parameter broadcast from its owner (comm_ibroadcast, one comm_waitall) | see 07_zero/README.md §The four levels | test: test_07 sharded_optim_course/*
     comm_t* c = s->c;
     if (s->average) {  // DDP's naive all-reduce, for when nothing else averaged the gradients
         int k = 0;
@@ -215,6 +218,7 @@ void sharded_optim_step(sharded_optim_t* s) {
             s->reqs[k++] = comm_ibroadcast(c, p, p, s->p[i].numel, COMM_F32, s->owner[i], s->stream);
         }
     comm_waitall(c, s->reqs, k);
+    // STUDENT-END(07.sharded_optim_step)
 }
 
 int sharded_optim_n_params(const sharded_optim_t* s) { return s->n; }

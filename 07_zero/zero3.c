@@ -39,6 +39,7 @@ struct zero3 {
 
 // ------------------------------------------------------------------ plan
 size_t zero3_plan(const size_t* bounds, int U, int n, zero3_unit_t* out) {
+    // STUDENT-BEGIN(07.zero3_plan): ZeRO-3's per-unit shards: unit k = [bounds[k], bounds[k+1]) padded to a multiple of n·ZERO_ALIGN and cut into n equal pieces (piece), q = the sum of the earlier units' pieces; out may be NULL; returns S, the sum of the pieces; DIE on U < 1, n < 1, bounds[0] != 0 or an empty or reversed unit | see 07_zero/README.md §The four levels | test: test_07 zero3_plan/*
     if (U < 1 || n < 1 || bounds[0] != 0) DIE("zero3_plan: %d units, %d ranks, first boundary %zu", U, n, bounds[0]);
     const size_t unit = (size_t)n * ZERO_ALIGN;
     size_t q = 0;
@@ -50,6 +51,7 @@ size_t zero3_plan(const size_t* bounds, int U, int n, zero3_unit_t* out) {
         q += piece;
     }
     return q;
+    // STUDENT-END(07.zero3_plan)
 }
 
 // ------------------------------------------------------------------ create / destroy
@@ -176,6 +178,7 @@ static void comm_after_compute(zero3_t* z) {
 
 // All-gather use i's unit into pbuf[i mod 2], unless that buffer holds it already.
 static void start_gather(zero3_t* z, int i) {
+    // STUDENT-BEGIN(07.zero3_gather): all-gather use i's unit (use_unit) from every rank's piece at pshard + q into pbuf[i mod 2], unless held[] says the buffer has it: NCCL on the comm stream after comm_after_compute (the buffer's last user), detached, then ag_done[k] recorded; MPI a request in ag_req[k] (the old one waited first); set held[k], count ag_calls and ag_bytes | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: use_unit comm_after_compute
     const int k = i % 2, u = use_unit(z, i);
     if (z->held[k] == u) return;
     const zero3_unit_t* un = &z->u[u];
@@ -191,6 +194,7 @@ static void start_gather(zero3_t* z, int i) {
     z->held[k] = u;
     z->st.ag_calls++;
     z->st.ag_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
+    // STUDENT-END(07.zero3_gather)
 }
 
 // Begins use i: its gather started (at use 0: now), the next one started, its own waited.
@@ -234,6 +238,7 @@ void zero3_before_bwd(void* zz, int u) {
 }
 
 void zero3_after_bwd(void* zz, int u) {
+    // STUDENT-BEGIN(07.zero3_reduce_scatter): after unit u's backward (check_unit against bwd_next): reduce-scatter (avg) its gradient buffer gbuf[k], k = (U-1-u) mod 2, in pieces of un->piece into gshard + q: NCCL on the comm stream after comm_after_compute, detached, then rs_done[k] recorded; MPI a request in rs_req[k]; rs_pending[k] = 1, count rs_calls and rs_bytes, bwd_next = u - 1 | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: comm_after_compute
     zero3_t* z = zz;
     check_unit(u, z->bwd_next, "after_bwd");
     const int j = z->U - 1 - u, k = j % 2;
@@ -251,6 +256,7 @@ void zero3_after_bwd(void* zz, int u) {
     z->st.rs_calls++;
     z->st.rs_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
     z->bwd_next = u - 1;
+    // STUDENT-END(07.zero3_reduce_scatter)
 }
 
 void zero3_finish_grads(zero3_t* z) {

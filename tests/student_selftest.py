@@ -7,7 +7,7 @@
                                         solution line inside, no .git, round trip back to the solution
     tests/student_selftest.py stages    STAGES=01,02 releases 01-02 and leaves 03-08 out
     tests/student_selftest.py compile   the stubbed C files compile with the build's warnings as errors
-    tests/student_selftest.py full      build the student tree's stages 01-06 and 08 (no warnings), its
+    tests/student_selftest.py full      build the student tree's stages 01-08 (no warnings), its
                                         CPU tests fail with the task messages, its grade is 0 for every
                                         problem with a region and full for the rest, the solution grades
                                         full on every CPU-testable problem (minutes: make test-student, CI)
@@ -242,7 +242,7 @@ def grade_of(tree, build, stages):
 
 def step_full():
     build = os.environ.get("BUILD", "build")
-    stages = "01,02,03,04,05,06,08"  # 07 is not marked yet and stands on 06's (stubbed) DDP
+    stages = "01,02,03,04,05,06,07,08"  # 07 stands on 06's (stubbed) DDP: its rows list 06's regions
     with tempfile.TemporaryDirectory() as tmp:
         dest = os.path.join(tmp, "student")
         make_tree(dest)
@@ -260,6 +260,16 @@ def step_full():
         if rc == 0 or "02: weighted_sum_forward_ref is yours to write — see 02_weighted_sum/README.md" not in out \
                 or "Crashing: 0" not in out:
             bad(f"full: the student's ws_ref tests do not fail with the task message: {out[-1500:]}")
+        # stage 07: a pure function (the padded layout), the accounting program, and an MPI
+        # program whose stub fails on every rank (no rank left waiting in a collective)
+        for filt, msg in (("zero_layout/*", "07: zero_shard_range is yours to write — see 07_zero/README.md §Padded layout"),
+                          ("accounting_cli/defaults_print_the_handout_answers",
+                           "07: acct_memory is yours to write — see 07_zero/ACCOUNTING.md §(a) Memory on one device"),
+                          ("sharded_optim_course/both_toymodels_adamw_1_to_4_ranks_bitwise",
+                           "07: zero_shard_range is yours to write — see 07_zero/README.md §Padded layout")):
+            rc, out = run(["build/07_zero/test_07", "--jobs", "2", "--filter", filt], cwd=dest, timeout=600)
+            if rc == 0 or msg not in out or "Crashing: 0" not in out:
+                bad(f"full: the student's {filt} tests do not fail with the task message: {out[-1500:]}")
         rc, out = run(["build/08_pipeline/test_08", "--jobs", "2", "--filter", "schedule/every_schedule_is_valid"],
                       cwd=dest, timeout=600)
         if rc == 0 or "08: order_gpipe is yours to write — see 08_pipeline/README.md" not in out \
