@@ -84,6 +84,7 @@ static void manifest_text(const ckpt_manifest_t* m, char* buf, size_t len) {
     PUT("sampler seed %llu counter %lld\n", (unsigned long long)m->seed, (long long)m->sampler_counter);
     PUT("schedule lr %.17g min_lr %.17g warmup %lld steps %lld clip %.17g wd %.17g\n", m->lr, m->min_lr,
         (long long)m->warmup, (long long)m->steps, m->clip, m->wd);
+    if (m->pp > 0) PUT("pipeline pp %d dp %d layout %s\n", m->pp, m->dp, m->layout);
     for (int i = 0; i < m->n_files; i++) {
         const ckpt_file_t* f = &m->files[i];
         PUT("file %s bytes %llu fnv64 %016llx ranges %llu elems %llu\n", f->name, (unsigned long long)f->bytes,
@@ -126,6 +127,11 @@ static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_
                &m->clip, &m->wd, &n) != 6)
         return ERR("manifest.txt: unreadable schedule line");
     p += n;
+    if (strncmp(p, "pipeline ", 9) == 0) {
+        if (sscanf(p, "pipeline pp %d dp %d layout %199[^\n]\n%n", &m->pp, &m->dp, m->layout, &n) != 3 || m->pp < 1 || m->dp < 1)
+            return ERR("manifest.txt: unreadable pipeline line");
+        p += n;
+    }
     m->warmup = wu, m->steps = st;
     m->step = step;
     m->total = total;

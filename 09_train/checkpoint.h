@@ -70,6 +70,12 @@ typedef struct {
     // values is told so, as it trains a different schedule from there on.
     double lr, min_lr, clip, wd;
     int64_t warmup, steps;
+    // Pipeline parallelism (--pp; 0 without it): P stages' ranks x D replicas, and the layout
+    // (schedule, chunks, micro-batches, the blocks of every stage) as one line of text. Written
+    // as the manifest's "pipeline" line only when pp > 0; informational on resume (moments are
+    // keyed by the flat layout, parameters are whole: any P, D or mode can resume it).
+    int pp, dp;
+    char layout[200];
     int n_files;
     ckpt_file_t files[CKPT_MAX_FILES];
 } ckpt_manifest_t;

@@ -487,6 +487,122 @@ Test(train_accum, two_micro_batches_equal_one_batch_twice_as_large, .timeout = 1
     fclose(fa), fclose(fb);
 }
 
+// ---- --pp: stage 08's executor in the trainer
+// Pipeline training equals single-process training on the same global batch. The tolerance is
+// BITWISE here, and why it holds: the executor scales each micro-batch's loss by 1/(m·D) (a
+// power of two for m·D = 4: exact in fp32, so g/4 summed equals (Σ g)/4 bit for bit), adds the
+// micro-batches' gradients into the slices in micro-batch order as the trainer's accumulation
+// does, and each stage's backward is the whole model's backward restricted to its blocks (08's
+// range functions, the same kernels); the norm is Σ of per-slice double sums, which rounds far
+// below the fp32 clip factor. With 2 replicas the gradients are summed replica 0 + replica 1 after
+// each replica's 2 micro-batches: DDP's grouping (--dp --accum 2 on 2 ranks), bitwise, and the
+// single process's 4-term sum only up to fp32 rounding: allclose rtol 1e-4, atol 1e-5 (the
+// accumulation test's bound, for the same reason).
+static double csv_col(const char* d, int row, int col) {
+    char p[700], l[256];
+    snprintf(p, sizeof p, "%s/train.csv", d);
+    FILE* f = fopen(p, "r");
+    cr_assert_not_null(f, "%s", p);
+    double x[4] = {NAN, NAN, NAN, NAN};
+    for (int k = 0; k <= row && fgets(l, sizeof l, f); k++)
+        if (k == row) cr_assert(sscanf(l, "%lf,%lf,%lf,%lf", &x[0], &x[1], &x[2], &x[3]) == 4, "%s", l);
+    fclose(f);
+    return x[col - 1];
+}
+static float* params_at(const char* d, int step, size_t* n) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/step_%09d/params.bin", d, step);
+    return (float*)slurp(p, n);
+}
+static void pp_equals(int np, const char* mode, const char* tag, const char* ref_mode, const char* ref_tag, int ref_np, int exact) {
+    const char* common = "--steps 5 --context 16 --batch 2 --log-every 100 --eval-every 5";
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s", dir(tag));
+    snprintf(b, sizeof b, "%s", dir(ref_tag));
+    int st = train(np, "%s %s --ckpt-dir %s --out %s", common, mode, a, a);
+    cr_assert_eq(st, 0, "%s exited %d:\n%s", mode, st, g_out);
+    cr_assert(strstr(g_out, "# pipeline: P 2"), "no pipeline line:\n%s", g_out);
+    st = train(ref_np, "%s %s --ckpt-dir %s --out %s", common, ref_mode, b, b);
+    cr_assert_eq(st, 0, "%s exited %d:\n%s", ref_mode, st, g_out);
+    size_t na, nb;
+    float* x = params_at(a, 5, &na);
+    float* y = params_at(b, 5, &nb);
+    cr_assert_eq(na, nb);
+    if (exact) cr_assert(memcmp(x, y, na) == 0, "parameters after 5 steps, %s vs %s: not the same bits", mode, ref_mode);
+    else ASSERT_ALLCLOSE(x, y, na / sizeof(float), 1e-4, 1e-5, "parameters after 5 steps: --pp 2 --dp vs the single process");
+    for (int row = 1; row <= 5; row++) {
+        const double ga = csv_norm(a, row), gb = csv_norm(b, row);
+        cr_assert(fabs(ga - gb) <= (exact ? 0 : 1e-5) * gb, "step %d: gradient norm %.9g (%s) vs %.9g (%s)", row, ga, mode, gb, ref_mode);
+    }
+    for (int row = 1; row <= 5 && exact; row++) {  // the losses, digit for digit (%.9g prints every float exactly)
+        const double la = csv_col(a, row, 3), lb = csv_col(b, row, 3);
+        cr_assert(la == lb, "step %d: loss %.9g (%s) vs %.9g (%s)", row, la, mode, lb, ref_mode);
+    }
+    free(x), free(y);
+}
+Test(train_pp, pp2_1f1b_equals_single_process, .timeout = 120) {
+    pp_equals(2, "--pp 2 --schedule 1f1b --micro-batches 4", "pp1f1b", "--accum 4", "pp_ref", 1, 1);
+}
+Test(train_pp, pp2_gpipe_equals_single_process, .timeout = 120) {
+    pp_equals(2, "--pp 2 --schedule gpipe --micro-batches 4", "ppgpipe", "--accum 4", "pp_ref2", 1, 1);
+}
+Test(train_pp, pp2_zbh1_equals_single_process, .timeout = 120) {
+    pp_equals(2, "--pp 2 --schedule zbh1 --micro-batches 4", "ppzb", "--accum 4", "pp_ref3", 1, 1);
+}
+Test(train_pp, pp2_interleaved_4_layers_equals_single_process, .timeout = 120) {
+    pp_equals(2, "--pp 2 --schedule interleaved --layers 4 --micro-batches 4", "ppint", "--layers 4 --accum 4", "pp_ref4", 1, 1);
+}
+Test(train_pp, pp2_dp2_on_4_ranks_equals_ddp_and_single_process, .timeout = 120) {
+    pp_equals(4, "--pp 2 --dp --micro-batches 2", "pp2d2", "--dp --accum 2", "pp_refd", 2, 1);
+    pp_equals(4, "--pp 2 --dp --micro-batches 2", "pp2d2b", "--accum 4", "pp_refs", 1, 0);
+    cr_assert(strstr(g_out, "replicas identical"), "%s", g_out);
+}
+Test(train_pp, pp2_killed_mid_step_is_bitexact, .timeout = 120) {
+    resume_bitexact(2, "--pp 2 --micro-batches 2", "ppk");
+}
+Test(train_pp, pp2_dp2_killed_mid_step_is_bitexact, .timeout = 120) {
+    resume_bitexact(4, "--pp 2 --dp --micro-batches 2", "ppk4");
+}
+// A --pp 2 checkpoint resumes on 1 process without the pipeline (parameters are whole, moments
+// keyed by the flat layout; the global batch kept): the same bits as the pipeline run going on.
+Test(train_pp, pp2_checkpoint_resumes_on_1_process, .timeout = 120) {
+    const char* common = "--steps 10 --context 16 --batch 2 --log-every 100 --eval-every 5 --ckpt-every 5";
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s", dir("ppre_a"));
+    snprintf(b, sizeof b, "%s", dir("ppre_b"));
+    int st = train(2, "%s --pp 2 --micro-batches 4 --ckpt-dir %s", common, a);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    st = train(2, "%s --pp 2 --micro-batches 4 --ckpt-dir %s --die-at-step 7", common, b);
+    cr_assert_neq(st, 0, "the killed run exited 0:\n%s", g_out);
+    st = train(1, "%s --accum 4 --ckpt-dir %s --resume", common, b);
+    cr_assert_eq(st, 0, "resumed on 1 process: exited %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "with --zero 0 --pp 2, now 1 rank with --zero 0 --pp 0"), "%s", g_out);
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/step_000000010/params.bin", a);
+    snprintf(pb, sizeof pb, "%s/step_000000010/params.bin", b);
+    assert_same_bytes(pa, pb, "parameters: --pp 2 straight vs --pp 2 killed, resumed on 1 process");
+}
+Test(train_pp, bad_pp_flags_are_one_line_and_exit_2, .timeout = 60) {
+    int st = train(3, "--pp 2 --dp");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--pp: 2 does not divide the 3 ranks"), "%s", g_out);
+    st = train(4, "--pp 4 --context 16");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--pp 4: 4 stages (4 ranks x 1 chunks) over the model's 2 blocks"), "%s", g_out);
+    st = train(2, "--pp 2 --schedule zbh1 --backend nccl");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--schedule zbh1 --backend nccl: the GPU executor has no split backward"), "%s", g_out);
+    st = train(2, "--pp 2 --zero 1");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--pp and --zero 1: not combined"), "%s", g_out);
+    st = train(4, "--pp 2");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "give --dp (ranks = P x D)"), "%s", g_out);
+    st = train(2, "--pp 2 --schedule interleaved --layers 4 --micro-batches 3");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "--schedule interleaved --micro-batches 3"), "%s", g_out);
+}
+
 // ---- the GPU model (NCCL backend, one GPU a rank): skipped without GPUs. On 1 GPU: the loss on
 // real text falls (300 steps, as the CPU test, bound 0.8 x the unigram entropy) in fp32 and bf16;
 // a killed run resumes bit-exact (the device against the device: cuBLAS's norm and kernels are
@@ -524,3 +640,24 @@ Test(train_gpu, killed_2_gpus_zero2_resumes_bitexact, .timeout = 300) {
     resume_bitexact(2, "--backend nccl --zero 2 --bucket-mb 0.05", "g2z2");
 }
 Test(train_gpu, killed_2_gpus_zero3_resumes_bitexact, .timeout = 300) { NEED_GPUS(2); resume_bitexact(2, "--backend nccl --zero 3", "g2z3"); }
+// --pp on 2 GPUs (the GPU executor, fp32, one GPU a pipeline rank): the loss falls, and a killed
+// run resumes bit-exact (device against device).
+Test(train_gpu, pp2_2_gpus_loss_falls, .timeout = 300) {
+    NEED_GPUS(2);
+    const char* o = dir("gpp");
+    int st = train(2, "--backend nccl --pp 2 --micro-batches 4 --steps 300 --context 32 --batch 8 --log-every 50 --eval-every 100 --out %s", o);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    const char* fin = strstr(g_out, "final: step 300");
+    cr_assert_not_null(fin, "%s", g_out);
+    double tl, el, h;
+    cr_assert(sscanf(fin, "final: step 300  train loss %lf  eval loss %lf  unigram entropy %lf", &tl, &el, &h) == 3, "%s", fin);
+    cr_assert(el < 0.8 * h, "--pp 2 on GPUs: held-out loss %.4f, not below 0.8 x the unigram entropy %.4f", el, h);
+}
+Test(train_gpu, killed_2_gpus_pp2_1f1b_resumes_bitexact, .timeout = 300) {
+    NEED_GPUS(2);
+    resume_bitexact(2, "--backend nccl --pp 2 --micro-batches 2", "g2pp");
+}
+Test(train_gpu, killed_2_gpus_pp2_gpipe_resumes_bitexact, .timeout = 300) {
+    NEED_GPUS(2);
+    resume_bitexact(2, "--backend nccl --pp 2 --schedule gpipe --micro-batches 2", "g2ppg");
+}

@@ -25,6 +25,7 @@
 // The optimizer is always 07's optim_t (sharded_optim.h): the trainer reaches it through
 // zero_optim/zero3_optim to set the learning rate, clip, and read and write the moments of the
 // flat ranges it owns (checkpoint.h); no ZeRO logic lives here.
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +39,9 @@
 #include "07_zero/sharded_optim.h"
 #include "07_zero/zero.h"
 #include "07_zero/zero3.h"
+#include "08_pipeline/executor.h"
+#include "08_pipeline/partition.h"
+#include "08_pipeline/schedule.h"
 #include "09_train/checkpoint.h"
 #include "09_train/lr_clip.h"
 #include "common/alloc.h"
@@ -81,7 +85,16 @@ typedef struct {
     tokens_t tok;
     sampler_t smp;
     size_t n_train;       // tokens [0, n_train) train, [n_train, n) are held out
-    int32_t *in, *tg;     // (B, T)
+    int32_t *in, *tg;     // (B, T); --pp: (A·B, T), the step's A micro-batches
+    // --pp (stage 08): pipeline rank pr of replica d; D replicas; A = the micro-batches m
+    int pp, D, d, pr;
+    model_config_t mc;    // the model's config (the stages' spans)
+    schedule_t sched;     // the action lists (08's schedule.h)
+    partition_t part;     // the blocks of every stage (08's partition.h)
+    model_range_t* ranges;  // [v] this rank's chunks
+    size_t *stb, *ste;    // [S] flat span of every stage
+    pp_exec_t* x;         // CPU executor (MPI)
+    pp_exec_gpu_t* xg;    // GPU executor (NCCL)
 } trainer_t;
 
 // The per-parameter hook of the backward: DDP's and ZeRO-1/2's buckets start here.
@@ -210,9 +223,93 @@ static int load_state(trainer_t* t, const char* path, const ckpt_manifest_t* mf,
     return 0;
 }
 
+// ---- pipeline parallelism (--pp): stage 08's executor runs the step
+// One flush of the executor over the A micro-batches in t->in / t->tg; every micro-batch's loss
+// (and gradient) scaled by `scale`. Returns Σ scale·loss over the micro-batches whose loss this
+// rank computed (the head's ranks), 0 elsewhere.
+static double pp_flush(trainer_t* t, float scale) {
+    return t->gpu ? pp_exec_gpu_step(t->xg, t->in, t->tg, scale, NULL) : pp_exec_step(t->x, t->in, t->tg, scale, NULL);
+}
+
+// A step under --pp. Replica d's micro-batch mb is the windows mb·D·B + d·B .. + B of the step
+// (the layout of the data-parallel trainer with D ranks and A micro-batches), so the global batch
+// is the A·D·B windows a single process with --accum A·D takes. The executor scales each
+// micro-batch's loss by 1/(A·D): the gradients it accumulates are the global mean once the D
+// replicas' are summed (pp_exec_dp_allreduce). The norm: Σ g² over this rank's slices (its
+// optimizer's ranges), replica 0's ranks only (the replicas hold the same sums), all-reduced.
+static double train_step_pp(trainer_t* t, int64_t step, double lr, double clip, int64_t kill_step, double* gnorm) {
+    const size_t bt = (size_t)t->B * t->T;
+    for (int a = 0; a < t->A; a++)
+        sampler_fill(&t->smp, &t->tok, (int64_t)a * t->D * t->B + (int64_t)t->d * t->B, t->B, t->in + a * bt, t->tg + a * bt);
+    double loss = pp_flush(t, 1.0f / (float)(t->A * t->D));
+    if (t->D > 1) pp_exec_dp_allreduce(t->x, t->D);
+    if (step == kill_step) raise(SIGKILL);  // after the backward (the GPU executor's step ends synchronised)
+    const optim_t* o = t->opt;
+    double ss = 0;
+    for (int k = 0; k < o->n; k++) ss += sumsq(t, t->gbase + o->r[k].g_off, o->r[k].numel);
+    if (t->d != 0) ss = 0;
+    comm_host_allreduce_f64(t->c, &ss, 1, COMM_SUM);
+    *gnorm = sqrt(ss);
+    const float coef = grad_clip_coef(*gnorm, clip);
+    for (int k = 0; k < o->n; k++) scale(t, t->gbase + o->r[k].g_off, o->r[k].numel, coef);
+    t->own.cfg.lr = (float)lr;
+    optim_step(&t->own, P_(t), G_(t), t->cs);
+    if (t->gpu) model_gpu_params_changed(t->gm);
+    sampler_advance(&t->smp);
+    comm_host_allreduce_f64(t->c, &loss, 1, COMM_SUM);  // the head ranks' terms: the global mean
+    return loss;
+}
+
+// The evaluation under --pp: the same executor flush on held-out windows (K = ceil(nb / A)
+// flushes of A micro-batches a replica; replica d takes windows (d·K + k)·A·B ..), the loss
+// scaled by 1/(K·A·D) and summed over the head ranks. The flush also runs the backward, whose
+// gradients are thrown away (the next step's flush zeroes them first): a forward-only pass
+// would need a schedule of its own; this costs the backward, and reuses 08's code as it is.
+static double evaluate_pp(trainer_t* t, int nb) {
+    const int K = (nb + t->A - 1) / t->A;
+    const size_t w = (size_t)t->T + 1;
+    double s = 0;
+    for (int k = 0; k < K; k++) {
+        for (int a = 0; a < t->A; a++)
+            for (int b = 0; b < t->B; b++) {
+                const size_t row = (size_t)a * t->B + b;
+                const size_t p = t->n_train + (((size_t)t->d * K + k) * t->A * t->B + row) * w;
+                for (int i = 0; i < t->T; i++) {
+                    t->in[row * t->T + i] = tokens_at(&t->tok, p + i);
+                    t->tg[row * t->T + i] = tokens_at(&t->tok, p + i + 1);
+                }
+            }
+        s += pp_flush(t, 1.0f / (float)(K * t->A * t->D));
+    }
+    comm_host_allreduce_f64(t->c, &s, 1, COMM_SUM);
+    return s;
+}
+
+// Collective: world rank 0's parameter buffer receives every stage's slice from its owner in
+// replica 0 (the slices rank 0 does not own are never read by its executor, so they can hold
+// the others'). On the GPU the receives land in rank 0's device buffer (NCCL, as 08's check).
+static void pp_gather(trainer_t* t) {
+    const int S = sched_stages(&t->sched);
+    comm_req_t** rq = calloc((size_t)S, sizeof *rq);
+    if (!rq) DIE("out of host memory");
+    float* P = P_(t);
+    int k = 0;
+    if (t->gpu) comm_group_start(t->c);
+    for (int st = 0; st < S; st++) {
+        const int owner = sched_rank_of(&t->sched, st);  // = its world rank in replica 0
+        if (owner == 0) continue;
+        if (t->r == 0) rq[k++] = comm_irecv(t->c, P + t->stb[st], t->ste[st] - t->stb[st], COMM_F32, owner, NULL);
+        else if (t->r == owner) rq[k++] = comm_isend(t->c, P + t->stb[st], t->ste[st] - t->stb[st], COMM_F32, 0, NULL);
+    }
+    if (t->gpu) comm_group_end(t->c);
+    comm_waitall(t->c, rq, k);
+    free(rq);
+}
+
 // One optimizer step `step` (0-based). Returns the mean training loss over the global batch
 // and the gradient norm (before clipping) in *gnorm.
 static double train_step(trainer_t* t, int64_t step, double lr, double clip, int64_t kill_step, double* gnorm) {
+    if (t->pp) return train_step_pp(t, step, lr, clip, kill_step, gnorm);
     float* G = t->z3 ? zero3_grad_shard(t->z3) : G_(t);  // what a micro-batch's gradient is in
     double loss = 0;
     for (int a = 0; a < t->A; a++) {
@@ -270,6 +367,12 @@ static double train_step(trainer_t* t, int64_t step, double lr, double clip, int
 // GPU: `buf` is host memory of `total` floats; ZeRO-3 gathers into the device buffer t->dbuf first.
 static float* g_dbuf;
 static const float* host_params(trainer_t* t, float* buf) {
+    if (t->pp) {  // --pp: rank 0's gathered whole (the other ranks': their own slices only)
+        pp_gather(t);
+        if (!t->gpu) return t->m.params;
+        model_gpu_get_params(t->gm, buf);
+        return buf;
+    }
     if (!t->gpu) {
         if (!t->z3) return t->m.params;
         zero3_gather_params(t->z3, buf);
@@ -297,6 +400,7 @@ static void host_moments(trainer_t* t, const float** m, const float** v) {
 // Mean loss over the held-out split's first nb·B·W windows (consecutive, non-overlapping; rank
 // r takes its own nb·B of them): the same windows at every evaluation, so the curve compares.
 static double evaluate(trainer_t* t, int nb) {
+    if (t->pp) return evaluate_pp(t, nb);
     double s = 0;
     const size_t w = (size_t)t->T + 1;
     for (int k = 0; k < nb; k++) {
@@ -368,6 +472,8 @@ int main(int argc, char** argv) {
     int context = 64, B = 8, A = 1, steps = 200, warmup = -1, seed = 1, dp = 0, zero = 0, vocab = 0;
     int log_every = 10, eval_every = 50, eval_batches = 4, ckpt_every = 0, keep = 2, resume = 0;
     int kill_step = -1, signal_at = -1;
+    int pp = 0, chunks = 0, mbs = 0, layers = 0;
+    const char* sched_s = "1f1b";
     double peak_tflops = 0;
     double lr = 3e-3, min_lr = -1, clip = 1.0, wd = 0.1, val_frac = 0.1, bucket_mb = 25, timeout_s = 0;
     cli_opt_t opts[] = {
@@ -403,6 +509,11 @@ int main(int argc, char** argv) {
         {"signal-at-step", CLI_INT, &signal_at, "-1", "test: send SIGTERM to itself (rank 0) after this step", NULL},
         {"peak-tflops", CLI_DOUBLE, &peak_tflops, "0", "the machine's peak TFLOP/s per rank: the log line shows MFU (0: not shown)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
+        {"layers", CLI_INT, &layers, "0", "blocks L (0: the size's; tiny has 2, so --pp above 2 or interleaving needs more)", NULL},
+        {"pp", CLI_INT, &pp, "0", "pipeline parallel over P stages' ranks (stage 08's executor; ranks = P x D replicas with --dp; 0: off)", NULL},
+        {"schedule", CLI_CHOICE, &sched_s, "1f1b", "pipeline schedule (--pp)", SCHED_CHOICES},
+        {"chunks", CLI_INT, &chunks, "0", "model chunks v per pipeline rank (--pp; 0: 2 for interleaved, else 1)", NULL},
+        {"micro-batches", CLI_INT, &mbs, "0", "micro-batches m a step (--pp; the same as --accum, which it sets)", NULL},
     };
     comm_cli_parse(argc, argv, "Train the Transformer LM on a token file, with checkpoints and resume (CPU, MPI).", opts, CLI_COUNT(opts));
 #define BAD(...) comm_bad_input(__VA_ARGS__)
@@ -432,7 +543,22 @@ int main(int argc, char** argv) {
     // that depend on it end the job before anything is allocated.
     const char* ws = getenv("OMPI_COMM_WORLD_SIZE");
     const int W = ws ? atoi(ws) : 1;
-    if (W > 1 && !dp && !zero) BAD("%d ranks need --dp or --zero 1|2|3 (without them each rank would train alone)", W);
+    if (W > 1 && !dp && !zero && !pp) BAD("%d ranks need --dp or --zero 1|2|3 (without them each rank would train alone)", W);
+
+    // --pp: the checks that need only the flags and the world size
+    if (pp < 0 || pp > 256) BAD("--pp: %d is out of range (0..256)", pp);
+    if (chunks < 0 || chunks > 64 || mbs < 0 || mbs > 1024) BAD("--chunks (0..64) or --micro-batches (0..1024) out of range");
+    if (layers < 0 || layers > 1024) BAD("--layers: %d is out of range (0..1024)", layers);
+    if (mbs) {
+        if (A != 1 && A != mbs) BAD("--micro-batches %d and --accum %d: they are the same thing, give one", mbs, A);
+        A = mbs;
+    }
+    if (!pp && chunks) BAD("--chunks needs --pp");
+    if (pp && zero) BAD("--pp and --zero %d: not combined (ZeRO over the replicas of a stage is not built); use --pp with --dp", zero);
+    if (pp && W % pp != 0) BAD("--pp: %d does not divide the %d ranks (ranks = pipeline stages P x replicas D)", pp, W);
+    const int Dp = pp ? W / pp : W;  // data-parallel replicas: the global batch is A x Dp x B
+    if (pp && Dp > 1 && !dp) BAD("--pp %d on %d ranks makes %d replicas of the pipeline: give --dp (ranks = P x D)", pp, W, Dp);
+    const int gbatch = A * Dp * B;
 
     trainer_t t = {0};
     t.B = B, t.A = A, t.T = context, t.zero = zero;
@@ -442,13 +568,16 @@ int main(int argc, char** argv) {
     model_config_t cfg;
     if (model_config_by_name(model_s, context, &cfg) != 0) BAD("--model: unknown size '%s'", model_s);
     cfg.vocab = vocab;
+    if (layers) cfg.n_layers = layers;
     if (model_config_check(&cfg, err, sizeof err) != 0) BAD("%s", err);
     t.n_train = (size_t)((double)t.tok.n * (1.0 - val_frac));
     const size_t n_val = t.tok.n - t.n_train;
-    if ((size_t)eval_batches * B * W * ((size_t)context + 1) > n_val)
+    // (--pp: evaluation runs whole flushes, ceil(eval-batches / A) of A micro-batches a replica)
+    const size_t ev_rows = pp ? (size_t)((eval_batches + A - 1) / A) * A * Dp : (size_t)eval_batches * W;
+    if (ev_rows * B * ((size_t)context + 1) > n_val)
         BAD("--data: the held-out split has %zu tokens; --eval-batches %d x --batch %d x %d ranks x %d tokens needs more "
             "(HINT: a larger --val-frac or fewer --eval-batches)", n_val, eval_batches, B, W, context + 1);
-    if (sampler_init(&t.smp, 0, t.n_train, context, (int64_t)A * W * B, (uint64_t)seed, err, sizeof err) != 0)
+    if (sampler_init(&t.smp, 0, t.n_train, context, (int64_t)gbatch, (uint64_t)seed, err, sizeof err) != 0)
         BAD("--data: %s", err);
 
     comm_backend_t backend;
@@ -457,11 +586,40 @@ int main(int argc, char** argv) {
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (zero == 3 && prec != MP_FP32) BAD("--zero 3 runs the GPU model in fp32 only (its windows refuse bf16: common/model_gpu.h)");
     t.gpu = backend == COMM_NCCL;
+    // --pp: schedule and partition (stage 08's), checked before MPI starts
+    char part_s[400] = "";
+    if (pp) {
+        sched_kind_t kind;
+        if (sched_parse(sched_s, &kind) != 0) BAD("--schedule: unknown '%s' (%s)", sched_s, SCHED_CHOICES);
+        if (t.gpu && kind == SCHED_ZBH1)
+            BAD("--schedule zbh1 --backend nccl: the GPU executor has no split backward (BI / W); run ZB-H1 with --backend mpi");
+        if (t.gpu && Dp > 1) BAD("--pp %d --dp on %d GPUs: pipeline x data parallel runs on the CPU only (--backend mpi)", pp, W);
+        if (t.gpu && prec != MP_FP32) BAD("--pp --backend nccl runs fp32 only (the GPU executor refuses bf16)");
+        const int v = chunks ? chunks : kind == SCHED_INTERLEAVED ? 2 : 1;
+        if (schedule_make(kind, pp, A, v, &t.sched, err, sizeof err) != 0)
+            BAD("--schedule %s --micro-batches %d --chunks %d on %d pipeline ranks: %s", sched_s, A, v, pp, err);
+        if (partition_model(&cfg, B, context, pp * v, &t.part, err, sizeof err) != 0)
+            BAD("--pp %d: %d stages (%d ranks x %d chunks) over the model's %d blocks: %s; give --layers", pp, pp * v, pp, v,
+                cfg.n_layers, err);
+        char pf[300];
+        partition_format(&t.part, pf, sizeof pf);
+        snprintf(part_s, sizeof part_s, "%s v %d m %d: %s", sched_name(kind), v, A, pf);
+    }
     t.c = comm_init(backend, comm_timeout_flag(timeout_s));
     t.W = t.c->world, t.r = t.c->rank;
     if (t.W != W) comm_fatal(t.c, 1, "world size %d, the environment said %d", t.W, W);
+    t.pp = pp, t.D = Dp, t.mc = cfg;
+    t.d = pp ? t.r / pp : t.r, t.pr = pp ? t.r % pp : 0;
     if (!t.gpu) {
         model_cpu_create(&t.m, &cfg, B, context, (uint64_t)seed);
+    } else if (pp) {
+        // The pipeline's CUDA model: the whole flat buffers, activations only per range (08)
+        t.gm = model_gpu_create_ranges(&cfg, B, context, MP_FP32, NULL, (uint64_t)seed, err, sizeof err);
+        if (!t.gm) comm_fatal(t.c, EXIT_BAD_INPUT, "--model %s: %s", model_s, err);
+        t.m.layout = *model_gpu_layout(t.gm);
+        t.cs = model_gpu_stream(t.gm);
+        if (cublasCreate(&t.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(t.blas, t.cs) != CUBLAS_STATUS_SUCCESS)
+            DIE("cuBLAS: cannot create a handle");
     } else {
         t.gm = model_gpu_create(&cfg, B, context, prec, NULL, (uint64_t)seed, err, sizeof err);
         if (!t.gm) comm_fatal(t.c, EXIT_BAD_INPUT, "--model %s: %s", model_s, err);
@@ -482,8 +640,8 @@ int main(int argc, char** argv) {
     t.total = t.P = t.m.layout.total;
     t.cfg = adamw_default();
     t.cfg.weight_decay = (float)wd;
-    t.in = malloc((size_t)B * context * sizeof(int32_t));
-    t.tg = malloc((size_t)B * context * sizeof(int32_t));
+    t.in = malloc((size_t)(pp ? A : 1) * B * context * sizeof(int32_t));
+    t.tg = malloc((size_t)(pp ? A : 1) * B * context * sizeof(int32_t));
     float* hist = malloc((size_t)steps * CKPT_HIST * sizeof(float) + 1);
     t.table = malloc((size_t)t.m.layout.n * sizeof *t.table);
     if (!t.in || !t.tg || !hist || !t.table) DIE("out of host memory");
@@ -520,10 +678,11 @@ int main(int argc, char** argv) {
                 comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s holds another model (context %d, vocab %d, d_model %d, %d layers, "
                            "%d heads, d_ff %d); give the flags it was trained with", path, mf.T, mf.vocab, mf.d_model,
                            mf.n_layers, mf.n_heads, mf.d_ff);
-            if (mf.global_batch != (int64_t)A * t.W * B)
+            if (mf.global_batch != (int64_t)gbatch)
                 comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s was trained with a global batch of %lld sequences (it was on %d ranks); "
-                           "here --batch %d x --accum %d x %d ranks = %d: choose --batch and --accum with batch x accum x ranks = %lld",
-                           path, (long long)mf.global_batch, mf.world, B, A, t.W, A * t.W * B, (long long)mf.global_batch);
+                           "here --batch %d x --accum %d x %d %s = %d: choose --batch and --accum with batch x accum x %s = %lld",
+                           path, (long long)mf.global_batch, mf.world, B, A, Dp, pp ? "replicas" : "ranks", gbatch,
+                           pp ? "replicas" : "ranks", (long long)mf.global_batch);
             if (mf.step > steps) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s is at step %lld, beyond --steps %d", path, (long long)mf.step, steps);
             if (mf.seed != (uint64_t)seed) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s was trained with --seed %llu; give that seed", path, (unsigned long long)mf.seed);
             int rc = ckpt_read_params(path, &mf, t.gpu ? pbuf : t.m.params, err, sizeof err);
@@ -542,7 +701,37 @@ int main(int argc, char** argv) {
     }
 
     // ---- the data-parallel layer (06 or 07) and the optimizer it steps
-    if (zero == 1 || zero == 2) {
+    if (pp) {
+        // --pp: stage 08's executor over this rank's chunks; 07's optim_t (AdamW) over its
+        // chunks' slices of the flat layout, one range a chunk (the checkpoint's moments).
+        const int v = t.sched.v, S = sched_stages(&t.sched);
+        t.ranges = malloc((size_t)v * sizeof *t.ranges);
+        t.stb = malloc((size_t)S * sizeof(size_t));
+        t.ste = malloc((size_t)S * sizeof(size_t));
+        if (!t.ranges || !t.stb || !t.ste) DIE("out of host memory");
+        for (int st = 0; st < S; st++) {
+            const model_range_t rg = partition_range(&t.part, st);
+            model_range_span(&t.m.layout, &cfg, &rg, &t.stb[st], &t.ste[st]);
+        }
+        for (int ch = 0; ch < v; ch++) t.ranges[ch] = partition_range(&t.part, sched_stage(&t.sched, t.pr, ch));
+        if (t.gpu) {
+            const pp_exec_gpu_config_t gc = {t.c, &t.sched, t.pr, t.gm, t.ranges, B, context, -1};
+            t.xg = pp_exec_gpu_create(&gc);
+        } else {
+            const pp_exec_config_t ec = {t.c, &t.sched, t.pr, t.d * pp, &t.m, t.ranges, B, context, -1};
+            t.x = pp_exec_create(&ec);
+        }
+        optim_init(&t.own, OPT_ADAMW, &t.cfg, t.gpu ? DEV_CUDA : DEV_CPU);
+        for (int ch = 0; ch < v; ch++) {
+            size_t b, e;
+            if (t.gpu) pp_exec_gpu_span(t.xg, ch, &b, &e);
+            else pp_exec_span(t.x, ch, &b, &e);
+            optim_add_range(&t.own, b, b, e - b);
+        }
+        t.opt = &t.own;
+        t.gbase = G_(&t);
+        t.nacc = t.total;
+    } else if (zero == 1 || zero == 2) {
         // zero_t works on flat buffers padded to W equal, aligned shards (zero.h): the model's
         // grown to P elements, the padding zero.
         t.P = zero_padded_total(t.total, t.W);
@@ -601,7 +790,7 @@ int main(int argc, char** argv) {
         }
     }
     flat_ranges(&t);
-    t.acc = A > 1 ? mem_alloc(t.gpu ? DEV_CUDA : DEV_CPU, t.nacc * sizeof(float), MEM_GRADS) : NULL;
+    t.acc = A > 1 && !pp ? mem_alloc(t.gpu ? DEV_CUDA : DEV_CPU, t.nacc * sizeof(float), MEM_GRADS) : NULL;
     if (t.gpu) {  // host staging of the moments for checkpoints
         t.hm = malloc(t.opt->state_n * sizeof(float) + 1);
         t.hv = malloc(t.opt->state_n * sizeof(float) + 1);
@@ -619,20 +808,22 @@ int main(int argc, char** argv) {
                    mf.lr, mf.min_lr, (long long)mf.warmup, (long long)mf.steps, mf.clip, mf.wd, lr, min_lr, warmup,
                    steps, clip, wd);
         if (t.r == 0)
-            printf("resume: %s: step %lld, written by %d rank%s with --zero %d, now %d rank%s with --zero %d\n", path,
-                   (long long)step, mf.world, mf.world > 1 ? "s" : "", mf.zero, t.W, t.W > 1 ? "s" : "", zero);
+            printf("resume: %s: step %lld, written by %d rank%s with --zero %d --pp %d, now %d rank%s with --zero %d --pp %d\n",
+                   path, (long long)step, mf.world, mf.world > 1 ? "s" : "", mf.zero, mf.pp, t.W, t.W > 1 ? "s" : "", zero, pp);
     }
 
     const double h_uni = unigram_entropy(&t.tok, t.n_train, vocab);
     if (t.r == 0) {
         printf("# train: %s (%zu tokens: %zu train, %zu held out), vocab %d, unigram entropy %.4f nats\n", data, t.tok.n,
                t.n_train, n_val, vocab, h_uni);
-        printf("# model %s (%zu parameters), context %d, batch %d x accum %d x %d rank%s = %d sequences a step, %s\n",
-               model_s, param_count(&t.m.layout), context, B, A, t.W, t.W > 1 ? "s" : "", A * t.W * B,
-               zero == 1 ? "ZeRO-1 (optimizer state sharded, stage 07)" : zero == 2 ? "ZeRO-2 (optimizer state and gradients sharded, stage 07)"
+        printf("# model %s (%zu parameters), context %d, batch %d x accum %d x %d%s = %d sequences a step, %s\n",
+               model_s, param_count(&t.m.layout), context, B, A, Dp, pp ? " replica(s)" : Dp > 1 ? " ranks" : " rank", gbatch,
+               pp ? "pipeline (stage 08's executor)" : zero == 1 ? "ZeRO-1 (optimizer state sharded, stage 07)" : zero == 2 ? "ZeRO-2 (optimizer state and gradients sharded, stage 07)"
                : zero == 3 ? "ZeRO-3 (optimizer state, gradients and parameters sharded, stage 07)" : dp ? "DDP (stage 06)" : "single process");
         printf("# AdamW lr %g -> %g (cosine, %d warm-up steps), wd %g, clip %g; %s\n", lr, min_lr, warmup, wd, clip,
                t.gpu ? (prec == MP_BF16 ? "GPU model (bf16 mixed precision) over NCCL" : "GPU model (fp32) over NCCL") : "CPU model over MPI");
+        if (pp)
+            printf("# pipeline: P %d x D %d = %d ranks; %s; A = %d micro-batches of %d rows\n", pp, Dp, t.W, part_s, A, B);
         fflush(stdout);
     }
     struct sigaction sa;
@@ -643,13 +834,16 @@ int main(int argc, char** argv) {
 
     ckpt_manifest_t meta;
     memset(&meta, 0, sizeof meta);
-    meta.world = t.W, meta.zero = zero, meta.total = t.total, meta.global_batch = (int64_t)A * t.W * B;
+    meta.world = t.W, meta.zero = zero, meta.total = t.total, meta.global_batch = (int64_t)gbatch;
+    meta.pp = pp, meta.dp = Dp;
+    snprintf(meta.layout, sizeof meta.layout, "%s", part_s);
     meta.T = context, meta.vocab = cfg.vocab, meta.d_model = cfg.d_model, meta.n_layers = cfg.n_layers;
     meta.n_heads = cfg.n_heads, meta.d_ff = cfg.d_ff, meta.seed = (uint64_t)seed;
     meta.lr = lr, meta.min_lr = min_lr, meta.warmup = warmup, meta.steps = steps, meta.clip = clip, meta.wd = wd;
     meta.padded = zero == 3 ? (uint64_t)zero3_shard_elems(t.z3) * (uint64_t)t.W : t.P;
     // Optimizer state: every ZeRO rank writes its shard; under DDP it is replicated, rank 0 writes it.
-    const int has_state = zero || t.r == 0;
+    // --pp: replica 0's ranks each write the moments of their own slices.
+    const int has_state = zero || t.r == 0 || (pp && t.d == 0);
     char where[1100];
 #define SAVE()                                                                                          \
     do {                                                                                                \
@@ -679,10 +873,10 @@ int main(int argc, char** argv) {
         if (!isfinite(loss)) comm_fatal(t.c, 1, "loss is %g at step %lld", loss, (long long)step);
         float* h = hist + step * CKPT_HIST;
         h[0] = (float)loss, h[1] = (float)cur_lr, h[2] = (float)gnorm;
-        h[3] = (float)((double)A * t.W * B * context / dt);
+        h[3] = (float)((double)gbatch * context / dt);
         h[4] = NAN;
         step++;
-        tok_log += (int64_t)A * t.W * B * context;
+        tok_log += (int64_t)gbatch * context;
         if ((eval_every && step % eval_every == 0) || step == steps) h[4] = (float)(last_eval = evaluate(&t, eval_batches));
         const int log_now = step % log_every == 0 || step == steps;
         if (t.r == 0 && tty && !log_now) {
@@ -719,7 +913,23 @@ int main(int argc, char** argv) {
     unsigned long long ph = ckpt_fnv(CKPT_FNV_INIT, host_params(&t, pbuf), t.total * sizeof(float));
     long long v2[2] = {(long long)(ph >> 1), -(long long)(ph >> 1)};
     comm_host_allreduce_i64(t.c, v2, 2, COMM_MAX);
-    const int same = v2[0] == -v2[1];
+    int same = v2[0] == -v2[1];
+    if (pp) {
+        // Only rank 0 holds the whole (gathered); the replicas of every stage must hold the same
+        // bits in their own slices: max of h and of -h per pipeline rank.
+        const float* hp = t.gpu ? (model_gpu_get_params(t.gm, pbuf), pbuf) : t.m.params;
+        unsigned long long mine = CKPT_FNV_INIT;
+        for (int k = 0; k < t.own.n; k++)
+            mine = ckpt_fnv(mine, hp + t.own.r[k].p_off, t.own.r[k].numel * sizeof(float));
+        long long* hh = malloc((size_t)2 * pp * sizeof *hh);
+        if (!hh) DIE("out of host memory");
+        for (int q = 0; q < 2 * pp; q++) hh[q] = LLONG_MIN;
+        hh[t.pr] = (long long)(mine >> 1), hh[pp + t.pr] = -(long long)(mine >> 1);
+        comm_host_allreduce_i64(t.c, hh, 2 * pp, COMM_MAX);
+        same = 1;
+        for (int q = 0; q < pp; q++) same &= hh[q] == -hh[pp + q];
+        free(hh);
+    }
     if (t.r == 0) {
         printf("final: step %lld  train loss %.6f  eval loss %.6f  unigram entropy %.4f  params fnv64 %016llx  replicas %s\n",
                (long long)step, step ? hist[(step - 1) * CKPT_HIST] : NAN, last_eval, h_uni, ph,
@@ -732,7 +942,7 @@ int main(int argc, char** argv) {
             write_csv(csv, hist, step);
             plot_ctx_t pc = {csv, h_uni, ""};
             snprintf(pc.title, sizeof pc.title, "%s, context %d, %d sequences a step, %d rank%s (%s)", model_s, context,
-                     A * t.W * B, t.W, t.W > 1 ? "s" : "", t.gpu ? (prec == MP_BF16 ? "GPU, bf16" : "GPU, fp32") : "CPU");
+                     gbatch, t.W, t.W > 1 ? "s" : "", t.gpu ? (prec == MP_BF16 ? "GPU, bf16" : "GPU, fp32") : "CPU");
             if (gnuplot_png(png, plot_script, &pc, err, sizeof err) != 0) printf("%s written; no PNG: %s\n", csv, err);
             else printf("%s, %s written\n", csv, png);
         }
@@ -745,6 +955,13 @@ int main(int argc, char** argv) {
         zero3_destroy(t.z3);
     }
     if (t.opt == &t.own) optim_free(&t.own);
+    if (t.x) pp_exec_destroy(t.x);
+    if (t.xg) pp_exec_gpu_destroy(t.xg);
+    if (pp) {
+        partition_free(&t.part);
+        schedule_free(&t.sched);
+        free(t.ranges), free(t.stb), free(t.ste);
+    }
     free(t.table);
     mem_free(t.acc);
     if (t.gpu) {
