@@ -808,8 +808,9 @@ int main(int argc, char** argv) {
                    mf.lr, mf.min_lr, (long long)mf.warmup, (long long)mf.steps, mf.clip, mf.wd, lr, min_lr, warmup,
                    steps, clip, wd);
         if (t.r == 0)
-            printf("resume: %s: step %lld, written by %d rank%s with --zero %d --pp %d, now %d rank%s with --zero %d --pp %d\n",
-                   path, (long long)step, mf.world, mf.world > 1 ? "s" : "", mf.zero, mf.pp, t.W, t.W > 1 ? "s" : "", zero, pp);
+            printf("resume: %s: step %lld, written by %d rank%s with --zero %d, now %d rank%s with --zero %d%s\n", path,
+                   (long long)step, mf.world, mf.world > 1 ? "s" : "", mf.zero, t.W, t.W > 1 ? "s" : "", zero,
+                   mf.pp || pp ? (snprintf(err, sizeof err, " (--pp %d then, --pp %d now)", mf.pp, pp), err) : "");
     }
 
     const double h_uni = unigram_entropy(&t.tok, t.n_train, vocab);
