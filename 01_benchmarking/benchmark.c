@@ -42,7 +42,10 @@ enum { MODE_FWD = 0, MODE_FB = 1, MODE_TRAIN = 2 };
 enum { PH_FWD = 0, PH_BWD, PH_OPT, PH_STEP, PH_N };
 
 typedef struct {
-    const char *model, *mode_s, *precision, *attention, *device, *out, *csv;
+    const char *model, *mode_s, *precision, *attention, *device, *out, *csv, *checkpoint;
+    int ckpt;  // activation checkpointing K (0 none, 1 block, K every-K; model_cpu.h)
+    int ckpt_col;  // --checkpoint given (even none): the row has the "checkpoint" column
+    char ckpt_name[24];  // its canonical name ("every-4")
     int context, batch, warmup, steps, seed, nvtx, profile, memory;
     int mode;
     model_config_t cfg;
@@ -76,6 +79,17 @@ static const char* HEADERS[] = {
     "status", "forward_ms", "forward_std", "backward_ms", "backward_std", "optimizer_ms",
     "optimizer_std", "step_ms", "step_std", "tokens_per_s", "tflops", "peak_gib", "loss", "gpu"};
 #define NCOLS ((int)(sizeof HEADERS / sizeof HEADERS[0]))
+// With --checkpoint given (none included) the row has one more column, last: "checkpoint"; rows
+// without the flag keep the columns of every CSV written before (a sweep over policies, none
+// included, goes to its own --csv: the README's command).
+static const char* HEADERS_CK[NCOLS + 1];
+static int ncols(const args_t* a) { return NCOLS + (a->ckpt_col != 0); }
+static const char* const* headers(const args_t* a) {
+    if (!a->ckpt_col) return HEADERS;
+    for (int i = 0; i < NCOLS; i++) HEADERS_CK[i] = HEADERS[i];
+    HEADERS_CK[NCOLS] = "checkpoint";
+    return HEADERS_CK;
+}
 
 typedef struct {
     int oom;
@@ -120,6 +134,7 @@ static void fill_row(table_t* t, const args_t* a, const result_t* r) {
         table_cell(t, "%.4f", r->loss);
     }
     table_cell(t, "%s", r->gpu);
+    if (a->ckpt_col) table_cell(t, "%s", a->ckpt_name);
 }
 
 // Appends the row to <out>/<csv> (writing the header if the file is new, refusing a file
@@ -158,14 +173,14 @@ static void append_results(const args_t* a, const table_t* row) {
     fputs(line, o);
     if (afile_commit(o) != 0) DIE("cannot write %s", path);
     // JSON of every row so far: parse the CSV back (cells never contain commas).
-    table_t* all = table_new("benchmark", NCOLS, HEADERS);
+    table_t* all = table_new("benchmark", ncols(a), headers(a));
     FILE* r = fopen(path, "r");
     if (!r || !fgets(line, sizeof line, r)) DIE("cannot read %s", path);
     while (fgets(line, sizeof line, r)) {
         line[strcspn(line, "\r\n")] = 0;
         table_row(all);
         char* cell = line;
-        for (int c = 0; c < NCOLS; c++) {
+        for (int c = 0; c < ncols(a); c++) {
             char* comma = cell ? strchr(cell, ',') : NULL;
             if (comma) *comma = 0;
             table_cell(all, "%s", cell ? cell : "");
@@ -218,8 +233,8 @@ static void run_cuda(const args_t* a, result_t* r) {
     const model_precision_t prec = strcmp(a->precision, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (a->memory) memtrace_start(DEV_CUDA);
     if (a->memory) memtrace_mark("init");
-    model_gpu_t* m = model_gpu_create(&a->cfg, a->batch, a->context, prec, a->attn, (uint64_t)a->seed,
-                                      r->reason, sizeof r->reason);
+    model_gpu_t* m = model_gpu_create_ckpt(&a->cfg, a->batch, a->context, prec, a->attn, (uint64_t)a->seed,
+                                           a->ckpt, r->reason, sizeof r->reason);
     if (!m) {
         if (strstr(r->reason, "out of memory")) {
             r->oom = 1;
@@ -327,7 +342,7 @@ static void run_cpu(const args_t* a, result_t* r) {
     // STUDENT-BEGIN(01.run_cpu): the CPU benchmark loop: warm-up steps, then time forward / backward / optimizer per step with time_now_s(), mean and std per phase (stats_compute), peak memory | see 01_benchmarking/README.md §Timing done right | test: test_01 benchmark/cpu_*
     snprintf(r->gpu, sizeof r->gpu, "cpu");
     model_cpu_t m;
-    model_cpu_create(&m, &a->cfg, a->batch, a->context, (uint64_t)a->seed);
+    model_cpu_create_ckpt(&m, &a->cfg, a->batch, a->context, (uint64_t)a->seed, a->ckpt);
     snap(a, "after init");
     int32_t *in, *tg;
     random_batch(a, &in, &tg);
@@ -382,14 +397,14 @@ static void run_cpu(const args_t* a, result_t* r) {
 // largest context that would fit); course sizes that fit get a warning, since a step takes minutes.
 static void check_cpu_size(const args_t* a) {
     char why[256];
-    if (!mem_fits(DEV_CPU, model_cpu_bytes(&a->cfg, a->batch, a->context), why, sizeof why)) {
+    if (!mem_fits(DEV_CPU, model_cpu_bytes_ckpt(&a->cfg, a->batch, a->context, a->ckpt), why, sizeof why)) {
         // The largest context that fits at this batch (the attention scores grow as context^2).
         int lo = 0, hi = a->context;
         while (lo < hi) {
             const int mid = lo + (hi - lo + 1) / 2;
             model_config_t c = a->cfg;
             c.context = mid;
-            if (mem_fits(DEV_CPU, model_cpu_bytes(&c, a->batch, mid), NULL, 0)) lo = mid;
+            if (mem_fits(DEV_CPU, model_cpu_bytes_ckpt(&c, a->batch, mid, a->ckpt), NULL, 0)) lo = mid;
             else hi = mid - 1;
         }
         if (lo > 0)
@@ -433,6 +448,8 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
         {"seed", CLI_INT, &a.seed, "0", "parameter and token seed", NULL},
         {"nvtx", CLI_FLAG, &a.nvtx, "0", "NVTX ranges: warm-up, steps, forward, backward, optimizer, attention parts", NULL},
         {"profile", CLI_FLAG, &a.profile, "0", "CUPTI kernel summary of the timed steps, by phase", NULL},
+        {"checkpoint", CLI_STR, &a.checkpoint, "",
+         "activation checkpointing (not given: none, and no checkpoint column): none, block (keep each block's input), every-K (keep every K-th block's input); the rest is recomputed in the backward", NULL},
         {"memory", CLI_FLAG, &a.memory, "0", "memory by phase and tag, and the memory timeline (CSV, PNG)", NULL},
         {"out", CLI_STR, &a.out, "results/01_benchmarking", "results directory", NULL},
         {"csv", CLI_STR, &a.csv, "benchmark.csv", "CSV file in --out that the row is appended to", NULL},
@@ -444,6 +461,9 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     if (a.steps < 1) fail("--steps must be >= 1, got %d", a.steps);
     if (a.seed < 0) fail("--seed must be >= 0, got %d", a.seed);
     char why[512];
+    a.ckpt_col = a.checkpoint[0] != 0;
+    if (a.ckpt_col && model_ckpt_parse(a.checkpoint, &a.ckpt, why, sizeof why) != 0) fail("--checkpoint: %s", why);
+    model_ckpt_name(a.ckpt, a.ckpt_name, sizeof a.ckpt_name);
     if (file_name_check(a.csv, why, sizeof why) != 0) fail("--csv: %s; give a file name inside --out, such as benchmark.csv", why);
     // Before the run, not after it: a run of minutes must not end in "cannot write".
     if (dir_check_writable(a.out, why, sizeof why) != 0) fail("--out %s: %s", a.out, why);
@@ -460,8 +480,9 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     for (int i = 0; i < nextra; i++)
         if (strcmp(a.attention, extra[i].name) == 0) a.attn = extra[i].impl;
     if (a.attn && cpu) fail("--attention %s needs --device cuda (the CPU reference has naive attention)", a.attention);
-    snprintf(a.tag, sizeof a.tag, "%s_ctx%d_b%d_%s_%s%s%s%s", a.model, a.context, a.batch, a.precision,
-             a.mode_s, cpu ? "_cpu" : "", a.attn ? "_" : "", a.attn ? a.attention : "");
+    snprintf(a.tag, sizeof a.tag, "%s_ctx%d_b%d_%s_%s%s%s%s%s%s", a.model, a.context, a.batch, a.precision,
+             a.mode_s, cpu ? "_cpu" : "", a.attn ? "_" : "", a.attn ? a.attention : "", a.ckpt ? "_ckpt-" : "",
+             a.ckpt ? a.ckpt_name : "");
     nvtx_enable(a.nvtx);
 
     result_t r;
@@ -469,7 +490,7 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     if (cpu) run_cpu(&a, &r);
     else run_cuda(&a, &r);
 
-    table_t* t = table_new("Transformer LM benchmark (ms: mean and std over the timed steps)", NCOLS, HEADERS);
+    table_t* t = table_new("Transformer LM benchmark (ms: mean and std over the timed steps)", ncols(&a), headers(&a));
     fill_row(t, &a, &r);
     table_print_md(t, stdout);
     if (r.oom) printf("OOM: %s\n", r.reason);

@@ -37,6 +37,33 @@ Test(benchmark, bad_flags_name_the_flag_and_the_choices) {
     cr_assert(strstr(out, "--warmup") && strstr(out, "--memory"), "%s", out);
 }
 
+// --checkpoint: bad values exit 2 with one line naming the choices; good ones add a
+// "checkpoint" column, so a sweep over policies (none included) shares one CSV.
+Test(benchmark, checkpoint_flag_is_checked_and_gets_its_column) {
+    const char* bad[] = {"every-0", "every-", "sometimes", "every-2x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "--device cpu --model tiny --checkpoint %s", bad[i]);
+        cr_assert_eq(bench(args), 2, "%s: %s", bad[i], out);
+        cr_assert(strstr(out, "--checkpoint") && strstr(out, "none|block|every-K"), "%s", out);
+    }
+    char dir[512], csv[600], args[1024];
+    snprintf(dir, sizeof dir, "%s/bench_ckpt", test_tmpdir());
+    snprintf(csv, sizeof csv, "%s/ck.csv", dir);
+    const char* good[] = {"none", "block", "every-2"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "--device cpu --model tiny --context 16 --batch 2 --warmup 0 --steps 1 --checkpoint %s --out %s --csv ck.csv",
+                 good[i], dir);
+        cr_assert_eq(bench(args), 0, "%s", out);
+    }
+    cr_assert_eq(count_lines(csv), 4, "header and three rows expected in %s", csv);
+    FILE* f = fopen(csv, "r");
+    char line[4096] = "";
+    cr_assert(f && fgets(line, sizeof line, f));
+    cr_assert(strstr(line, ",checkpoint"), "%s", line);
+    fclose(f);
+}
+
 Test(benchmark, cpu_reference_row_is_appended_to_csv_and_json) {
     char dir[512], csv[600], json[600];
     snprintf(dir, sizeof dir, "%s/bench_cpu", test_tmpdir());

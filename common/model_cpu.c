@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/adamw_cpu.h"
@@ -21,15 +22,18 @@ static float* alloc_f32(size_t n, mem_tag_t tag) {
 
 // Mirrors the allocations of model_cpu_create below (keep the two together), in doubles so that
 // no product of sizes can overflow.
-double model_cpu_bytes(const model_config_t* c, int B, int T) {
-    const double L = c->n_layers, C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
+double model_cpu_bytes(const model_config_t* c, int B, int T) { return model_cpu_bytes_ckpt(c, B, T, 0); }
+
+double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt) {
+    const double R = model_ckpt_res_slices(c->n_layers, ckpt), L = model_ckpt_slots(c->n_layers, ckpt);
+    const double C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
     const double HS = C / NH, BT = (double)B * T;
     param_layout_t lay = param_layout_make(c);
     const double P = (double)lay.total;
     param_layout_free(&lay);
     double floats = 4.0 * P;                                   // params, grads, AdamW m and v
     floats += 2.0 * BT + 2.0 * c->context * HS / 2;            // inputs, targets (int32); RoPE tables
-    floats += (L + 1) * BT * C + 4.0 * L * BT * C + 2.0 * L * BT  // res; ln1, atty, res_mid, ln2; rstds
+    floats += R * BT * C + 4.0 * L * BT * C + 2.0 * L * BT  // res; ln1, atty, res_mid, ln2; rstds
               + L * BT * 3 * C + L * BT * 3 * F                 // qkv; h13 and gate
               + L * B * NH * (double)T * T                      // attention probabilities (B, NH, T, T)
               + BT * C + 2.0 * BT + BT * V;                     // lnf, lnf_rstd, lse; logits
@@ -37,15 +41,44 @@ double model_cpu_bytes(const model_config_t* c, int B, int T) {
     return floats * 4.0;
 }
 
+int model_ckpt_parse(const char* s, int* k, char* err, size_t errlen) {
+    char* end = NULL;
+    long v = -1;
+    if (s && strcmp(s, "none") == 0) v = 0;
+    else if (s && strcmp(s, "block") == 0) v = 1;
+    else if (s && strncmp(s, "every-", 6) == 0 && s[6] >= '0' && s[6] <= '9') {
+        v = strtol(s + 6, &end, 10);
+        if (*end || v < 1 || v > 1000000) v = -1;
+    }
+    if (v < 0) {
+        snprintf(err, errlen, "checkpoint policy '%s' is not one of %s", s ? s : "(null)", MODEL_CKPT_CHOICES);
+        return -1;
+    }
+    *k = (int)v;
+    return 0;
+}
+
+const char* model_ckpt_name(int k, char* buf, size_t len) {
+    if (k <= 0) snprintf(buf, len, "none");
+    else if (k == 1) snprintf(buf, len, "block");
+    else snprintf(buf, len, "every-%d", k);
+    return buf;
+}
+
 void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed) {
+    model_cpu_create_ckpt(m, c, B, T, seed, 0);
+}
+
+void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt) {
     char err[160];
+    if (ckpt < 0) fail("checkpoint policy %d: must be 0 (none) or K >= 1 (every-K)", ckpt);
     if (model_config_check(c, err, sizeof err) != 0) fail("model config: %s", err);
     if (B < 1) fail("batch size is %d, must be >= 1", B);
     if (T < 1) fail("sequence length is %d, must be >= 1", T);
     if (T > c->context) fail("sequence length %d is longer than the context %d", T, c->context);
     // Impossible sizes are the caller's input, said before anything is allocated (not an
     // out-of-memory death after minutes of allocating and touching pages).
-    if (!mem_fits(DEV_CPU, model_cpu_bytes(c, B, T), err, sizeof err))
+    if (!mem_fits(DEV_CPU, model_cpu_bytes_ckpt(c, B, T, ckpt), err, sizeof err))
         fail("the %s model at batch %d x sequence %d (context %d) on the CPU %s; the attention scores "
              "grow as batch x heads x sequence^2", c->name, B, T, c->context, err);
     memset(m, 0, sizeof *m);
@@ -53,6 +86,7 @@ void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uin
     m->layout = param_layout_make(c);
     m->B = B;
     m->T = T;
+    m->ckpt = ckpt;
     const size_t P = m->layout.total;
     m->params = alloc_f32(P, MEM_PARAMS);
     m->grads = alloc_f32(P, MEM_GRADS);
@@ -63,7 +97,8 @@ void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uin
     memset(m->adam_m, 0, P * sizeof(float));
     memset(m->adam_v, 0, P * sizeof(float));
 
-    const size_t L = (size_t)c->n_layers, C = (size_t)c->d_model, F = (size_t)c->d_ff;
+    // Per-block buffers: L slots without checkpointing, one segment's (min(K, L)) with it.
+    const size_t L = (size_t)model_ckpt_slots(c->n_layers, ckpt), C = (size_t)c->d_model, F = (size_t)c->d_ff;
     const size_t V = (size_t)c->vocab, NH = (size_t)c->n_heads, HS = C / NH;
     const size_t BT = (size_t)B * T;
     m->inputs = (int32_t*)mem_alloc(DEV_CPU, BT * sizeof(int32_t), MEM_OTHER);
@@ -73,7 +108,7 @@ void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uin
     rope_tables_cpu(m->rope_cos, m->rope_sin, c->context, (int)HS);
 
     model_cpu_acts_t* a = &m->a;
-    a->res = alloc_f32((L + 1) * BT * C, MEM_ACTS);
+    a->res = alloc_f32((size_t)model_ckpt_res_slices(c->n_layers, ckpt) * BT * C, MEM_ACTS);
     a->ln1 = alloc_f32(L * BT * C, MEM_ACTS);
     a->ln1_rstd = alloc_f32(L * BT, MEM_ACTS);
     a->qkv = alloc_f32(L * BT * 3 * C, MEM_ACTS);
@@ -137,6 +172,7 @@ static model_cpu_range_acts_t whole_model_view(model_cpu_t* m) {
     w.inputs = m->inputs;
     w.targets = m->targets;
     w.a = m->a;
+    w.ckpt = m->ckpt;
     return w;
 }
 

@@ -87,6 +87,7 @@ typedef struct {
     model_window_t pwin;        // where the parameters are read from (set by the hooks)
     model_window_t gwin;        // where the gradients are written (set by the hooks)
     model_unit_hooks_t hooks;   // called at unit boundaries when any is non-NULL
+    int ckpt;                   // activation checkpointing: K (0 none; model_cpu_create_ckpt)
 } model_cpu_t;
 
 // Checks the config (fail(): one line, exit 2 on a bad one, on B < 1, T < 1 or T > context),
@@ -97,6 +98,28 @@ void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uin
 // The bytes model_cpu_create allocates for B x T tokens (a double: never overflows).
 double model_cpu_bytes(const model_config_t* c, int B, int T);
 void model_cpu_destroy(model_cpu_t* m);
+
+// ---- activation checkpointing -----------------------------------------------------------
+// Policy K (an int): 0 `none` (every block's activations saved, as model_cpu_create), 1
+// `block` (only each block's input saved), K > 1 `every-K` (only the input of blocks 0, K,
+// 2K, ... saved). The backward walks the S = ceil(L/K) segments from the last: it recomputes
+// the segment's blocks forward from its saved input into one segment's worth of buffers, then
+// backprops through them. Same operations on the same inputs: loss and every gradient are
+// bit-for-bit those of `none` (01_benchmarking/test_checkpoint.c). Memory: S + min(K, L)
+// residual slices (B, T, C) and min(K, L) blocks of internals, instead of L + 1 and L;
+// compute: one more forward of every block but the last W2 product of each segment.
+// Not with unit hooks (ZeRO-3) or the split backward (one clear DIE); the range functions
+// (stage 08) run without it.
+#define MODEL_CKPT_CHOICES "none|block|every-K (K >= 1)"
+// "none" -> 0, "block" -> 1, "every-K" -> K. 0, or -1 with why in err (naming the choices).
+int model_ckpt_parse(const char* s, int* k, char* err, size_t errlen);
+const char* model_ckpt_name(int k, char* buf, size_t len);  // "none", "block", "every-4"
+int model_ckpt_segments(int nL, int K);    // S = ceil(nL/K) (nL for K = 0)
+int model_ckpt_slots(int nL, int K);       // blocks of internals kept: min(K, nL) (nL for 0)
+int model_ckpt_res_slices(int nL, int K);  // residual slices: S + slots (nL + 1 for 0)
+// model_cpu_create with a checkpointing policy (allocates only what the policy keeps).
+void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt);
+double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt);
 
 // Forward over inputs (B, T). With targets (B, T) returns the mean cross-entropy over B·T;
 // with targets NULL returns NAN (logits only). Logits are in m->a.logits (B, T, V).
@@ -153,6 +176,8 @@ typedef struct {
     float* d_qkv;      // (nL, B, T, 3C) (q|k|v_proj's dy)
     float* d_logits;   // (B, T, V)      head (lm_head's dy)
     float* d_emb;      // (B, T, C)      embed: gradient of the embedding output
+    int ckpt;          // activation checkpointing K (0 none; only the whole model sets it, see
+                       // "checkpointing" below): the layout of `a` then differs
 } model_cpu_range_acts_t;
 
 // Where a backward puts the range's parameter gradients.

@@ -209,6 +209,81 @@ static void check_tokens(const int32_t* x, int N, int V, const char* what) {
         if (x[n] < 0 || x[n] >= V) fail("%s token id %d at row-major index %d is out of range [0, %d)", what, x[n], n, V);
 }
 
+// ---- activation checkpointing (model_cpu.h "checkpointing") ------------------------------
+// With K = s->ckpt > 0 the activations hold: res slices [0, S) the inputs of blocks 0, K, 2K..
+// (the checkpoints, S = ceil(nL/K) segments), slice S the range's output, slices S+1 ..
+// S+Kc-1 the inputs of blocks 1..Kc-1 inside the segment being computed (Kc = min(K, nL));
+// the other per-block buffers hold Kc slots, one per block of that segment. K = 0: nL slots,
+// res[li] the input of block li (as always).
+int model_ckpt_segments(int nL, int K) { return K > 0 ? (nL + K - 1) / K : nL; }
+int model_ckpt_slots(int nL, int K) { return K > 0 && K < nL ? K : nL; }
+int model_ckpt_res_slices(int nL, int K) {
+    return K > 0 ? model_ckpt_segments(nL, K) + model_ckpt_slots(nL, K) : nL + 1;
+}
+
+// One block's activations: where block li of the range reads its input, keeps its internals
+// and writes its output.
+typedef struct {
+    float *x, *ln1, *ln1_rstd, *qkv, *att, *atty, *mid, *ln2, *ln2_rstd, *h13, *gate, *out;
+} cblk_t;
+
+static float* range_out(const model_cpu_range_acts_t* s, size_t NC) {
+    const int nL = s->r.l1 - s->r.l0;
+    return s->a.res + (size_t)(s->ckpt > 0 ? model_ckpt_segments(nL, s->ckpt) : nL) * NC;
+}
+
+static cblk_t cpu_block(const model_config_t* c, const model_cpu_range_acts_t* s, int li, int B, int T) {
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, N = B * T, nL = s->r.l1 - s->r.l0;
+    const size_t NC = (size_t)N * C;
+    const model_cpu_acts_t* a = &s->a;
+    const int K = s->ckpt;
+    size_t slot = (size_t)li, xi = (size_t)li, oi = (size_t)li + 1;
+    if (K > 0) {
+        const int S = model_ckpt_segments(nL, K), j = li % K, sg = li / K;
+        slot = (size_t)j;
+        xi = j == 0 ? (size_t)sg : (size_t)(S + j);                 // checkpoint or interior
+        oi = li == nL - 1 ? (size_t)S : j == K - 1 ? (size_t)sg + 1 : (size_t)(S + 1 + j);
+    }
+    cblk_t p;
+    p.x = a->res + xi * NC;                                  // (B, T, C) block input
+    p.ln1 = a->ln1 + slot * NC;                              // (B, T, C)
+    p.ln1_rstd = a->ln1_rstd + slot * N;                     // (B, T)
+    p.qkv = a->qkv + slot * NC * 3;                          // (B, T, 3C)
+    p.att = a->att + slot * B * NH * T * T;                  // (B, NH, T, T)
+    p.atty = a->atty + slot * NC;                            // (B, T, C)
+    p.mid = a->res_mid + slot * NC;                          // (B, T, C)
+    p.ln2 = a->ln2 + slot * NC;                              // (B, T, C)
+    p.ln2_rstd = a->ln2_rstd + slot * N;                     // (B, T)
+    p.h13 = a->h13 + slot * N * 2 * F;                       // (B, T, 2F)
+    p.gate = a->gate + slot * N * F;                         // (B, T, F)
+    p.out = a->res + oi * NC;                                // (B, T, C) block output
+    return p;
+}
+
+// Block l's forward over p (out NULL: the recompute of a segment's last block, whose output
+// is already saved, stops before the W2 product).
+static void block_forward(model_cpu_t* m, int l, const cblk_t* p, int B, int T) {
+    const model_config_t* c = &m->c;
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, HS = C / NH, N = B * T;
+    const size_t NC = (size_t)N * C;
+    // Attention block: x_mid = x + Wo · Attn(RoPE(q), RoPE(k), v), q|k|v = Wqkv · RMSNorm1(x)
+    rmsnorm_fwd_cpu(p->ln1, p->ln1_rstd, p->x, wparam(m, PK_LN1, l), N, C);
+    matmul_fwd_cpu(p->qkv, p->ln1, wparam(m, PK_Q, l), N, C, 3 * C);  // q|k|v adjacent
+    rope_fwd_cpu(p->qkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // q
+    rope_fwd_cpu(p->qkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // k
+    attention_fwd_cpu(p->atty, p->att, p->qkv, B, T, C, NH);
+    matmul_fwd_cpu(p->mid, p->atty, wparam(m, PK_O, l), N, C, C);
+    for (size_t i = 0; i < NC; i++) p->mid[i] += p->x[i];
+
+    // FFN block: out = x_mid + W2 · (SiLU(W1 · RMSNorm2(x_mid)) * W3 · RMSNorm2(x_mid))
+    rmsnorm_fwd_cpu(p->ln2, p->ln2_rstd, p->mid, wparam(m, PK_LN2, l), N, C);
+    matmul_fwd_cpu(p->h13, p->ln2, wparam(m, PK_W1, l), N, C, 2 * F);  // w1|w3 adjacent
+    swiglu_fwd_cpu(p->gate, p->h13, N, F);
+    if (!p->out) return;
+    matmul_fwd_cpu(p->out, p->gate, wparam(m, PK_W2, l), N, F, C);
+    for (size_t i = 0; i < NC; i++) p->out[i] += p->mid[i];
+}
+
 float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const int32_t* inputs,
                               const int32_t* targets, float loss_scale, int B, int T) {
     const model_config_t* c = &m->c;
@@ -216,8 +291,7 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
     if (B < 1 || T < 1 || B > s->B || T > s->T || B > m->B || T > m->T)
         fail("micro-batch %d x sequence %d does not fit the activations (%d x %d) or the model (%d x %d)",
              B, T, s->B, s->T, m->B, m->T);
-    const int C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
-    const int HS = C / NH, N = B * T, nL = r->l1 - r->l0;
+    const int C = c->d_model, V = c->vocab, N = B * T, nL = r->l1 - r->l0;
     const size_t NC = (size_t)N * C;
     s->cur_B = B;
     s->cur_T = T;
@@ -232,37 +306,13 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
         embedding_fwd_cpu(a->res, inputs, wparam(m, PK_EMBED, -1), N, C);  // x = E[inputs]
     }
     // Else a->res[0] (B, T, C) holds the input the caller received from the stage before.
+    if (s->ckpt > 0 && hooked(m))
+        DIE("model_cpu_range: activation checkpointing and unit hooks (ZeRO-3) do not go together");
     for (int li = 0; li < nL; li++) {
-        const int l = r->l0 + li;                         // block index in the model (parameters)
-        float* x = a->res + (size_t)li * NC;              // (B, T, C) block input
-        float* ln1 = a->ln1 + (size_t)li * NC;            // (B, T, C)
-        float* ln1_rstd = a->ln1_rstd + (size_t)li * N;   // (B, T)
-        float* qkv = a->qkv + (size_t)li * NC * 3;        // (B, T, 3C)
-        float* att = a->att + (size_t)li * B * NH * T * T;  // (B, NH, T, T)
-        float* atty = a->atty + (size_t)li * NC;          // (B, T, C)
-        float* mid = a->res_mid + (size_t)li * NC;        // (B, T, C)
-        float* ln2 = a->ln2 + (size_t)li * NC;            // (B, T, C)
-        float* ln2_rstd = a->ln2_rstd + (size_t)li * N;   // (B, T)
-        float* h13 = a->h13 + (size_t)li * N * 2 * F;     // (B, T, 2F)
-        float* gate = a->gate + (size_t)li * N * F;       // (B, T, F)
-        float* out = a->res + (size_t)(li + 1) * NC;      // (B, T, C) block output
+        const int l = r->l0 + li;  // block index in the model (parameters)
         unit_hook(m, m->hooks.before_fwd, 1 + l);
-
-        // Attention block: x_mid = x + Wo · Attn(RoPE(q), RoPE(k), v), q|k|v = Wqkv · RMSNorm1(x)
-        rmsnorm_fwd_cpu(ln1, ln1_rstd, x, wparam(m, PK_LN1, l), N, C);
-        matmul_fwd_cpu(qkv, ln1, wparam(m, PK_Q, l), N, C, 3 * C);  // q|k|v adjacent
-        rope_fwd_cpu(qkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // q
-        rope_fwd_cpu(qkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // k
-        attention_fwd_cpu(atty, att, qkv, B, T, C, NH);
-        matmul_fwd_cpu(mid, atty, wparam(m, PK_O, l), N, C, C);
-        for (size_t i = 0; i < NC; i++) mid[i] += x[i];
-
-        // FFN block: out = x_mid + W2 · (SiLU(W1 · RMSNorm2(x_mid)) * W3 · RMSNorm2(x_mid))
-        rmsnorm_fwd_cpu(ln2, ln2_rstd, mid, wparam(m, PK_LN2, l), N, C);
-        matmul_fwd_cpu(h13, ln2, wparam(m, PK_W1, l), N, C, 2 * F);  // w1|w3 adjacent
-        swiglu_fwd_cpu(gate, h13, N, F);
-        matmul_fwd_cpu(out, gate, wparam(m, PK_W2, l), N, F, C);
-        for (size_t i = 0; i < NC; i++) out[i] += mid[i];
+        const cblk_t p = cpu_block(c, s, li, B, T);
+        block_forward(m, l, &p, B, T);
     }
     if (!r->head || !targets) return NAN;
     // logits = lm_head · RMSNorm_final(x_L); the mean cross-entropy over this micro-batch
@@ -270,7 +320,7 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
     s->have_loss = 1;
     memcpy(s->targets, targets, (size_t)N * sizeof(int32_t));
     unit_hook(m, m->hooks.before_fwd, c->n_layers + 1);
-    rmsnorm_fwd_cpu(a->lnf, a->lnf_rstd, a->res + (size_t)nL * NC, wparam(m, PK_LNF, -1), N, C);
+    rmsnorm_fwd_cpu(a->lnf, a->lnf_rstd, range_out(s, NC), wparam(m, PK_LNF, -1), N, C);
     matmul_fwd_cpu(a->logits, a->lnf, wparam(m, PK_HEAD, -1), N, C, V);
     return cross_entropy_fwd_cpu(a->lse, a->logits, targets, N, V);
 }
@@ -309,6 +359,80 @@ static void ready(gw_t* g, param_kind_t kind, int layer) {
     if (g->k->hook) g->k->hook(g->k->ctx, param_index(&g->m->layout, kind, layer));
 }
 
+// Block li of the range, in reverse: sc->dres holds the gradient of its output on entry and
+// of its input on exit.
+static void block_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* k, gw_t* gp,
+                           int split, int li, const cblk_t* p) {
+    const model_config_t* c = &m->c;
+    const int B = s->cur_B, T = s->cur_T;
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, HS = C / NH, N = B * T;
+    const size_t NC = (size_t)N * C;
+    const int l = s->r.l0 + li;
+    model_cpu_scratch_t* sc = &m->s;
+    const float *x = p->x, *ln1 = p->ln1, *ln1_rstd = p->ln1_rstd, *qkv = p->qkv, *att = p->att;
+    const float *atty = p->atty, *mid = p->mid, *ln2 = p->ln2, *ln2_rstd = p->ln2_rstd;
+    const float *h13 = p->h13, *gate = p->gate;
+    float* dw;
+    // Here sc->dres (B, T, C) is the gradient of this block's output.
+    bwd_unit_begin(m, k, 1 + l);
+
+    // FFN block, in reverse; the skip path passes dres through, the norm adds to it.
+    if (split) {
+        memcpy(s->d_out + (size_t)li * NC, sc->dres, NC * sizeof(float));
+        matmul_dinp_cpu(sc->dgate, sc->dres, wparam(m, PK_W2, l), N, F, C);
+    } else {
+        dw = gw_begin(gp, PK_W2, l);
+        matmul_bwd_cpu(sc->dgate, dw, sc->dres, gate, wparam(m, PK_W2, l), N, F, C);
+        gw_end(gp, PK_W2, l, (size_t)C * F);
+        ready(gp, PK_W2, l);
+    }
+    swiglu_bwd_cpu(sc->dh13, sc->dgate, h13, N, F);
+    if (split) {
+        memcpy(s->d_h13 + (size_t)li * N * 2 * F, sc->dh13, (size_t)N * 2 * F * sizeof(float));
+        matmul_dinp_cpu(sc->dln, sc->dh13, wparam(m, PK_W1, l), N, C, 2 * F);
+    } else {
+        dw = gw_begin(gp, PK_W1, l);  // dW1 and dW3 (adjacent) in one product
+        matmul_bwd_cpu(sc->dln, dw, sc->dh13, ln2, wparam(m, PK_W1, l), N, C, 2 * F);
+        gw_end(gp, PK_W1, l, (size_t)2 * F * C);
+        ready(gp, PK_W3, l);
+        ready(gp, PK_W1, l);
+    }
+    dw = gw_begin(gp, PK_LN2, l);
+    rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, mid, wparam(m, PK_LN2, l), ln2_rstd, N, C);
+    gw_end(gp, PK_LN2, l, (size_t)C);
+    ready(gp, PK_LN2, l);
+
+    // Attention block, in reverse; afterwards dres is the gradient of the block input.
+    if (split) {
+        memcpy(s->d_mid + (size_t)li * NC, sc->dres, NC * sizeof(float));
+        matmul_dinp_cpu(sc->datty, sc->dres, wparam(m, PK_O, l), N, C, C);
+    } else {
+        dw = gw_begin(gp, PK_O, l);
+        matmul_bwd_cpu(sc->datty, dw, sc->dres, atty, wparam(m, PK_O, l), N, C, C);
+        gw_end(gp, PK_O, l, (size_t)C * C);
+        ready(gp, PK_O, l);
+    }
+    attention_bwd_cpu(sc->dqkv, sc->datty, qkv, att, B, T, C, NH);
+    rope_bwd_cpu(sc->dqkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // dq
+    rope_bwd_cpu(sc->dqkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // dk
+    if (split) {
+        memcpy(s->d_qkv + (size_t)li * NC * 3, sc->dqkv, NC * 3 * sizeof(float));
+        matmul_dinp_cpu(sc->dln, sc->dqkv, wparam(m, PK_Q, l), N, C, 3 * C);
+    } else {
+        dw = gw_begin(gp, PK_Q, l);  // dWq, dWk, dWv (adjacent) in one product
+        matmul_bwd_cpu(sc->dln, dw, sc->dqkv, ln1, wparam(m, PK_Q, l), N, C, 3 * C);
+        gw_end(gp, PK_Q, l, (size_t)3 * C * C);
+        ready(gp, PK_V, l);
+        ready(gp, PK_K, l);
+        ready(gp, PK_Q, l);
+    }
+    dw = gw_begin(gp, PK_LN1, l);
+    rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, x, wparam(m, PK_LN1, l), ln1_rstd, N, C);
+    gw_end(gp, PK_LN1, l, (size_t)C);
+    ready(gp, PK_LN1, l);
+    bwd_unit_end(m, 1 + l);
+}
+
 // The backward of model_cpu_backward over the range, fused (split = 0) or as the input pass
 // (split = 1: every linear layer computes only its input gradient and saves its dy for W).
 static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* k, int split) {
@@ -317,8 +441,7 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
     const int B = s->cur_B, T = s->cur_T;
     if (B < 1) DIE("model_cpu_range_backward: no forward ran on these activations");
     if (r->head && !s->have_loss) DIE("model_cpu_range_backward: the last forward had no targets (no loss)");
-    const int C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
-    const int HS = C / NH, N = B * T, nL = r->l1 - r->l0;
+    const int C = c->d_model, V = c->vocab, N = B * T, nL = r->l1 - r->l0;
     const size_t NC = (size_t)N * C;
     const model_cpu_acts_t* a = &s->a;
     model_cpu_scratch_t* sc = &m->s;
@@ -350,7 +473,7 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
         }
         memset(sc->dres, 0, NC * sizeof(float));
         dw = gw_begin(&g, PK_LNF, -1);
-        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, a->res + (size_t)nL * NC, wparam(m, PK_LNF, -1),
+        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, range_out(s, NC), wparam(m, PK_LNF, -1),
                         a->lnf_rstd, N, C);
         gw_end(&g, PK_LNF, -1, (size_t)C);
         ready(&g, PK_LNF, -1);
@@ -359,77 +482,30 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
         memcpy(sc->dres, s->dy, NC * sizeof(float));  // the gradient the next stage sent back
     }
 
-    for (int li = nL - 1; li >= 0; li--) {
-        const int l = r->l0 + li;
-        const float* x = a->res + (size_t)li * NC;
-        const float* ln1 = a->ln1 + (size_t)li * NC;
-        const float* ln1_rstd = a->ln1_rstd + (size_t)li * N;
-        const float* qkv = a->qkv + (size_t)li * NC * 3;
-        const float* att = a->att + (size_t)li * B * NH * T * T;
-        const float* atty = a->atty + (size_t)li * NC;
-        const float* mid = a->res_mid + (size_t)li * NC;
-        const float* ln2 = a->ln2 + (size_t)li * NC;
-        const float* ln2_rstd = a->ln2_rstd + (size_t)li * N;
-        const float* h13 = a->h13 + (size_t)li * N * 2 * F;
-        const float* gate = a->gate + (size_t)li * N * F;
-        // Here sc->dres (B, T, C) is the gradient of this block's output.
-        bwd_unit_begin(m, k, 1 + l);
-
-        // FFN block, in reverse; the skip path passes dres through, the norm adds to it.
-        if (split) {
-            memcpy(s->d_out + (size_t)li * NC, sc->dres, NC * sizeof(float));
-            matmul_dinp_cpu(sc->dgate, sc->dres, wparam(m, PK_W2, l), N, F, C);
-        } else {
-            dw = gw_begin(&g, PK_W2, l);
-            matmul_bwd_cpu(sc->dgate, dw, sc->dres, gate, wparam(m, PK_W2, l), N, F, C);
-            gw_end(&g, PK_W2, l, (size_t)C * F);
-            ready(&g, PK_W2, l);
+    if (s->ckpt > 0 && (hooked(m) || split))
+        DIE("model_cpu_range: activation checkpointing goes with neither unit hooks (ZeRO-3) nor the split backward");
+    if (s->ckpt == 0) {
+        for (int li = nL - 1; li >= 0; li--) {
+            const cblk_t p = cpu_block(c, s, li, B, T);
+            block_backward(m, s, k, &g, split, li, &p);
         }
-        swiglu_bwd_cpu(sc->dh13, sc->dgate, h13, N, F);
-        if (split) {
-            memcpy(s->d_h13 + (size_t)li * N * 2 * F, sc->dh13, (size_t)N * 2 * F * sizeof(float));
-            matmul_dinp_cpu(sc->dln, sc->dh13, wparam(m, PK_W1, l), N, C, 2 * F);
-        } else {
-            dw = gw_begin(&g, PK_W1, l);  // dW1 and dW3 (adjacent) in one product
-            matmul_bwd_cpu(sc->dln, dw, sc->dh13, ln2, wparam(m, PK_W1, l), N, C, 2 * F);
-            gw_end(&g, PK_W1, l, (size_t)2 * F * C);
-            ready(&g, PK_W3, l);
-            ready(&g, PK_W1, l);
+    } else {
+        // Segment by segment from the last: recompute its blocks' internals forward from its
+        // saved input (the same operations on the same inputs: the same bits), then backprop
+        // through them.
+        const int K = s->ckpt;
+        for (int sg = model_ckpt_segments(nL, K) - 1; sg >= 0; sg--) {
+            const int lo = sg * K, hi = lo + K < nL ? lo + K : nL;
+            for (int li = lo; li < hi; li++) {
+                cblk_t p = cpu_block(c, s, li, B, T);
+                if (li == hi - 1) p.out = NULL;  // saved already (a checkpoint or the output)
+                block_forward(m, r->l0 + li, &p, B, T);
+            }
+            for (int li = hi - 1; li >= lo; li--) {
+                const cblk_t p = cpu_block(c, s, li, B, T);
+                block_backward(m, s, k, &g, split, li, &p);
+            }
         }
-        dw = gw_begin(&g, PK_LN2, l);
-        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, mid, wparam(m, PK_LN2, l), ln2_rstd, N, C);
-        gw_end(&g, PK_LN2, l, (size_t)C);
-        ready(&g, PK_LN2, l);
-
-        // Attention block, in reverse; afterwards dres is the gradient of the block input.
-        if (split) {
-            memcpy(s->d_mid + (size_t)li * NC, sc->dres, NC * sizeof(float));
-            matmul_dinp_cpu(sc->datty, sc->dres, wparam(m, PK_O, l), N, C, C);
-        } else {
-            dw = gw_begin(&g, PK_O, l);
-            matmul_bwd_cpu(sc->datty, dw, sc->dres, atty, wparam(m, PK_O, l), N, C, C);
-            gw_end(&g, PK_O, l, (size_t)C * C);
-            ready(&g, PK_O, l);
-        }
-        attention_bwd_cpu(sc->dqkv, sc->datty, qkv, att, B, T, C, NH);
-        rope_bwd_cpu(sc->dqkv, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);      // dq
-        rope_bwd_cpu(sc->dqkv + C, B, T, NH, HS, 3 * C, m->rope_cos, m->rope_sin);  // dk
-        if (split) {
-            memcpy(s->d_qkv + (size_t)li * NC * 3, sc->dqkv, NC * 3 * sizeof(float));
-            matmul_dinp_cpu(sc->dln, sc->dqkv, wparam(m, PK_Q, l), N, C, 3 * C);
-        } else {
-            dw = gw_begin(&g, PK_Q, l);  // dWq, dWk, dWv (adjacent) in one product
-            matmul_bwd_cpu(sc->dln, dw, sc->dqkv, ln1, wparam(m, PK_Q, l), N, C, 3 * C);
-            gw_end(&g, PK_Q, l, (size_t)3 * C * C);
-            ready(&g, PK_V, l);
-            ready(&g, PK_K, l);
-            ready(&g, PK_Q, l);
-        }
-        dw = gw_begin(&g, PK_LN1, l);
-        rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, x, wparam(m, PK_LN1, l), ln1_rstd, N, C);
-        gw_end(&g, PK_LN1, l, (size_t)C);
-        ready(&g, PK_LN1, l);
-        bwd_unit_end(m, 1 + l);
     }
     // dres is now the gradient of the range's input: the embedding output, or what goes back.
     if (r->embed) {
@@ -460,6 +536,7 @@ void model_cpu_range_backward_input(model_cpu_t* m, model_cpu_range_acts_t* s, c
 
 void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* sink) {
     if (!s->split) DIE("model_cpu_range_backward_weight: the activations were created without split = 1");
+    if (s->ckpt > 0) DIE("model_cpu_range: activation checkpointing and the split backward do not go together");
     if (hooked(m)) DIE("model_cpu_range: unit hooks (ZeRO-3) and the split backward do not go together");
     const model_config_t* c = &m->c;
     const model_range_t* r = &s->r;

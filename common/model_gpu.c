@@ -85,9 +85,13 @@ static int check_adjacent(const param_layout_t* lay, int L, char* err, size_t er
 }
 
 static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precision_t prec,
-                           const attention_impl_t* attn, uint64_t seed, int ranges_only, char* err,
+                           const attention_impl_t* attn, uint64_t seed, int ranges_only, int ckpt, char* err,
                            size_t errlen) {
     if (model_config_check(cfg, err, errlen) != 0) return NULL;
+    if (ckpt < 0) {
+        set_err(err, errlen, "checkpoint policy %d: must be 0 (none) or K >= 1 (every-K)", ckpt);
+        return NULL;
+    }
     if (B < 1 || T < 1 || T > cfg->context) {
         set_err(err, errlen, "batch %d and sequence length %d must be >= 1 and T <= context %d", B, T,
              cfg->context);
@@ -111,6 +115,7 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     m->asz = dtype_size(m->adt);
     m->attn = attn;
     m->ranges_only = ranges_only;
+    m->ckpt = ckpt;
     if (check_adjacent(&m->lay, m->L, err, errlen) != 0) {
         model_gpu_destroy(m);
         return NULL;
@@ -131,7 +136,12 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
         return NULL;
     }
 
-    const size_t N = m->N, C = m->C, F = m->F, V = m->V, L = m->L, NH = m->NH, es = m->asz;
+    // Per-layer activation arrays: L slots, or one segment's (min(K, L)) with checkpointing,
+    // and R residual slices (model_cpu.h "activation checkpointing": checkpoints, output,
+    // the segment's interior inputs).
+    const size_t L = (size_t)model_ckpt_slots(cfg->n_layers, ckpt);
+    const size_t R = (size_t)model_ckpt_res_slices(cfg->n_layers, ckpt);
+    const size_t N = m->N, C = m->C, F = m->F, V = m->V, NH = m->NH, es = m->asz;
     const size_t total = m->lay.total;
     int ok = 1;
     m->params = try_alloc(total * 4, MEM_PARAMS, "parameters", &ok, err, errlen);
@@ -142,7 +152,7 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     m->inputs = try_alloc(N * 4, MEM_OTHER, "inputs", &ok, err, errlen);
     m->targets = try_alloc(N * 4, MEM_OTHER, "targets", &ok, err, errlen);
     if (!ranges_only) {  // the whole model's activations (model_gpu_range.c keeps its own)
-        m->resid1 = try_alloc((L + 1) * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
+        m->resid1 = try_alloc(R * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
         m->resid2 = try_alloc(L * N * C * 4, MEM_ACTS, "residual stream", &ok, err, errlen);
         m->ln1 = try_alloc(L * N * C * es, MEM_ACTS, "norm outputs", &ok, err, errlen);
         m->ln2 = try_alloc(L * N * C * es, MEM_ACTS, "norm outputs", &ok, err, errlen);
@@ -209,11 +219,17 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
 model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_precision_t prec,
                               const attention_impl_t* attn, uint64_t seed, char* err,
                               size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 0, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 0, 0, err, errlen);
 }
+model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                   const attention_impl_t* attn, uint64_t seed, int ckpt, char* err,
+                                   size_t errlen) {
+    return create(cfg, B, T, prec, attn, seed, 0, ckpt, err, errlen);
+}
+int model_gpu_ckpt(const model_gpu_t* m) { return m->ckpt; }
 model_gpu_t* model_gpu_create_ranges(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                      const attention_impl_t* attn, uint64_t seed, char* err, size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 1, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 1, 0, err, errlen);
 }
 
 void model_gpu_destroy(model_gpu_t* m) {

@@ -42,6 +42,15 @@ model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_pre
                               const attention_impl_t* attn, uint64_t seed, char* err,
                               size_t errlen);
 void model_gpu_destroy(model_gpu_t* m);
+// The same with activation checkpointing K (model_cpu.h "activation checkpointing": 0 none,
+// 1 block, K every-K): only the checkpoints and one segment's activations are allocated; the
+// backward recomputes each segment forward with the same kernels, so the loss and gradients
+// are bit-for-bit those of K = 0 (01_benchmarking/test_checkpoint.c). Not with unit hooks
+// (ZeRO-3; DIE); the range pass (model_gpu_create_ranges) has no checkpointing.
+model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                   const attention_impl_t* attn, uint64_t seed, int ckpt, char* err,
+                                   size_t errlen);
+int model_gpu_ckpt(const model_gpu_t* m);  // K (0 none)
 
 const param_layout_t* model_gpu_layout(const model_gpu_t* m);
 const model_config_t* model_gpu_config(const model_gpu_t* m);

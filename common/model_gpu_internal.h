@@ -78,6 +78,8 @@ struct model_gpu {
     int flat_freed;             // model_gpu_free_flat: params and grads are NULL
 
     // Stage 08 (model_gpu_range.c)
+    int ckpt;              // activation checkpointing K (0 none): the per-layer arrays above
+                           // then hold min(K, L) slots and resid1 the checkpoints (model_gpu_pass.c)
     int ranges_only;       // model_gpu_create_ranges: no whole-model activations (resid1.. NULL)
     float* dw_tmp;         // (C) a norm's weight gradient before it is added (ADD sinks only)
 };
@@ -104,6 +106,7 @@ typedef struct {
 // model_gpu_pass.c: the building blocks of both passes, enqueued on m->stream. Weight
 // gradients are WRITTEN (beta 0) or ADDED (beta 1: accumulation over micro-batches).
 void mg_embed_forward(model_gpu_t* m, const int32_t* tokens, float* x);
+// b->xn NULL: stops before the W2 product (a recomputed segment's last block: its output is saved).
 void mg_block_forward(model_gpu_t* m, int l, const mg_block_t* b);
 void mg_head_forward(model_gpu_t* m, const float* x, void* lnf, float* rstdf, void* logits,
                      const int32_t* targets, float* ce_lse, float* losses, float* d_loss);

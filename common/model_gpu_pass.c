@@ -28,13 +28,27 @@ static void linear_dw(model_gpu_t* m, const void* dy, const void* x, float* dW, 
     mm_rm(&m->mm, 1, 0, out, in, m->N, 1.0f, dy, m->adt, out, x, m->adt, in, beta, dW, DT_F32, in);
 }
 
-// Layer l's activations in the whole model's per-layer arrays.
-static mg_block_t whole_block(model_gpu_t* m, int l) {
+// Layer l's activations in the whole model's per-layer arrays. With checkpointing K (m->ckpt)
+// the arrays hold one segment (slot l % K) and resid1 holds: slices [0, S) the inputs of
+// blocks 0, K, 2K, ... (S = ceil(L/K)), slice S the final norm's input, slices S+1 .. the
+// inputs of the segment's blocks 1 .. K-1 (model_cpu_range.c lays out the CPU's the same way).
+static size_t final_slice(const model_gpu_t* m) {
+    return (size_t)(m->ckpt > 0 ? model_ckpt_segments(m->L, m->ckpt) : m->L);
+}
+static mg_block_t whole_block(model_gpu_t* m, int l0) {
     const size_t es = m->asz, NC = (size_t)m->N * m->C;
+    size_t l = (size_t)l0, xi = (size_t)l0, oi = (size_t)l0 + 1;
+    const int K = m->ckpt;
+    if (K > 0) {
+        const int S = model_ckpt_segments(m->L, K), j = l0 % K, sg = l0 / K;
+        l = (size_t)j;
+        xi = j == 0 ? (size_t)sg : (size_t)(S + j);
+        oi = l0 == m->L - 1 ? (size_t)S : j == K - 1 ? (size_t)sg + 1 : (size_t)(S + 1 + j);
+    }
     mg_block_t b;
-    b.x = m->resid1 + (size_t)l * NC;
-    b.xm = m->resid2 + (size_t)l * NC;
-    b.xn = m->resid1 + (size_t)(l + 1) * NC;
+    b.x = m->resid1 + xi * NC;
+    b.xm = m->resid2 + l * NC;
+    b.xn = m->resid1 + oi * NC;
     b.ln1 = mg_slice(m->ln1, NC, es, l);
     b.rstd1 = m->rstd1 + (size_t)l * m->N;
     b.ln2 = mg_slice(m->ln2, NC, es, l);
@@ -68,6 +82,7 @@ void mg_block_forward(model_gpu_t* m, int l, const mg_block_t* b) {
     linear(m, b->atty, mg_weight(m, PK_O, l), b->xm, DT_F32, C, C, 1.0f);
     k_rmsnorm_fwd(m->adt, b->xm, mg_param(m, PK_LN2, l), b->ln2, b->rstd2, N, C, RMS_EPS, s);
     linear(m, b->ln2, mg_weight(m, PK_W1, l), b->h13, m->adt, C, 2 * F, 0.0f);  // fused w1, w3
+    if (!b->xn) return;  // a recomputed segment's last block: its output is saved
     k_swiglu_fwd(m->adt, b->h13, g, N, F, s);
     CUDA_CHECK(cudaMemcpyAsync(b->xn, b->xm, NC * 4, cudaMemcpyDeviceToDevice, s));
     linear(m, g, mg_weight(m, PK_W2, l), b->xn, DT_F32, F, C, 1.0f);
@@ -89,6 +104,8 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
         k_cast_f32_bf16(m->params, m->params_lp, m->lay.total, m->stream);
         m->lp_fresh = 1;
     }
+    if (m->ckpt > 0 && (m->hooks.before_fwd || m->hooks.before_bwd || m->hooks.after_bwd))
+        DIE("model_gpu: activation checkpointing and unit hooks (ZeRO-3) do not go together");
     mg_unit_hook(m, m->hooks.before_fwd, 0);  // ZeRO-3 (unit 0: the embedding)
     mg_embed_forward(m, d_inputs, m->resid1);
     for (int l = 0; l < L; l++) {
@@ -97,7 +114,7 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
         mg_block_forward(m, l, &b);
     }
     mg_unit_hook(m, m->hooks.before_fwd, L + 1);
-    mg_head_forward(m, m->resid1 + (size_t)L * m->N * m->C, m->lnf, m->rstdf, m->logits, d_targets, m->ce_lse,
+    mg_head_forward(m, m->resid1 + final_slice(m) * m->N * m->C, m->lnf, m->rstdf, m->logits, d_targets, m->ce_lse,
                     m->losses, m->d_loss);
     m->last_targets = d_targets;
     m->last_inputs = d_inputs;
@@ -234,14 +251,35 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
     nvtx_push("backward");
     // Loss and LM head. dlogits = (softmax − onehot) / N, in place over the logits.
     mg_unit_hook(m, m->hooks.before_bwd, L + 1);  // ZeRO-3: unit L+1 = ln_final + lm_head
-    mg_head_backward(m, m->resid1 + (size_t)L * N * m->C, m->lnf, m->rstdf, m->logits, m->last_targets, m->ce_lse,
+    mg_head_backward(m, m->resid1 + final_slice(m) * N * m->C, m->lnf, m->rstdf, m->logits, m->last_targets, m->ce_lse,
                      1.0f / (float)N, 0.0f, hook, ctx);
     mg_unit_hook(m, m->hooks.after_bwd, L + 1);
-    for (int l = L - 1; l >= 0; l--) {
-        const mg_block_t b = whole_block(m, l);
-        mg_unit_hook(m, m->hooks.before_bwd, 1 + l);
-        mg_block_backward(m, l, &b, 0.0f, hook, ctx);
-        mg_unit_hook(m, m->hooks.after_bwd, 1 + l);
+    if (m->ckpt == 0) {
+        for (int l = L - 1; l >= 0; l--) {
+            const mg_block_t b = whole_block(m, l);
+            mg_unit_hook(m, m->hooks.before_bwd, 1 + l);
+            mg_block_backward(m, l, &b, 0.0f, hook, ctx);
+            mg_unit_hook(m, m->hooks.after_bwd, 1 + l);
+        }
+    } else {
+        // Checkpointing: segment by segment from the last, recompute the segment's blocks
+        // forward from its saved input (the same kernels on the same inputs: the same bits),
+        // then backprop through them. (No unit hooks here: the forward refused them.)
+        const int K = m->ckpt;
+        for (int sg = model_ckpt_segments(L, K) - 1; sg >= 0; sg--) {
+            const int lo = sg * K, hi = lo + K < L ? lo + K : L;
+            nvtx_push("recompute");
+            for (int l = lo; l < hi; l++) {
+                mg_block_t b = whole_block(m, l);
+                if (l == hi - 1) b.xn = NULL;
+                mg_block_forward(m, l, &b);
+            }
+            nvtx_pop();
+            for (int l = hi - 1; l >= lo; l--) {
+                const mg_block_t b = whole_block(m, l);
+                mg_block_backward(m, l, &b, 0.0f, hook, ctx);
+            }
+        }
     }
     mg_unit_hook(m, m->hooks.before_bwd, 0);
     mg_embed_backward(m, m->last_inputs, 0.0f, hook, ctx);

@@ -79,6 +79,8 @@ int model_gpu_range_acts_create(model_gpu_t* m, model_gpu_range_acts_t* s, const
     if (m->prec != MP_FP32)
         fail("the GPU range pass (pipeline parallelism) supports fp32 only: bf16 would need the given output gradient cast into the bf16 residual gradient");
     if (model_range_check(&m->cfg, r, why, sizeof why) != 0) fail("model_gpu_range: %s", why);
+    if (m->ckpt > 0)
+        fail("the GPU range pass (pipeline parallelism) has no activation checkpointing: make the model with --checkpoint none");
     memset(s, 0, sizeof *s);
     s->r = *r;
     s->nL = r->l1 - r->l0;

@@ -1,0 +1,211 @@
+// Activation checkpointing (model_cpu.h "activation checkpointing", model_gpu.h): with `block`
+// and `every-K` the loss and EVERY gradient are bit-for-bit those of `none` (the recompute runs
+// the same operations on the same inputs), for K dividing L and not, K = L and K > L; two steps
+// in a row (the recompute must not depend on stale buffers); the activation bytes shrink as the
+// formula says; the policy parser. CPU tests run everywhere; the GPU ones skip without a GPU.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/model.h"
+#include "common/model_cpu.h"
+#include "common/model_gpu.h"
+#include "common/rng.h"
+#include "tests/harness.h"
+
+// L = 6 layers: K = 2, 3 divide it, K = 4 does not (segments of 4 and 2), K = 6 is one
+// segment, K = 8 > L. Odd vocab and T to catch a wrong stride.
+static const model_config_t CK_CFG = {"ckpt", 67, 16, 32, 6, 4, 72};
+enum { CK_B = 2, CK_T = 13 };
+
+static void make_tokens(int32_t* x, size_t n, int V, uint64_t seed) {
+    rng_t r = rng_make(seed);
+    rng_fill_int(&r, x, n, 0, V);
+}
+
+// Two forward/backward steps (an AdamW step between) with policy k; returns the second loss,
+// the gradients of both steps in g1, g2 (layout.total floats each) and the logits of step 2.
+static float cpu_run(int k, float* g1, float* g2, float* logits) {
+    model_cpu_t m;
+    model_cpu_create_ckpt(&m, &CK_CFG, CK_B, CK_T, 7, k);
+    const size_t n = (size_t)CK_B * CK_T;
+    int32_t in[CK_B * CK_T], tg[CK_B * CK_T];
+    make_tokens(in, n, CK_CFG.vocab, 1);
+    make_tokens(tg, n, CK_CFG.vocab, 2);
+    const adamw_config_t opt = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    model_cpu_forward(&m, in, tg, CK_B, CK_T);
+    model_cpu_backward(&m, NULL, NULL);
+    memcpy(g1, m.grads, m.layout.total * sizeof(float));
+    model_cpu_adamw_step(&m, &opt);
+    make_tokens(in, n, CK_CFG.vocab, 3);
+    const float loss = model_cpu_forward(&m, in, tg, CK_B, CK_T);
+    memcpy(logits, m.a.logits, n * CK_CFG.vocab * sizeof(float));
+    model_cpu_backward(&m, NULL, NULL);
+    memcpy(g2, m.grads, m.layout.total * sizeof(float));
+    model_cpu_destroy(&m);
+    return loss;
+}
+
+// The first index where two float arrays differ in their bits, or -1.
+static long first_diff(const float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof(float)) != 0) return (long)i;
+    return -1;
+}
+
+Test(checkpoint, cpu_gradients_bit_identical_to_none) {
+    param_layout_t lay = param_layout_make(&CK_CFG);
+    const size_t P = lay.total, NL = (size_t)CK_B * CK_T * CK_CFG.vocab;
+    float* ref1 = malloc(P * 4);
+    float* ref2 = malloc(P * 4);
+    float* g1 = malloc(P * 4);
+    float* g2 = malloc(P * 4);
+    float* lref = malloc(NL * 4);
+    float* lg = malloc(NL * 4);
+    const float loss0 = cpu_run(0, ref1, ref2, lref);
+    const int ks[] = {1, 2, 3, 4, 6, 8};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        const float loss = cpu_run(ks[i], g1, g2, lg);
+        cr_assert(memcmp(&loss, &loss0, 4) == 0, "K=%d: loss %.9g vs none %.9g", ks[i], loss, loss0);
+        long d = first_diff(lg, lref, NL);
+        cr_assert(d < 0, "K=%d: logits differ at %ld", ks[i], d);
+        d = first_diff(g1, ref1, P);
+        cr_assert(d < 0, "K=%d: step-1 gradient differs at flat index %ld", ks[i], d);
+        d = first_diff(g2, ref2, P);
+        cr_assert(d < 0, "K=%d: step-2 gradient differs at flat index %ld", ks[i], d);
+    }
+    free(ref1), free(ref2), free(g1), free(g2), free(lref), free(lg);
+    param_layout_free(&lay);
+}
+
+// Activation bytes (tag acts) of the model with policy K, from the allocator.
+static size_t cpu_act_bytes(int k) {
+    const size_t before = mem_stats(DEV_CPU).live_by_tag[MEM_ACTS];
+    model_cpu_t m;
+    model_cpu_create_ckpt(&m, &CK_CFG, CK_B, CK_T, 7, k);
+    const size_t got = mem_stats(DEV_CPU).live_by_tag[MEM_ACTS] - before;
+    model_cpu_destroy(&m);
+    return got;
+}
+
+// Bytes with policy K, for N = B·T rows (floats x 4):
+//   residual slices R·N·C with R = L + 1 (none) or ceil(L/K) + min(K, L) (checkpoints, the
+//   output, the segment's interior inputs), plus per kept block (L for none, min(K, L) else)
+//   N·(4C + 2 + 3C + 3F) + B·NH·T² (ln1, atty, res_mid, ln2; two rstds; qkv; h13 and gate;
+//   attention probabilities), plus the head's N·(C + 2 + V).
+// So bytes(K) ~ (L/K)·r + K·I with r a residual slice and I one block's internals: the minimum
+// is at K = sqrt(L·r/I); here (and for every model of the spec) I is many r, so `block` or a
+// small K is the smallest, and K >= L only adds the recompute.
+Test(checkpoint, cpu_activation_bytes_follow_the_formula) {
+    const double L = CK_CFG.n_layers, C = CK_CFG.d_model, F = CK_CFG.d_ff, V = CK_CFG.vocab;
+    const double NH = CK_CFG.n_heads, N = (double)CK_B * CK_T;
+    const double per_block = N * (4 * C + 2 + 3 * C + 3 * F) + CK_B * NH * CK_T * CK_T;
+    const int ks[] = {0, 1, 2, 3, 4, 6, 8};
+    size_t prev = 0;
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        const int k = ks[i];
+        const double R = k == 0 ? L + 1 : (double)((CK_CFG.n_layers + k - 1) / k) + (k < L ? k : L);
+        const double kept = k == 0 ? L : (k < L ? k : L);
+        const double want = 4.0 * (R * N * C + kept * per_block + N * (C + 2 + V));
+        const size_t got = cpu_act_bytes(k);
+        cr_assert_eq(got, (size_t)want, "K=%d: %zu activation bytes, the formula says %.0f", k, got, want);
+        cr_assert_eq((double)got, model_cpu_bytes_ckpt(&CK_CFG, CK_B, CK_T, k) - model_cpu_bytes_ckpt(&CK_CFG, CK_B, CK_T, 0) + (double)cpu_act_bytes(0),
+                     "K=%d: model_cpu_bytes_ckpt disagrees with the allocations", k);
+        if (k == 0) prev = got;
+        else if (k < CK_CFG.n_layers) cr_assert_lt(got, prev, "K=%d keeps fewer bytes than none", k);
+    }
+}
+
+Test(checkpoint, policy_parse_and_name) {
+    int k = -1;
+    char err[160], buf[32];
+    cr_assert_eq(model_ckpt_parse("none", &k, err, sizeof err), 0);
+    cr_assert_eq(k, 0);
+    cr_assert_eq(model_ckpt_parse("block", &k, err, sizeof err), 0);
+    cr_assert_eq(k, 1);
+    cr_assert_eq(model_ckpt_parse("every-4", &k, err, sizeof err), 0);
+    cr_assert_eq(k, 4);
+    cr_assert_str_eq(model_ckpt_name(4, buf, sizeof buf), "every-4");
+    cr_assert_str_eq(model_ckpt_name(1, buf, sizeof buf), "block");
+    cr_assert_str_eq(model_ckpt_name(0, buf, sizeof buf), "none");
+    const char* bad[] = {"", "every-", "every-0", "every-x", "every-3x", "every--2", "blocks", "4"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(model_ckpt_parse(bad[i], &k, err, sizeof err), -1, "'%s' accepted", bad[i]);
+        cr_assert(strstr(err, "none|block|every-K"), "the error names the choices: %s", err);
+    }
+}
+
+// ---- GPU: the same policies through model_gpu_create_ckpt, fp32 and bf16 ------------------
+// Same parameters, same tokens, two steps; the recompute runs the same kernels on the same
+// inputs, so the bits must be those of `none` (the embedding backward is deterministic).
+static float gpu_run(model_precision_t prec, int k, float* g1, float* g2) {
+    char err[256] = "";
+    model_gpu_t* m = model_gpu_create_ckpt(&CK_CFG, CK_B, CK_T, prec, NULL, 7, k, err, sizeof err);
+    cr_assert_not_null(m, "model_gpu_create_ckpt(K=%d): %s", k, err);
+    const size_t n = (size_t)CK_B * CK_T;
+    int32_t in[CK_B * CK_T], tg[CK_B * CK_T];
+    make_tokens(in, n, CK_CFG.vocab, 1);
+    make_tokens(tg, n, CK_CFG.vocab, 2);
+    const adamw_config_t opt = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    model_gpu_set_tokens(m, in, tg);
+    model_gpu_forward(m, model_gpu_inputs(m), model_gpu_targets(m));
+    cr_assert_eq(model_gpu_backward(m, NULL, NULL, err, sizeof err), 0, "%s", err);
+    model_gpu_get_grads(m, g1);
+    cr_assert_eq(model_gpu_adamw(m, &opt, 1, err, sizeof err), 0, "%s", err);
+    make_tokens(in, n, CK_CFG.vocab, 3);
+    model_gpu_set_tokens(m, in, tg);
+    const float loss = model_gpu_forward(m, model_gpu_inputs(m), model_gpu_targets(m));
+    cr_assert_eq(model_gpu_backward(m, NULL, NULL, err, sizeof err), 0, "%s", err);
+    model_gpu_get_grads(m, g2);
+    model_gpu_destroy(m);
+    return loss;
+}
+
+static void gpu_compare(model_precision_t prec) {
+    param_layout_t lay = param_layout_make(&CK_CFG);
+    const size_t P = lay.total;
+    float *ref1 = malloc(P * 4), *ref2 = malloc(P * 4), *g1 = malloc(P * 4), *g2 = malloc(P * 4);
+    const float loss0 = gpu_run(prec, 0, ref1, ref2);
+    const int ks[] = {1, 2, 4, 6, 8};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        const float loss = gpu_run(prec, ks[i], g1, g2);
+        cr_assert(memcmp(&loss, &loss0, 4) == 0, "%s K=%d: loss %.9g vs none %.9g", model_precision_name(prec),
+                  ks[i], loss, loss0);
+        long d = first_diff(g1, ref1, P);
+        cr_assert(d < 0, "%s K=%d: step-1 gradient differs at flat index %ld", model_precision_name(prec), ks[i], d);
+        d = first_diff(g2, ref2, P);
+        cr_assert(d < 0, "%s K=%d: step-2 gradient differs at flat index %ld", model_precision_name(prec), ks[i], d);
+    }
+    free(ref1), free(ref2), free(g1), free(g2);
+    param_layout_free(&lay);
+}
+
+Test(checkpoint, gpu_fp32_gradients_bit_identical_to_none) {
+    SKIP_WITHOUT_GPU();
+    gpu_compare(MP_FP32);
+}
+
+Test(checkpoint, gpu_bf16_gradients_bit_identical_to_none) {
+    SKIP_WITHOUT_GPU();
+    gpu_compare(MP_BF16);
+}
+
+// The allocator shows the saving on the GPU too: acts bytes strictly fall from none to block
+// to every-2 at L = 6, and model_gpu_acts_bytes predicts them.
+Test(checkpoint, gpu_activation_bytes_shrink) {
+    SKIP_WITHOUT_GPU();
+    const int ks[] = {0, 1, 2};
+    size_t got[3];
+    for (int i = 0; i < 3; i++) {
+        char err[256] = "";
+        const size_t before = mem_stats(DEV_CUDA).live_by_tag[MEM_ACTS];
+        model_gpu_t* m = model_gpu_create_ckpt(&CK_CFG, CK_B, CK_T, MP_FP32, NULL, 7, ks[i], err, sizeof err);
+        cr_assert_not_null(m, "%s", err);
+        got[i] = mem_stats(DEV_CUDA).live_by_tag[MEM_ACTS] - before;
+        model_gpu_destroy(m);
+    }
+    cr_assert_lt(got[1], got[0], "block %zu vs none %zu", got[1], got[0]);
+    cr_assert_lt(got[2], got[1], "every-2 %zu vs block %zu", got[2], got[1]);
+}
