@@ -80,6 +80,36 @@ Test(checkpoint, cpu_gradients_bit_identical_to_none) {
     param_layout_free(&lay);
 }
 
+// The grad-ready hook (DDP's overlap seam) fires in the same order with and without.
+typedef struct {
+    int order[512];
+    int n;
+} hook_log_t;
+static void log_hook(void* ctx, int param) {
+    hook_log_t* h = ctx;
+    if (h->n < 512) h->order[h->n] = param;
+    h->n++;
+}
+Test(checkpoint, cpu_grad_ready_hooks_in_the_same_order) {
+    hook_log_t ref = {{0}, 0};
+    const size_t n = (size_t)CK_B * CK_T;
+    int32_t in[CK_B * CK_T], tg[CK_B * CK_T];
+    make_tokens(in, n, CK_CFG.vocab, 1);
+    make_tokens(tg, n, CK_CFG.vocab, 2);
+    const int ks[] = {0, 1, 4};
+    for (int i = 0; i < 3; i++) {
+        hook_log_t h = {{0}, 0};
+        model_cpu_t m;
+        model_cpu_create_ckpt(&m, &CK_CFG, CK_B, CK_T, 7, ks[i]);
+        model_cpu_forward(&m, in, tg, CK_B, CK_T);
+        model_cpu_backward(&m, log_hook, &h);
+        cr_assert_eq(h.n, m.layout.n, "K=%d: %d hook calls for %d parameters", ks[i], h.n, m.layout.n);
+        if (i == 0) ref = h;
+        else cr_assert(memcmp(h.order, ref.order, sizeof h.order) == 0, "K=%d: another hook order", ks[i]);
+        model_cpu_destroy(&m);
+    }
+}
+
 // Activation bytes (tag acts) of the model with policy K, from the allocator.
 static size_t cpu_act_bytes(int k) {
     const size_t before = mem_stats(DEV_CPU).live_by_tag[MEM_ACTS];
