@@ -8,17 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "08_pipeline/act_pool.h"
 #include "common/adamw_cpu.h"
 #include "common/check.h"
 #include "common/timer.h"
-
-// The activation sets of one chunk: a pool that grows to the peak number in flight.
-typedef struct {
-    model_cpu_range_acts_t** set;  // [cap] allocated sets (pointers: their addresses stay put)
-    int* in_use;                   // [cap]
-    int n, cap;
-    int* slot_of;                  // [m] the set holding micro-batch mb, -1 if none
-} pool_t;
 
 struct pp_exec {
     pp_exec_config_t cfg;
@@ -26,59 +19,28 @@ struct pp_exec {
     int split;            // ZB-H1: BI and W as two passes
     size_t* span_b;       // [v] flat slice of each chunk
     size_t* span_e;
-    pool_t* pool;         // [v]
-    int* deferred;        // (chunk, mb) pairs to give back at the next compute (at most one)
-    int n_deferred;
+    act_pools_t pools;    // the activation sets of each chunk (act_pool.h)
     int live, peak_live;  // micro-batch-chunks between F and B/W
     long actions_done;    // for die_after
     comm_req_t** reqs;    // [longest group]
 };
 
-static model_cpu_range_acts_t* pool_take(pp_exec_t* x, int c, int mb) {
-    pool_t* q = &x->pool[c];
-    if (q->slot_of[mb] >= 0) return q->set[q->slot_of[mb]];
-    int k = 0;
-    while (k < q->n && q->in_use[k]) k++;
-    if (k == q->n) {
-        if (q->n == q->cap) {
-            q->cap = q->cap ? 2 * q->cap : 2;
-            q->set = realloc(q->set, (size_t)q->cap * sizeof *q->set);
-            q->in_use = realloc(q->in_use, (size_t)q->cap * sizeof *q->in_use);
-            if (!q->set || !q->in_use) DIE("out of host memory");
-        }
-        q->set[k] = malloc(sizeof(model_cpu_range_acts_t));
-        if (!q->set[k]) DIE("out of host memory");
-        model_cpu_range_acts_create(q->set[k], &x->cfg.m->c, &x->cfg.ranges[c], x->cfg.Bmb, x->cfg.T, x->split);
-        q->n++;
-    }
-    q->in_use[k] = 1;
-    q->slot_of[mb] = k;
-    return q->set[k];
+static void* new_set(void* ctx, int c) {
+    pp_exec_t* x = ctx;
+    model_cpu_range_acts_t* s = malloc(sizeof *s);
+    if (!s) DIE("out of host memory");
+    model_cpu_range_acts_create(s, &x->cfg.m->c, &x->cfg.ranges[c], x->cfg.Bmb, x->cfg.T, x->split);
+    return s;
 }
-
+static void free_set(void* s) {
+    model_cpu_range_acts_destroy(s);
+    free(s);
+}
+static model_cpu_range_acts_t* pool_take(pp_exec_t* x, int c, int mb) { return act_pools_take(&x->pools, c, mb); }
 static model_cpu_range_acts_t* pool_get(pp_exec_t* x, int c, int mb, const char* why) {
-    const int k = x->pool[c].slot_of[mb];
-    if (k < 0) DIE("executor rank %d: %s for micro-batch %d chunk %d, which has no activations (bad list)",
-                   x->cfg.rank, why, mb, c);
-    return x->pool[c].set[k];
+    return act_pools_get(&x->pools, c, mb, "executor", why);
 }
-
-// After B or W the set is no longer needed, but the group right after may still send from it
-// (the input gradient): it is given back at the next compute, when that group has finished.
-static void pool_release_later(pp_exec_t* x, int c, int mb) {
-    x->deferred[2 * x->n_deferred] = c;
-    x->deferred[2 * x->n_deferred + 1] = mb;
-    x->n_deferred++;
-}
-static void pool_release_deferred(pp_exec_t* x) {
-    for (int i = 0; i < x->n_deferred; i++) {
-        pool_t* q = &x->pool[x->deferred[2 * i]];
-        int* k = &q->slot_of[x->deferred[2 * i + 1]];
-        q->in_use[*k] = 0;
-        *k = -1;
-    }
-    x->n_deferred = 0;
-}
+static void pool_release_later(pp_exec_t* x, int c, int mb) { act_pools_release_later(&x->pools, c, mb); }
 
 pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg) {
     const schedule_t* s = cfg->sched;
@@ -99,9 +61,8 @@ pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg) {
         fail("executor: micro-batch %d x %d does not fit the model's %d x %d", cfg->Bmb, cfg->T, m->B, m->T);
     x->span_b = calloc((size_t)x->v, sizeof(size_t));
     x->span_e = calloc((size_t)x->v, sizeof(size_t));
-    x->pool = calloc((size_t)x->v, sizeof(pool_t));
-    x->deferred = calloc((size_t)(2 * x->v + 2), sizeof(int));
-    if (!x->span_b || !x->span_e || !x->pool || !x->deferred) DIE("out of host memory");
+    if (!x->span_b || !x->span_e) DIE("out of host memory");
+    act_pools_init(&x->pools, x->v, x->m, new_set, x);
     for (int c = 0; c < x->v; c++) {
         const model_range_t* r = &cfg->ranges[c];
         const int stage = sched_stage(s, cfg->rank, c);
@@ -110,8 +71,6 @@ pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg) {
             fail("executor: chunk %d is stage %d of %d: embedding %s, head %s expected", c, stage, x->S,
                  stage == 0 ? "yes" : "no", stage == x->S - 1 ? "yes" : "no");
         model_range_span(&m->layout, &m->c, r, &x->span_b[c], &x->span_e[c]);
-        x->pool[c].slot_of = malloc((size_t)x->m * sizeof(int));
-        if (!x->pool[c].slot_of) DIE("out of host memory");
     }
     pp_exec_schedule_changed(x);
     return x;
@@ -135,20 +94,9 @@ void pp_exec_schedule_changed(pp_exec_t* x) {
 
 void pp_exec_destroy(pp_exec_t* x) {
     if (!x) return;
-    for (int c = 0; c < x->v; c++) {
-        pool_t* q = &x->pool[c];
-        for (int k = 0; k < q->n; k++) {
-            model_cpu_range_acts_destroy(q->set[k]);
-            free(q->set[k]);
-        }
-        free(q->set);
-        free(q->in_use);
-        free(q->slot_of);
-    }
-    free(x->pool);
+    act_pools_destroy(&x->pools, free_set);
     free(x->span_b);
     free(x->span_e);
-    free(x->deferred);
     free(x->reqs);
     free(x);
 }
@@ -250,12 +198,8 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
     model_cpu_t* m = x->cfg.m;
     pp_timing_t tm;
     memset(&tm, 0, sizeof tm);
-    for (int c = 0; c < x->v; c++) {
-        memset(m->grads + x->span_b[c], 0, (x->span_e[c] - x->span_b[c]) * sizeof(float));
-        for (int mb = 0; mb < x->m; mb++) x->pool[c].slot_of[mb] = -1;
-        for (int k = 0; k < x->pool[c].n; k++) x->pool[c].in_use[k] = 0;  // (in_use is NULL before the first step)
-    }
-    x->n_deferred = 0;
+    for (int c = 0; c < x->v; c++) memset(m->grads + x->span_b[c], 0, (x->span_e[c] - x->span_b[c]) * sizeof(float));
+    act_pools_reset(&x->pools);
     x->live = x->peak_live = 0;
     double loss_sum = 0;
     const double t0 = time_now_s();
@@ -266,7 +210,7 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
             run_group(x, acts + i, g);
             tm.comm += time_now_s() - a0;
         } else {
-            pool_release_deferred(x);
+            act_pools_release_deferred(&x->pools);
             compute(x, &acts[i], inputs, targets, loss_scale, &loss_sum);
             const double dt = time_now_s() - a0;
             tm.busy += dt;
@@ -283,10 +227,10 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
         x->actions_done += done;
         i += done;
     }
-    pool_release_deferred(x);
+    act_pools_release_deferred(&x->pools);
     tm.wall = time_now_s() - t0;
     tm.peak_live = x->peak_live;
-    for (int c = 0; c < x->v; c++) tm.pool_slots += x->pool[c].n;
+    tm.pool_slots = act_pools_slots(&x->pools);
     if (x->live != 0) DIE("executor rank %d: %d micro-batch-chunks still live after the list (bad list)", r, x->live);
     if (t) *t = tm;
     return loss_sum;

@@ -9,27 +9,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "08_pipeline/act_pool.h"
 #include "common/adamw_cpu.h"
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/model_kernels.h"
 
-// The activation sets of one chunk: a pool that grows to the peak number in flight (as the
-// CPU executor's, with device sets).
-typedef struct {
-    model_gpu_range_acts_t** set;
-    int* in_use;
-    int n, cap;
-    int* slot_of;  // [m]
-} gpool_t;
-
 struct pp_exec_gpu {
     pp_exec_gpu_config_t cfg;
     int p, m, v, S;
     size_t *span_b, *span_e;     // [v]
-    gpool_t* pool;               // [v]
-    int deferred[64];            // (chunk, mb) pairs given back at the next compute
-    int n_deferred;
+    act_pools_t pools;           // the activation sets of each chunk (act_pool.h)
     int live, peak_live;
     long actions_done;
     comm_req_t** reqs;           // [longest group]
@@ -46,52 +36,24 @@ struct pp_exec_gpu {
     int adam_t;
 };
 
-static model_gpu_range_acts_t* pool_take(pp_exec_gpu_t* x, int c, int mb) {
-    gpool_t* q = &x->pool[c];
-    if (q->slot_of[mb] >= 0) return q->set[q->slot_of[mb]];
-    int k = 0;
-    while (k < q->n && q->in_use[k]) k++;
-    if (k == q->n) {
-        if (q->n == q->cap) {
-            q->cap = q->cap ? 2 * q->cap : 2;
-            q->set = realloc(q->set, (size_t)q->cap * sizeof *q->set);
-            q->in_use = realloc(q->in_use, (size_t)q->cap * sizeof *q->in_use);
-            if (!q->set || !q->in_use) DIE("out of host memory");
-        }
-        q->set[k] = calloc(1, sizeof(model_gpu_range_acts_t));
-        if (!q->set[k]) DIE("out of host memory");
-        char err[512];
-        if (model_gpu_range_acts_create(x->cfg.m, q->set[k], &x->cfg.ranges[c], err, sizeof err) != 0)
-            comm_fatal(x->cfg.c, 1, "activation set %d of chunk %d: %s", k, c, err);
-        q->n++;
-    }
-    q->in_use[k] = 1;
-    q->slot_of[mb] = k;
-    return q->set[k];
+static void* new_set(void* ctx, int c) {
+    pp_exec_gpu_t* x = ctx;
+    model_gpu_range_acts_t* s = calloc(1, sizeof *s);
+    if (!s) DIE("out of host memory");
+    char err[512];
+    if (model_gpu_range_acts_create(x->cfg.m, s, &x->cfg.ranges[c], err, sizeof err) != 0)
+        comm_fatal(x->cfg.c, 1, "an activation set of chunk %d: %s", c, err);
+    return s;
 }
-
+static void free_set(void* s) {
+    model_gpu_range_acts_destroy(s);
+    free(s);
+}
+static model_gpu_range_acts_t* pool_take(pp_exec_gpu_t* x, int c, int mb) { return act_pools_take(&x->pools, c, mb); }
 static model_gpu_range_acts_t* pool_get(pp_exec_gpu_t* x, int c, int mb, const char* why) {
-    const int k = x->pool[c].slot_of[mb];
-    if (k < 0) DIE("GPU executor rank %d: %s for micro-batch %d chunk %d, which has no activations (bad list)",
-                   x->cfg.rank, why, mb, c);
-    return x->pool[c].set[k];
+    return act_pools_get(&x->pools, c, mb, "GPU executor", why);
 }
-
-static void pool_release_later(pp_exec_gpu_t* x, int c, int mb) {
-    if (x->n_deferred >= 32) DIE("GPU executor: too many deferred releases (bad list)");
-    x->deferred[2 * x->n_deferred] = c;
-    x->deferred[2 * x->n_deferred + 1] = mb;
-    x->n_deferred++;
-}
-static void pool_release_deferred(pp_exec_gpu_t* x) {
-    for (int i = 0; i < x->n_deferred; i++) {
-        gpool_t* q = &x->pool[x->deferred[2 * i]];
-        int* k = &q->slot_of[x->deferred[2 * i + 1]];
-        q->in_use[*k] = 0;
-        *k = -1;
-    }
-    x->n_deferred = 0;
-}
+static void pool_release_later(pp_exec_gpu_t* x, int c, int mb) { act_pools_release_later(&x->pools, c, mb); }
 
 static void destroy_events(pp_exec_gpu_t* x) {
     for (int i = 0; i < 2 * x->n_compute; i++) CUDA_CHECK(cudaEventDestroy(x->ev_act[i]));
@@ -163,10 +125,10 @@ pp_exec_gpu_t* pp_exec_gpu_create(const pp_exec_gpu_config_t* cfg) {
              x->p, cfg->c->world);
     x->span_b = calloc((size_t)x->v, sizeof(size_t));
     x->span_e = calloc((size_t)x->v, sizeof(size_t));
-    x->pool = calloc((size_t)x->v, sizeof(gpool_t));
     x->adam_m = calloc((size_t)x->v, sizeof(float*));
     x->adam_v = calloc((size_t)x->v, sizeof(float*));
-    if (!x->span_b || !x->span_e || !x->pool || !x->adam_m || !x->adam_v) DIE("out of host memory");
+    if (!x->span_b || !x->span_e || !x->adam_m || !x->adam_v) DIE("out of host memory");
+    act_pools_init(&x->pools, x->v, x->m, new_set, x);
     for (int c = 0; c < x->v; c++) {
         const model_range_t* r = &cfg->ranges[c];
         const int stage = sched_stage(s, cfg->rank, c);
@@ -175,9 +137,6 @@ pp_exec_gpu_t* pp_exec_gpu_create(const pp_exec_gpu_config_t* cfg) {
             fail("GPU executor: chunk %d is stage %d of %d: embedding %s, head %s expected", c, stage, x->S,
                  stage == 0 ? "yes" : "no", stage == x->S - 1 ? "yes" : "no");
         model_range_span(model_gpu_layout(cfg->m), mc, r, &x->span_b[c], &x->span_e[c]);
-        x->pool[c].slot_of = malloc((size_t)x->m * sizeof(int));
-        if (!x->pool[c].slot_of) DIE("out of host memory");
-        for (int mb = 0; mb < x->m; mb++) x->pool[c].slot_of[mb] = -1;
     }
     x->cs = model_gpu_stream(cfg->m);
     x->ks = comm_stream(cfg->c);
@@ -225,15 +184,8 @@ void pp_exec_gpu_schedule_changed(pp_exec_gpu_t* x) {
 void pp_exec_gpu_destroy(pp_exec_gpu_t* x) {
     if (!x) return;
     CUDA_CHECK(cudaStreamSynchronize(x->cs));
+    act_pools_destroy(&x->pools, free_set);
     for (int c = 0; c < x->v; c++) {
-        gpool_t* q = &x->pool[c];
-        for (int k = 0; k < q->n; k++) {
-            model_gpu_range_acts_destroy(q->set[k]);
-            free(q->set[k]);
-        }
-        free(q->set);
-        free(q->in_use);
-        free(q->slot_of);
         mem_free(x->adam_m[c]);
         mem_free(x->adam_v[c]);
     }
@@ -245,7 +197,6 @@ void pp_exec_gpu_destroy(pp_exec_gpu_t* x) {
     mem_free(x->d_in);
     mem_free(x->d_tg);
     mem_free(x->d_losses);
-    free(x->pool);
     free(x->span_b);
     free(x->span_e);
     free(x->adam_m);
@@ -363,11 +314,7 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
         CUDA_CHECK(cudaMemsetAsync(G + x->span_b[c], 0, (x->span_e[c] - x->span_b[c]) * sizeof(float), x->cs));
     CUDA_CHECK(cudaMemcpyAsync(x->d_in, inputs, rows * sizeof(int32_t), cudaMemcpyHostToDevice, x->cs));
     CUDA_CHECK(cudaMemcpyAsync(x->d_tg, targets, rows * sizeof(int32_t), cudaMemcpyHostToDevice, x->cs));
-    for (int c = 0; c < x->v; c++) {
-        for (int mb = 0; mb < x->m; mb++) x->pool[c].slot_of[mb] = -1;
-        for (int k = 0; k < x->pool[c].n; k++) x->pool[c].in_use[k] = 0;
-    }
-    x->n_deferred = 0;
+    act_pools_reset(&x->pools);
     x->live = x->peak_live = 0;
     CUDA_CHECK(cudaEventRecord(x->ev_t0, x->cs));
     int kc = 0, kg = 0;
@@ -376,7 +323,7 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
         if (g > 0) {
             run_group(x, acts + i, g, kg++);
         } else {
-            pool_release_deferred(x);
+            act_pools_release_deferred(&x->pools);
             CUDA_CHECK(cudaEventRecord(x->ev_act[2 * kc], x->cs));
             compute(x, &acts[i], loss_scale);
             CUDA_CHECK(cudaEventRecord(x->ev_act[2 * kc + 1], x->cs));
@@ -393,7 +340,7 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
         x->actions_done += done;
         i += done;
     }
-    pool_release_deferred(x);
+    act_pools_release_deferred(&x->pools);
     // The communication stream's last group, then the compute stream's end.
     CUDA_CHECK(cudaEventRecord(x->ev_ready, x->ks));
     CUDA_CHECK(cudaStreamWaitEvent(x->cs, x->ev_ready, 0));
@@ -416,7 +363,7 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
     }
     for (int k = 0; k < kg; k++) tm.comm += 1e-3 * ms_between(x->ev_grp[2 * k], x->ev_grp[2 * k + 1]);
     tm.peak_live = x->peak_live;
-    for (int c = 0; c < x->v; c++) tm.pool_slots += x->pool[c].n;
+    tm.pool_slots = act_pools_slots(&x->pools);
     // The losses of the micro-batches whose head is here, summed in micro-batch order.
     double loss_sum = 0;
     int head_here = 0;
