@@ -326,8 +326,8 @@ static void run_cuda(const args_t* a, result_t* r) {
         char csv[1024], png[1100], title[256];
         snprintf(csv, sizeof csv, "%s/memory_%s.csv", a->out, a->tag);
         snprintf(png, sizeof png, "%s/memory_%s.png", a->out, a->tag);
-        snprintf(title, sizeof title, "%s, context %d, batch %d, %s, %s", a->model, a->context,
-                 a->batch, a->precision, a->mode_s);
+        snprintf(title, sizeof title, "%s, context %d, batch %d, %s, %s%s%s", a->model, a->context,
+                 a->batch, a->precision, a->mode_s, a->ckpt ? ", checkpoint " : "", a->ckpt ? a->ckpt_name : "");
         if (mkdir_p(a->out) == 0 && memtrace_write_csv(csv) == 0) {
             char err[1024];
             const int plotted = memtrace_plot_png(csv, png, title, err, sizeof err) == 0;
