@@ -1,6 +1,6 @@
 // The student edition (issue 20): `make student` and `make grade`. The checks themselves live in
 // tests/student_selftest.py (one step per test here); the minutes-long one (build a student tree
-// of stages 01-06 and 08, grade it and the solution) runs under `make test-student`, which CI runs.
+// of stages 01-08, grade it and the solution) runs under `make test-student`, which CI runs.
 #include <stdio.h>
 #include <stdlib.h>
 
