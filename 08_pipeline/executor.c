@@ -23,6 +23,10 @@ struct pp_exec {
     int live, peak_live;  // micro-batch-chunks between F and B/W
     long actions_done;    // for die_after
     comm_req_t** reqs;    // [longest group]
+    double *t_start, *t_end;  // [n_actions] the last step's times of every action (seconds
+                              // since its start; a group's operations: posted -> finished)
+    double t0;                // the last step's start on CLOCK_MONOTONIC (time_now_s)
+    int n_times;              // entries of t_start / t_end filled by the last step (0: none yet)
 };
 
 static void* new_set(void* ctx, int c) {
@@ -89,7 +93,13 @@ void pp_exec_schedule_changed(pp_exec_t* x) {
     }
     free(x->reqs);
     x->reqs = calloc((size_t)longest, sizeof(comm_req_t*));
-    if (!x->reqs) DIE("out of host memory");
+    free(x->t_start);
+    free(x->t_end);
+    const size_t na = (size_t)s->n_actions[x->cfg.rank] + 1;
+    x->t_start = calloc(na, sizeof(double));
+    x->t_end = calloc(na, sizeof(double));
+    x->n_times = 0;  // the new lists have not run yet
+    if (!x->reqs || !x->t_start || !x->t_end) DIE("out of host memory");
 }
 
 void pp_exec_destroy(pp_exec_t* x) {
@@ -98,6 +108,8 @@ void pp_exec_destroy(pp_exec_t* x) {
     free(x->span_b);
     free(x->span_e);
     free(x->reqs);
+    free(x->t_start);
+    free(x->t_end);
     free(x);
 }
 
@@ -206,18 +218,22 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
     for (int i = 0; i < n;) {
         const int g = schedule_group_len(s, r, i);
         const double a0 = time_now_s();
+        double a1;
         if (g > 0) {
             run_group(x, acts + i, g);
-            tm.comm += time_now_s() - a0;
+            a1 = time_now_s();
+            tm.comm += a1 - a0;
         } else {
             act_pools_release_deferred(&x->pools);
             compute(x, &acts[i], inputs, targets, loss_scale, &loss_sum);
-            const double dt = time_now_s() - a0;
+            a1 = time_now_s();
+            const double dt = a1 - a0;
             tm.busy += dt;
             tm.t_kind[acts[i].kind] += dt;
             tm.n_kind[acts[i].kind]++;
         }
         const int done = g > 0 ? g : 1;
+        for (int j = i; j < i + done; j++) x->t_start[j] = a0 - t0, x->t_end[j] = a1 - t0;  // the timeline
         if (x->cfg.die_after >= 0 && x->actions_done < x->cfg.die_after && x->actions_done + done >= x->cfg.die_after) {
             fprintf(stderr, "rank %d: --die-rank: exiting after %ld of its actions, in the middle of the schedule\n",
                     x->cfg.c->rank, x->actions_done + done);
@@ -229,11 +245,20 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
     }
     act_pools_release_deferred(&x->pools);
     tm.wall = time_now_s() - t0;
+    x->t0 = t0;
+    x->n_times = n;
     tm.peak_live = x->peak_live;
     tm.pool_slots = act_pools_slots(&x->pools);
     if (x->live != 0) DIE("executor rank %d: %d micro-batch-chunks still live after the list (bad list)", r, x->live);
     if (t) *t = tm;
     return loss_sum;
+}
+
+int pp_exec_last_times(const pp_exec_t* x, const double** start, const double** end, double* t0) {
+    if (start) *start = x->t_start;
+    if (end) *end = x->t_end;
+    if (t0) *t0 = x->t0;
+    return x->n_times;
 }
 
 double pp_exec_dp_allreduce(pp_exec_t* x, int D) {

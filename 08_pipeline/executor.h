@@ -69,6 +69,16 @@ void pp_exec_destroy(pp_exec_t* x);
 double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets, float loss_scale,
                     pp_timing_t* t);
 
+// The timeline of the last pp_exec_step: for every action i of this rank's list, when it
+// started and ended, in seconds since that step's start (a compute action: the call; every
+// operation of a communication group: the group's posting to the end of its wait). *t0 is the
+// step's start on CLOCK_MONOTONIC (time_now_s), one clock for all the processes of a node: add
+// it to line the ranks up exactly. The arrays are the executor's (valid until the next step or
+// pp_exec_schedule_changed; they cost two stores per action and are always kept). Returns the
+// number of actions (the list's length), or 0 before the first step with the current lists.
+// Any of the pointers may be NULL.
+int pp_exec_last_times(const pp_exec_t* x, const double** start, const double** end, double* t0);
+
 // 2D (pipeline x data parallel): sums this rank's gradient slices over the D replicas of its
 // stage (world ranks d·p + rank). Each replica sends its slices to every other and adds the D
 // copies in replica order, so every replica ends with the same bits. Returns seconds taken.
@@ -136,6 +146,18 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
 // AdamW over this rank's slices (k_adamw, the bits of model_gpu_adamw element for element).
 void pp_exec_gpu_adamw(pp_exec_gpu_t* x, const adamw_config_t* cfg);
 void pp_exec_gpu_schedule_changed(pp_exec_gpu_t* x);
+// The timeline of the last pp_exec_gpu_step, as pp_exec_last_times: seconds from the step's
+// ev_t0 on the compute stream to each compute action's two events, and for every operation of
+// a group its span on the communication stream (ready to be sent -> the group's kernels done).
+// The events exist anyway (they give the busy and comm times); reading them back is n event
+// queries after the step. Each rank's clock starts at its own ev_t0: with
+// pp_exec_gpu_align_start(x, 1) every step first drains the compute stream and passes a host
+// barrier, then records ev_t0, so the ranks' zeros agree to within the barrier's skew (the
+// barrier's exit on the different hosts / processes, plus one event launch), not exactly.
+int pp_exec_gpu_last_times(const pp_exec_gpu_t* x, const double** start, const double** end);
+// 1: every step starts with cudaStreamSynchronize(compute) + comm_barrier before ev_t0 (costs a
+// barrier per step; for timelines). 0 (default): no barrier, ev_t0 as soon as the step is queued.
+void pp_exec_gpu_align_start(pp_exec_gpu_t* x, int on);
 void pp_exec_gpu_span(const pp_exec_gpu_t* x, int chunk, size_t* begin, size_t* end);
 
 #ifdef __cplusplus

@@ -34,6 +34,9 @@ struct pp_exec_gpu {
     float* d_losses;             // [m] each micro-batch's mean loss (head ranks)
     float **adam_m, **adam_v;    // [v] moments of each chunk's slice (at the first step)
     int adam_t;
+    int align;                   // pp_exec_gpu_align_start
+    double *t_start, *t_end;     // [n_actions] the last step's timeline (seconds from ev_t0)
+    int n_times;                 // 0 before the first step with the current lists
 };
 
 static void* new_set(void* ctx, int c) {
@@ -174,6 +177,12 @@ void pp_exec_gpu_schedule_changed(pp_exec_gpu_t* x) {
     }
     free(x->reqs);
     x->reqs = calloc((size_t)longest, sizeof(comm_req_t*));
+    free(x->t_start);
+    free(x->t_end);
+    x->t_start = calloc((size_t)s->n_actions[r] + 1, sizeof(double));
+    x->t_end = calloc((size_t)s->n_actions[r] + 1, sizeof(double));
+    x->n_times = 0;
+    if (!x->t_start || !x->t_end) DIE("out of host memory");
     x->ev_act = calloc((size_t)2 * x->n_compute + 1, sizeof(cudaEvent_t));
     x->ev_grp = calloc((size_t)2 * x->n_groups + 1, sizeof(cudaEvent_t));
     if (!x->reqs || !x->ev_act || !x->ev_grp) DIE("out of host memory");
@@ -202,6 +211,8 @@ void pp_exec_gpu_destroy(pp_exec_gpu_t* x) {
     free(x->adam_m);
     free(x->adam_v);
     free(x->reqs);
+    free(x->t_start);
+    free(x->t_end);
     free(x);
 }
 
@@ -316,6 +327,10 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
     CUDA_CHECK(cudaMemcpyAsync(x->d_tg, targets, rows * sizeof(int32_t), cudaMemcpyHostToDevice, x->cs));
     act_pools_reset(&x->pools);
     x->live = x->peak_live = 0;
+    if (x->align) {  // timelines: every rank's zero just after one barrier, on an idle stream
+        CUDA_CHECK(cudaStreamSynchronize(x->cs));
+        comm_barrier(x->cfg.c);
+    }
     CUDA_CHECK(cudaEventRecord(x->ev_t0, x->cs));
     int kc = 0, kg = 0;
     for (int i = 0; i < n;) {
@@ -351,16 +366,26 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
     // Timing from the events (all complete now).
     tm.wall = 1e-3 * ms_between(x->ev_t0, x->ev_t1);
     kc = 0;
+    int kk = 0;
     for (int i = 0; i < n;) {
         const int g = schedule_group_len(s, r, i);
         if (g == 0) {
-            const double dt = 1e-3 * ms_between(x->ev_act[2 * kc], x->ev_act[2 * kc + 1]);
+            const double a0 = 1e-3 * ms_between(x->ev_t0, x->ev_act[2 * kc]);
+            const double a1 = 1e-3 * ms_between(x->ev_t0, x->ev_act[2 * kc + 1]);
+            const double dt = a1 - a0;
             tm.busy += dt;
             tm.t_kind[acts[i].kind] += dt;
+            x->t_start[i] = a0, x->t_end[i] = a1;
             kc++;
+        } else {  // the group's span on the communication stream, for each of its operations
+            const double g0 = 1e-3 * ms_between(x->ev_t0, x->ev_grp[2 * kk]);
+            const double g1 = 1e-3 * ms_between(x->ev_t0, x->ev_grp[2 * kk + 1]);
+            for (int j = i; j < i + g; j++) x->t_start[j] = g0, x->t_end[j] = g1;
+            kk++;
         }
         i += g > 0 ? g : 1;
     }
+    x->n_times = n;
     for (int k = 0; k < kg; k++) tm.comm += 1e-3 * ms_between(x->ev_grp[2 * k], x->ev_grp[2 * k + 1]);
     tm.peak_live = x->peak_live;
     tm.pool_slots = act_pools_slots(&x->pools);
@@ -379,6 +404,14 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
     if (t) *t = tm;
     return loss_sum;
 }
+
+int pp_exec_gpu_last_times(const pp_exec_gpu_t* x, const double** start, const double** end) {
+    if (start) *start = x->t_start;
+    if (end) *end = x->t_end;
+    return x->n_times;
+}
+
+void pp_exec_gpu_align_start(pp_exec_gpu_t* x, int on) { x->align = on != 0; }
 
 void pp_exec_gpu_adamw(pp_exec_gpu_t* x, const adamw_config_t* cfg) {
     model_gpu_t* m = x->cfg.m;

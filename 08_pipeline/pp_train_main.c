@@ -29,11 +29,22 @@
 // --check-single 1 trains one unpartitioned CUDA model on rank 0's GPU. GPipe, 1F1B and
 // interleaved; ZB-H1 and --dp stay on the CPU (refused with one line).
 //   scripts/mpirun.sh 2 build/08_pipeline/pp_train --backend nccl --model small --context 512 --batch 16 --micro-batches 8
+//
+// --timeline PREFIX: the last step's timeline, measured (every action's start and end, from
+// the executor: pp_exec_last_times / pp_exec_gpu_last_times), gathered to rank 0 and written
+// as PREFIX_measured.csv / .png beside the simulator's run with the measured mean costs,
+// PREFIX_simulated.csv / .png, both also drawn in ASCII on stdout. Times in milliseconds from
+// the earliest rank's step start. The CPU ranks share one clock (CLOCK_MONOTONIC of the node),
+// so they line up exactly; on the GPU each rank's zero is an event recorded just after a host
+// barrier (pp_exec_gpu_align_start), so the ranks line up to within that barrier's skew.
+// With --dp > 1, replica 0's pipeline only.
+//   scripts/mpirun.sh 4 build/08_pipeline/pp_train --layers 8 --batch 8 --micro-batches 8 --timeline /tmp/tl
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "08_pipeline/executor.h"
 #include "08_pipeline/partition.h"
@@ -43,6 +54,7 @@
 #include "common/cli.h"
 #include "common/comm.h"
 #include "common/data.h"
+#include "common/gnuplot.h"
 #include "common/model.h"
 #include "common/model_cpu.h"
 #include "common/model_gpu.h"
@@ -173,11 +185,113 @@ static void replan(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, schedule_t* sched
     if (xg) pp_exec_gpu_schedule_changed(xg);
 }
 
+// --timeline's check, before any work: no quote or newline (gnuplot's strings), an existing
+// directory, a file name part after it. NULL if fine, else why.
+static const char* timeline_prefix_problem(const char* prefix) {
+    if (strpbrk(prefix, "'\"\n")) return "contains a quote or a newline";
+    const char* slash = strrchr(prefix, '/');
+    if (slash && slash[1] == '\0') return "ends with '/': give a file prefix inside the directory, e.g. DIR/run";
+    char dir[4096];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == prefix) snprintf(dir, sizeof dir, "/");
+    else if ((size_t)(slash - prefix) >= sizeof dir) return "is too long";
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - prefix), prefix);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return "names a directory that does not exist";
+    return NULL;
+}
+
+// --timeline: every rank of replica 0 puts its last step's times in its row of a zero-filled
+// [p][2·maxn + 1] array (starts, ends, its step's absolute start), summed to every rank; rank 0
+// lines the rows up, writes the measured and the simulated timelines and prints both.
+// `costs` (seconds, rank 0's) are the measured mean costs; eager: the simulation's send model.
+static int write_timelines(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, const schedule_t* sched, int r, int d, int D,
+                           const char* prefix, const sim_costs_t* costs, int gpu, int world, size_t msg_bytes) {
+    const int p = sched->p;
+    int maxn = 0;
+    for (int q = 0; q < p; q++) maxn = sched->n_actions[q] > maxn ? sched->n_actions[q] : maxn;
+    const size_t row = 2 * (size_t)maxn + 1;
+    double* all = calloc((size_t)p * row, sizeof(double));
+    if (!all) DIE("out of host memory");
+    if (d == 0) {
+        const double *st = NULL, *en = NULL;
+        double t0 = 0;
+        const int n = gpu ? pp_exec_gpu_last_times(xg, &st, &en) : pp_exec_last_times(x, &st, &en, &t0);
+        if (n != sched->n_actions[r]) DIE("timeline: rank %d has %d times for %d actions", r, n, sched->n_actions[r]);
+        double* mine = all + (size_t)r * row;
+        memcpy(mine, st, (size_t)n * sizeof(double));
+        memcpy(mine + maxn, en, (size_t)n * sizeof(double));
+        mine[2 * maxn] = t0;  // 0 on the GPU: every rank's zero is its own ev_t0 (after a barrier)
+    }
+    comm_host_allreduce_f64(c, all, (int)((size_t)p * row), COMM_SUM);
+    int status = 0;
+    if (c->rank == 0) {
+        double t_min = INFINITY;
+        for (int q = 0; q < p; q++) t_min = fmin(t_min, all[(size_t)q * row + 2 * maxn]);
+        double** st = calloc((size_t)p, sizeof(double*));
+        double** en = calloc((size_t)p, sizeof(double*));
+        if (!st || !en) DIE("out of host memory");
+        for (int q = 0; q < p; q++) {  // milliseconds from the earliest rank's step start
+            double* rw = all + (size_t)q * row;
+            const double shift = rw[2 * maxn] - t_min;
+            st[q] = rw, en[q] = rw + maxn;
+            for (int i = 0; i < sched->n_actions[q]; i++) st[q][i] = 1e3 * (st[q][i] + shift), en[q][i] = 1e3 * (en[q][i] + shift);
+        }
+        char err[512], path[4200], title[512];
+        sim_result_t meas, simr;
+        if (sim_result_from_times(sched, (const double* const*)st, (const double* const*)en, &meas, err, sizeof err) != 0)
+            DIE("timeline: the measured times: %s", err);
+        // The simulator with the same costs in milliseconds; MPI sends of up to 4 KiB go eagerly
+        // (OpenMPI's shared-memory limit), larger ones and NCCL's by rendezvous.
+        sim_costs_t ms = *costs;
+        ms.f *= 1e3, ms.b *= 1e3, ms.bi *= 1e3, ms.w *= 1e3, ms.comm = 0;
+        ms.eager = !gpu && msg_bytes <= 4096;
+        if (sim_run(sched, &ms, &simr, err, sizeof err) != 0) DIE("timeline: the simulation: %s", err);
+        char where[160];
+        if (gpu) snprintf(where, sizeof where, "NCCL, %d GPUs", p);
+        else snprintf(where, sizeof where, "MPI on the CPU, %d ranks%s", world, D > 1 ? ", replica 0" : "");
+        char what[200];
+        snprintf(what, sizeof what, "%s, p %d, m %d, v %d, %s", sched_name(sched->kind), p, sched->m, sched->v, where);
+        const struct {
+            const char* name;
+            sim_result_t* res;
+        } out[2] = {{"measured", &meas}, {"simulated", &simr}};
+        if (D > 1) printf("\n# timeline: replica 0 of %d only (its %d pipeline ranks)\n", D, p);
+        for (int k = 0; k < 2; k++) {
+            snprintf(path, sizeof path, "%s_%s.csv", prefix, out[k].name);
+            if (sim_write_csv(sched, out[k].res, path, err, sizeof err) != 0) {
+                printf("timeline: %s\n", err);
+                status = 1;
+            }
+            snprintf(title, sizeof title, "%s: %s; bubble %.3f measured, %.3f simulated (%s sends)",
+                     out[k].name, what, meas.bubble, simr.bubble, ms.eager ? "eager" : "rendezvous");
+            printf("\n# timeline, %s (%s): makespan %.2f ms, bubble %.3f; %s\n", out[k].name, what, out[k].res->makespan,
+                   out[k].res->bubble, path);
+            sim_print_timeline(sched, out[k].res, &ms, 120, stdout);
+            snprintf(path, sizeof path, "%s_%s.png", prefix, out[k].name);
+            if (sim_plot_png_x(sched, out[k].res, path, title, "time (ms from the earliest step start of a rank)", err, sizeof err) != 0) {
+                printf("timeline: no %s (%s)\n", path, err);
+                if (gnuplot_available()) status = 1;  // gnuplot is there and failed: an error
+            }
+            else
+                printf("timeline: wrote %s\n", path);
+        }
+        fflush(stdout);
+        sim_result_free(&meas);
+        sim_result_free(&simr);
+        free(st);
+        free(en);
+    }
+    free(all);
+    return status;
+}
+
 int main(int argc, char** argv) {
     const char* model_s = "tiny";
     const char* sched_s = "1f1b";
     const char* part_s = "balanced";
     const char* backend_s = "mpi";
+    const char* timeline_s = "";
     int layers = 0, context = 16, Bg = 8, m = 4, v = 0, steps = 3, warmup = 1, check = 0, D = 1, seed = 1;
     int die_rank = -1;
     double lr = 1e-3, timeout_s = 0;
@@ -198,6 +312,7 @@ int main(int argc, char** argv) {
         {"seed", CLI_INT, &seed, "1", "parameters and data", NULL},
         {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
         {"die-rank", CLI_INT, &die_rank, "-1", "failure test: this world rank exits in the middle of the first step", NULL},
+        {"timeline", CLI_STR, &timeline_s, "", "PREFIX: write the last step's measured and simulated timelines (PREFIX_measured.csv/.png, PREFIX_simulated.csv/.png)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
     comm_cli_parse(argc, argv, "Pipeline-parallel training of the Transformer LM on the CPU (run under mpirun).", opts,
@@ -222,6 +337,8 @@ int main(int argc, char** argv) {
     if (check != 0 && check != 1) BAD("--check-single: %d must be 0 or 1", check);
     if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
     if (die_rank < -1 || die_rank >= world) BAD("--die-rank: %d is not a rank (-1 or 0..%d)", die_rank, world - 1);
+    const char* tl_bad = timeline_s[0] ? timeline_prefix_problem(timeline_s) : NULL;
+    if (tl_bad) BAD("--timeline: '%s' %s", timeline_s, tl_bad);
     sched_kind_t kind;
     if (sched_parse(sched_s, &kind) != 0) BAD("--schedule: unknown '%s' (%s)", sched_s, SCHED_CHOICES);
     comm_backend_t be;
@@ -308,6 +425,10 @@ int main(int argc, char** argv) {
         sample_batch(&data, Bg, T, k, in_all, tg_all);
         pp_timing_t tm;
         double loss, dps = 0;
+        if (timeline_s[0] && k == steps - 1) {  // the drawn step: every rank starts together
+            if (gpu) pp_exec_gpu_align_start(xg, 1);
+            else comm_barrier(c);
+        }
         if (gpu) {
             loss = pp_exec_gpu_step(xg, in_all, tg_all, 1.0f / (float)m, &tm);
             pp_exec_gpu_adamw(xg, &opt);
@@ -339,6 +460,7 @@ int main(int argc, char** argv) {
     memcpy(all + (size_t)wr * TM_N, acc, sizeof acc);
     comm_host_allreduce_f64(c, all, world * TM_N, COMM_SUM);
     int status = 0;
+    sim_costs_t mean_costs = sim_unit_costs();  // rank 0: the measured mean costs (seconds)
     if (wr == 0) {
         printf("\n# %s, mean of %d step%s after %d warm-up; idle = step - busy (waiting in groups included)\n",
                gpu ? "CUDA events" : "host clock", measured, measured == 1 ? "" : "s", warmup);
@@ -398,8 +520,12 @@ int main(int argc, char** argv) {
         if (D > 1) printf("data parallel: gradient sum over %d replicas %.2f ms a step (rank 0)\n", D, 1e3 * dp_s / measured);
         if (status) printf("peak live: DIFFERS from the simulator's count\n");
         fflush(stdout);
+        mean_costs = sc;
     }
     free(all);
+    if (timeline_s[0])
+        status |= write_timelines(c, x, xg, &sched, r, d, D, timeline_s, &mean_costs, gpu, world,
+                                  (size_t)Bmb * T * cfg.d_model * sizeof(float));
 
     // Replicas of one stage must be bitwise identical (2D).
     if (D > 1) {

@@ -305,6 +305,34 @@ int sim_run(const schedule_t* s, const sim_costs_t* costs, sim_result_t* out, ch
     return rc;
 }
 
+int sim_result_from_times(const schedule_t* s, const double* const* start, const double* const* end,
+                          sim_result_t* out, char* err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (schedule_check_structure(s, err, errlen) != 0) return -1;
+    if (alloc_result(s, out) != 0) {
+        sim_result_free(out);
+        return set_err(err, errlen, "out of memory");
+    }
+    double busy = 0.0;
+    for (int r = 0; r < s->p; r++) {
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            const double a = start[r][i], b = end[r][i];
+            if (!isfinite(a) || !isfinite(b) || a < 0 || b < a) {
+                sim_result_free(out);
+                return set_err(err, errlen, "rank %d action %d: times %g .. %g (need 0 <= start <= end)", r, i, a, b);
+            }
+            out->start[r][i] = a, out->end[r][i] = b;
+            if (!act_is_comm(s->actions[r][i].kind)) out->busy[r] += b - a;
+            out->finish[r] = fmax(out->finish[r], b);
+        }
+        out->makespan = fmax(out->makespan, out->finish[r]);
+        out->peak_live[r] = sim_peak_live(s, r);
+        busy += out->busy[r];
+    }
+    out->bubble = out->makespan > 0 ? (s->p * out->makespan - busy) / (s->p * out->makespan) : 0.0;
+    return 0;
+}
+
 int schedule_validate(const schedule_t* s, char* err, size_t errlen) {
     sim_result_t res;
     const sim_costs_t unit = sim_unit_costs();
@@ -408,11 +436,11 @@ static int gp_safe(const char* x) { return x && !strchr(x, '\'') && !strchr(x, '
 
 // The gnuplot script: one inline data block per compute kind and chunk parity, drawn as boxes.
 static void gp_script(FILE* gp, const char* term, const schedule_t* s, const sim_result_t* res,
-                      const char* out, const char* title) {
+                      const char* out, const char* title, const char* xlabel) {
     static const char* const colors[3][2] = {{"#4e79a7", "#a0cbe8"}, {"#e15759", "#ff9d9a"}, {"#59a14f", "#8cd17d"}};
     static const char* const names[3] = {"F", "B", "W"};
     fprintf(gp, "set terminal %s size 1200,%d\nset output '%s'\n", term, 140 + 45 * s->p, out);
-    fprintf(gp, "set title '%s'\nset xlabel 'time (cost units)'\nset ylabel 'rank'\n", title);
+    fprintf(gp, "set title '%s'\nset xlabel '%s'\nset ylabel 'rank'\n", title, xlabel);
     fprintf(gp, "set yrange [%g:-0.5]\nset ytics 1\nset xrange [0:%g]\nset key outside right top\n", s->p - 0.5,
             res->makespan > 0 ? res->makespan : 1.0);
     fprintf(gp, "set style fill solid 1.0 border lc rgb 'white'\n");
@@ -452,16 +480,23 @@ typedef struct {
     const schedule_t* s;
     const sim_result_t* res;
     const char* title;
+    const char* xlabel;
 } sim_plot_ctx_t;
 
 static void sim_plot_script(FILE* gp, const char* term, const char* out, void* ctx) {
     const sim_plot_ctx_t* c = ctx;
-    gp_script(gp, term, c->s, c->res, out, c->title);
+    gp_script(gp, term, c->s, c->res, out, c->title, c->xlabel);
 }
 
 int sim_plot_png(const schedule_t* s, const sim_result_t* res, const char* png, const char* title, char* err,
                  size_t errlen) {
-    if (!gp_safe(png) || !gp_safe(title)) return set_err(err, errlen, "the PNG path and title must not contain a quote or newline");
-    sim_plot_ctx_t pc = {s, res, title};
+    return sim_plot_png_x(s, res, png, title, "time (cost units)", err, errlen);
+}
+
+int sim_plot_png_x(const schedule_t* s, const sim_result_t* res, const char* png, const char* title, const char* xlabel,
+                   char* err, size_t errlen) {
+    if (!gp_safe(png) || !gp_safe(title) || !gp_safe(xlabel))
+        return set_err(err, errlen, "the PNG path, title and axis label must not contain a quote or newline");
+    sim_plot_ctx_t pc = {s, res, title, xlabel};
     return gnuplot_png(png, sim_plot_script, &pc, err, errlen);
 }

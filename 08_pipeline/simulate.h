@@ -53,6 +53,15 @@ typedef struct {
 int sim_run(const schedule_t* s, const sim_costs_t* costs, sim_result_t* out, char* err, size_t errlen);
 void sim_result_free(sim_result_t* res);
 
+// A result from times measured elsewhere (an executor's timeline, pp_train --timeline):
+// start[r][i] / end[r][i] for every action of every rank, on one time axis. Fills `out` as
+// sim_run would: busy_r = Σ (end − start) of rank r's compute actions, finish_r = its latest
+// end, makespan = the latest finish (time 0 is the axis' zero, not the first start), the
+// bubble by the same formula, peak_live from the lists. 0, or -1 with one line in err (a bad
+// structure, a time that is negative or not finite, an end before its start).
+int sim_result_from_times(const schedule_t* s, const double* const* start, const double* const* end,
+                          sim_result_t* out, char* err, size_t errlen);
+
 // The textbook bubble for the schedule's kind (equal costs on every stage, comm 0):
 //   GPipe, 1F1B:  (p−1)/(m+p−1)          interleaved: (p−1)/(v·m+p−1)
 //   ZB-H1:        (p−1)(F+BI−W) / (m(F+BI+W) + (p−1)(F+BI−W))   for m >= p and W <= F+BI
@@ -76,6 +85,9 @@ void sim_print_timeline(const schedule_t* s, const sim_result_t* res, const sim_
 // through gnuplot, written atomically. 0, or -1 with the reason (gnuplot missing or failed).
 int sim_plot_png(const schedule_t* s, const sim_result_t* res, const char* png, const char* title,
                  char* err, size_t errlen);
+// The same with another x-axis label than "time (cost units)" (pp_train --timeline: ms).
+int sim_plot_png_x(const schedule_t* s, const sim_result_t* res, const char* png, const char* title, const char* xlabel,
+                   char* err, size_t errlen);
 
 #ifdef __cplusplus
 }
