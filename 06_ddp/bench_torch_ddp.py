@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from torch_model import append_csv, config_by_name, timing_model  # noqa: E402
+from torch_model import append_csv, config_by_name, dist_setup, timing_model  # noqa: E402
 
 
 def main():
@@ -32,11 +32,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--csv", default="results/06_ddp/torch.csv")
     a = ap.parse_args()
-    dist.init_process_group("nccl")
-    rank, W = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    torch.backends.cuda.matmul.allow_tf32 = False  # true fp32, as ours
-    torch.backends.cudnn.allow_tf32 = False
+    rank, W = dist_setup()
     cfg = config_by_name(a.model, a.context)
     gen = torch.Generator(device="cuda").manual_seed(1234)
     rows = []

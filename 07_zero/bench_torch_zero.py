@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from torch_model import append_csv, config_by_name, timing_model  # noqa: E402
+from torch_model import append_csv, config_by_name, dist_setup, timing_model  # noqa: E402
 
 VARIANTS = ("none", "ddp", "zero", "fsdp")
 
@@ -63,11 +63,7 @@ def main():
         sys.exit(f"bench_torch_zero: unknown variant {bad[0]!r} (allowed: {', '.join(VARIANTS)})")
     if a.steps < 1 or a.warmup < 1:
         sys.exit("bench_torch_zero: --steps and --warmup must be at least 1")
-    dist.init_process_group("nccl")
-    rank, W = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    torch.backends.cuda.matmul.allow_tf32 = False  # true fp32, as ours
-    torch.backends.cudnn.allow_tf32 = False
+    rank, W = dist_setup()
     cfg = config_by_name(a.model, a.context)
     gen = torch.Generator(device="cuda").manual_seed(1234)
     rows = []

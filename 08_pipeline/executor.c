@@ -46,6 +46,16 @@ static model_cpu_range_acts_t* pool_get(pp_exec_t* x, int c, int mb, const char*
 }
 static void pool_release_later(pp_exec_t* x, int c, int mb) { act_pools_release_later(&x->pools, c, mb); }
 
+void pp_die_point(int die_after, int rank, long* actions_done, int n) {
+    if (die_after >= 0 && *actions_done < die_after && *actions_done + n >= die_after) {
+        fprintf(stderr, "rank %d: --die-rank: exiting after %ld of its actions, in the middle of the schedule\n",
+                rank, *actions_done + n);
+        fflush(stderr);
+        _exit(3);
+    }
+    *actions_done += n;
+}
+
 pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg) {
     const schedule_t* s = cfg->sched;
     pp_exec_t* x = calloc(1, sizeof *x);
@@ -234,13 +244,7 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
         }
         const int done = g > 0 ? g : 1;
         for (int j = i; j < i + done; j++) x->t_start[j] = a0 - t0, x->t_end[j] = a1 - t0;  // the timeline
-        if (x->cfg.die_after >= 0 && x->actions_done < x->cfg.die_after && x->actions_done + done >= x->cfg.die_after) {
-            fprintf(stderr, "rank %d: --die-rank: exiting after %ld of its actions, in the middle of the schedule\n",
-                    x->cfg.c->rank, x->actions_done + done);
-            fflush(stderr);
-            _exit(3);
-        }
-        x->actions_done += done;
+        pp_die_point(x->cfg.die_after, x->cfg.c->rank, &x->actions_done, done);
         i += done;
     }
     act_pools_release_deferred(&x->pools);

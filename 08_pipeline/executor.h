@@ -57,6 +57,10 @@ typedef struct {
 
 typedef struct pp_exec pp_exec_t;
 
+// The failure test of both executors (--die-rank): counts n more actions done and _exits (status
+// 3, one line on stderr) when the count crosses die_after (>= 0; -1 never).
+void pp_die_point(int die_after, int rank, long* actions_done, int n);
+
 // Checks the configuration (ranges against the model, peers inside the world); fail() if bad.
 pp_exec_t* pp_exec_create(const pp_exec_config_t* cfg);
 void pp_exec_destroy(pp_exec_t* x);

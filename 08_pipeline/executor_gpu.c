@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "08_pipeline/act_pool.h"
 #include "common/adamw_cpu.h"
@@ -346,13 +345,7 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
             kc++;
         }
         const int done = g > 0 ? g : 1;
-        if (x->cfg.die_after >= 0 && x->actions_done < x->cfg.die_after && x->actions_done + done >= x->cfg.die_after) {
-            fprintf(stderr, "rank %d: --die-rank: exiting after %ld of its actions, in the middle of the schedule\n",
-                    x->cfg.c->rank, x->actions_done + done);
-            fflush(stderr);
-            _exit(3);
-        }
-        x->actions_done += done;
+        pp_die_point(x->cfg.die_after, x->cfg.c->rank, &x->actions_done, done);
         i += done;
     }
     act_pools_release_deferred(&x->pools);

@@ -253,6 +253,19 @@ def timing_model(cfg, use_sdpa=False, device="cuda"):
     return model
 
 
+def dist_setup():
+    """The benchmarks' start under torch.distributed.run: the NCCL process group, this rank's GPU,
+    true fp32 matmuls (no TF32, as ours). Returns (rank, world size)."""
+    import os
+    import torch.distributed as dist
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return rank, dist.get_world_size()
+
+
 def append_csv(path, header, rows):
     """Appends rows (lists of values) to a CSV, writing the header first if the file is new."""
     import os
