@@ -134,12 +134,17 @@ Test(zero_train_mpi, tables_and_bad_flags) {
     int st = run_prog("zero_train", 2, "--context 16 --zero 0,2 --steps 1 --warmup 0");
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "| zero2  |") && strstr(g_out, "4Psi+12Psi/n") && strstr(g_out, "16Psi"), "%s", g_out);
+    // --layers: a deeper model of the size's width (tiny has 2 blocks), named so in the header
+    st = run_prog("zero_train", 2, "--context 16 --layers 3 --zero 1 --steps 1 --warmup 0");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "zero_train: tiny/L3,"), "%s", g_out);
     const char* cases[][2] = {
         {"--zero 4", "--zero: '4' is not a level"},
         {"--zero 3 --precision bf16 --backend mpi", "needs the GPU"},
         {"--zero ''", "--zero: empty list"},
         {"--shard half", "--shard"},
         {"--check-ddp 2", "--check-ddp: 2 must be 0 or 1"},
+        {"--layers -1", "--layers: -1 is out of range"},
         {"--precision bf16 --backend mpi", "needs the GPU"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-results/device_out}
-L=results/device
+L=results/device  # the logs (a loop below must not reuse the name)
 mkdir -p "$O" "$L" results/05_collectives results/06_ddp results/07_zero
 export NCCL_NVLS_ENABLE=0 SETUP_SKIP=1 LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
 B=${B:-build}
@@ -49,8 +49,8 @@ for s in "$@"; do
     step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
       --zero all --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
     for lv in "0:64 80" "1:80 96" "2:80 96" "3:112 144"; do
-      for L in ${lv#*:}; do
-        step wall_z${lv%%:*}_L$L 75 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $L --context 512 \
+      for nl in ${lv#*:}; do
+        step wall_z${lv%%:*}_L$nl 75 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $nl --context 512 \
           --batch 2 --zero ${lv%%:*} --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
         grep -q "exit 0$" <(tail -1 "$O/steps.txt") || break
       done

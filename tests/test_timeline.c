@@ -43,3 +43,21 @@ Test(timeline, refuses_empty_and_quoted) {
     struct stat st;
     cr_assert(stat(png, &st) != 0, "a PNG was left behind");
 }
+
+// build/common/plot_timeline: the same drawing for a CSV made on a machine without gnuplot.
+Test(timeline, plot_timeline_program) {
+    char cmd[1024], out[4096], png[512];
+    const char* csv = write_csv("prog.csv",
+        "stream,start_us,end_us,phase,kernel\n"
+        "7,0,100,forward,gemm_kernel\n"
+        "13,50,90,unphased,ncclDevKernel_AllReduce_Sum_f32_RING_LL\n");
+    snprintf(cmd, sizeof cmd, "%s/common/plot_timeline --csv /nonexistent/x.csv", build_dir());
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "plot_timeline: error: cannot read /nonexistent/x.csv"), "%s", out);
+    if (!gnuplot_available()) cr_skip_test("gnuplot is not installed (the refusal was checked)");
+    snprintf(cmd, sizeof cmd, "%s/common/plot_timeline --csv %s", build_dir(), csv);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(png, sizeof png, "%s/prog.png", test_tmpdir());  // default: the CSV's path with .png
+    struct stat st;
+    cr_assert(stat(png, &st) == 0 && st.st_size > 1000, "no PNG at %s:\n%s", png, out);
+}
