@@ -17,7 +17,8 @@ step() {  # step NAME SECONDS command...
   local name=$1 secs=$2; shift 2
   echo "[$(date -u +%H:%M:%S)] $name (limit ${secs}s)" | tee -a "$O/steps.txt"
   timeout -k 5 "$secs" "$@" > "$L/$name.log" 2>&1
-  echo "[$(date -u +%H:%M:%S)]   $name exit $?" | tee -a "$O/steps.txt"
+  local rc=$?  # before anything else: $(date) below would reset $? to 0
+  echo "[$(date -u +%H:%M:%S)]   $name exit $rc" | tee -a "$O/steps.txt"
   tar czf "$O/all.tgz" results 2>/dev/null
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
