@@ -13,14 +13,7 @@ mkdir -p "$O" "$L" results/05_collectives results/06_ddp results/07_zero
 export NCCL_NVLS_ENABLE=0 SETUP_SKIP=1 LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
 B=${B:-build}
 TORCHRUN="python3 -m torch.distributed.run --standalone --nproc_per_node"  # a variable: `timeout` cannot run a shell function
-step() {  # step NAME SECONDS command...
-  local name=$1 secs=$2; shift 2
-  echo "[$(date -u +%H:%M:%S)] $name (limit ${secs}s)" | tee -a "$O/steps.txt"
-  timeout -k 5 "$secs" "$@" > "$L/$name.log" 2>&1
-  local rc=$?  # before anything else: $(date) below would reset $? to 0
-  echo "[$(date -u +%H:%M:%S)]   $name exit $rc" | tee -a "$O/steps.txt"
-  tar czf "$O/all.tgz" results 2>/dev/null
-}
+. scripts/device_lib.sh  # step, last_ok
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
 for s in "$@"; do
   case $s in
@@ -53,7 +46,7 @@ for s in "$@"; do
       for nl in ${lv#*:}; do
         step wall_z${lv%%:*}_L$nl 75 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $nl --context 512 \
           --batch 2 --zero ${lv%%:*} --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
-        grep -q "exit 0$" <(tail -1 "$O/steps.txt") || break
+        last_ok || break
       done
     done
     ;;

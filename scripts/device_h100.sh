@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The single-GPU measurements the course's questions rest on (issue 16) and the trainer on one
+# GPU (issue 18), on one GPU with prebuilt binaries (built here, carried there). Steps as in
+# device_dist.sh (scripts/device_lib.sh: a time limit each, logs under results/device/, all of
+# results/ packed into $OUT/all.tgz after every step).
+#   OUT=/tmp/o B=build-dev scripts/device_h100.sh tests ckpt ctxmax sizes ...
+# Parts:
+#   tests     the GPU tests of activation checkpointing, the dtype table, the profiler (01),
+#             and the roofline (04)
+#   ckpt      activation checkpointing: XL, batch 4, context 2048, bf16 train step, every policy
+#   ctxmax    the longest context each checkpointing policy trains XL at (batch 4, bf16)
+#   sizes     benchmarking_script (b): every size, context 512, 5 warm-up + 10 timed steps
+#   nsys      nsys_profile: the CUPTI kernel summary, every size x context 128..1024, fp32 and
+#             bf16, one train step (its forward phase is the forward-only answer)
+#   memfwd    memory_profiling (a): 2.7B forward-only memory timeline (fp32, bf16)
+#   naive     pytorch_attention: our naive sweep up to the out-of-memory rows, and PyTorch's
+#             naive attention eager and compiled over the same grid (torch_compile (a))
+#   flash     flash_benchmarking: the whole grid, fp32 to N 65536, ours and PyTorch's
+#   roofline  every kernel against the measured peaks (04's roofline)
+#   train1    issue 18: the small model on real text, one GPU, fp32 and bf16
+#   compile   torch_compile (b): the whole model compiled vs eager beside ours
+set -u
+cd "$(dirname "$0")/.."
+O=${OUT:-results/device_out}
+L=results/device
+R=results/h100
+mkdir -p "$O" "$L" "$R"
+export LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
+B=${B:-build}
+BM="$B/01_benchmarking/benchmark"
+. scripts/device_lib.sh  # step, last_ok
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
+for s in "$@"; do
+  case $s in
+  tests)
+    step t01_ckpt_prec 150 "$B/01_benchmarking/test_01" --jobs 1 --filter '@(checkpoint|precision|profiler)/*'
+    [ -x "$B/04_flashattn_bwd/test_04" ] && step t04_roofline 90 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'roofline*/*'
+    ;;
+  ckpt)  # bf16: fp32 XL at context 2048 does not fit 80 GB without checkpointing either way
+    for k in none block every-2 every-4 every-7 every-12 every-24 every-48; do
+      step ckpt_$k 60 "$BM" --model xl --context 2048 --batch 4 --mode train --precision bf16 \
+        --checkpoint $k --warmup 2 --steps 5 --memory --out $R/ckpt --csv ckpt.csv
+    done
+    ;;
+  ctxmax)  # the first context that does not fit ends each policy's search
+    for k in none block every-7; do
+      for T in 2048 4096 6144 8192 12288 16384 24576 32768; do
+        step ctx_${k}_$T 90 "$BM" --model xl --context $T --batch 4 --mode train --precision bf16 \
+          --checkpoint $k --warmup 1 --steps 1 --out $R/ctxmax --csv ctxmax.csv
+        last_ok && ! grep -q "OOM" "$L/ctx_${k}_$T.log" || break
+      done
+    done
+    ;;
+  sizes)
+    step sizes_5x10 300 env BUILD="$B" BENCH_OUT=$R/sizes BENCH_PARTS=sizes BENCH_CONTEXTS=512 \
+      BENCH_WARMUP=5 BENCH_STEPS=10 01_benchmarking/bench.sh
+    ;;
+  nsys)
+    for size in small medium large xl 2.7B; do for T in 128 256 512 1024; do for p in fp32 bf16; do
+      step prof_${size}_${T}_$p 60 "$BM" --model $size --context $T --batch 4 --mode train --precision $p \
+        --warmup 1 --steps 1 --profile --out $R/nsys --csv nsys.csv
+    done; done; done
+    ;;
+  memfwd)
+    for p in fp32 bf16; do
+      step memfwd_$p 60 "$BM" --model 2.7B --context 512 --batch 4 --mode forward --precision $p \
+        --warmup 1 --steps 2 --memory --out $R/memfwd --csv memfwd.csv
+    done
+    ;;
+  naive)
+    step naive_ours 120 "$B/03_flashattn_fwd/bench" --sweep naive --N 256,1024,4096,8192,16384,32768,65536 \
+      --csv $R/naive/03_naive.csv
+    step naive_torch 240 python3 03_flashattn_fwd/bench_torch_naive.py --N 256,1024,4096,8192,16384,32768 \
+      --csv $R/naive/torch_naive.csv
+    ;;
+  flash)
+    step flash_ours 240 "$B/04_flashattn_bwd/bench" --mode sweep --f32-max-N 65536 --naive-max-N 65536 \
+      --warmup 2 --reps 10 --budget-ms 400 --csv $R/flash/04_sweep.csv
+    step flash_fwd_ours 120 "$B/03_flashattn_fwd/bench" --sweep flash --H 16 --naive-max-N 65536 \
+      --warmup 2 --reps 10 --budget-ms 400 --csv $R/flash/03_flash.csv
+    step flash_torch 200 python3 04_flashattn_bwd/bench_torch.py --f32-max-N 65536 --naive-max-N 65536 \
+      --warmup 2 --reps 10 --budget-ms 400 --csv $R/flash/04_torch.csv
+    ;;
+  roofline)
+    step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline
+    ;;
+  train1)  # 600 steps of 16 x 256 tokens: a fixed budget of 2.46 M tokens
+    mkdir -p $R/train && "$B/09_train/tokenize" --in /usr/share/common-licenses --out $R/train/lic.bin > "$L/tokenize.log" 2>&1
+    for p in bf16 fp32; do
+      step train1_$p 150 "$B/09_train/train" --data $R/train/lic.bin --backend nccl --precision $p --model small \
+        --context 256 --batch 16 --steps 600 --eval-every 100 --log-every 50 --peak-tflops $([ $p = bf16 ] && echo 989 || echo 67) \
+        --out $R/train/gpu1_$p
+    done
+    ;;
+  compile)
+    step compile_model 300 python3 01_benchmarking/bench_torch.py --sizes small,medium --contexts 512 --batch 4 \
+      --variants bf16,bf16-compile --modes forward,train --compile-modes forward,train --warmup 3 --steps 10 \
+      --out $R/compile --csv torch_compile
+    ;;
+  *) echo "device_h100.sh: unknown part '$s' (see the header for the list)" >&2; exit 2 ;;
+  esac
+done
