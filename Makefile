@@ -5,6 +5,7 @@
 #   make test       every test (GPU tests skip with a reason on a machine without a GPU)
 #   make test-NN    one stage's tests (make test-03); make test-common for common/
 #   make bench-NN   one stage's benchmark (writes tables under results/)
+#   make roofline   every kernel of 01-04 on the GPU's measured roofline (results/roofline/)
 #   make grade      the handout's problems with their points (results/grade.md, grade.json)
 #   make student DEST=dir [STAGES=01,02]   the student edition: solution regions become stubs
 #   make check-markers                     the solution-region markers are well formed
@@ -237,6 +238,14 @@ grade: all
 run: setup
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@BUILD=$(BUILD) scripts/tour.sh
+
+# The roofline of every kernel of stages 01-04 on this GPU (04_flashattn_bwd/README.md,
+# "Roofline"): results/roofline/{roofline.csv,roofline.md,roofline.png}. ROOFLINE_ARGS adds
+# flags (--only, --iters, ...). Without a GPU the program says so in one line and exits 2, as
+# every GPU program and bench-NN here do.
+.PHONY: roofline
+roofline: deps $(BUILD)/04_flashattn_bwd/roofline
+	@$(BUILD)/04_flashattn_bwd/roofline --out results/roofline $(ROOFLINE_ARGS)
 
 FUZZ_SECONDS ?= 60
 fuzz:
