@@ -101,8 +101,9 @@ void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end);
 // ---- the executor on the GPU (executor_gpu.c): the same action lists, the CUDA model --------
 // A file of its own beside the CPU executor, which stays the reference (and the student's
 // exercise): the loop over the list is the same, what changes is what an action does.
-//   compute   model_gpu_range_forward / _backward (common/model_gpu_range.c, ADD sink) on the
-//             model's stream, bracketed by two CUDA events (the action's busy time)
+//   compute   model_gpu_range_forward / _backward, or for ZB-H1 _backward_input (BI) and
+//             _backward_weight (W) (common/model_gpu_range.c, ADD) on the model's stream,
+//             bracketed by two CUDA events (the action's busy time)
 //   groups    comm_isend / comm_irecv on device buffers (NCCL) between comm_group_start/end,
 //             on the communicator's own stream; that stream first waits for an event recorded
 //             on the compute stream where the group sits in the list (what it sends is
@@ -111,8 +112,9 @@ void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end);
 //             a send-only group runs beside the next computes. Nothing a send reads is written
 //             again before a later receive group that the compute stream waits for (an output
 //             or input gradient is written once per micro-batch; a set is reused on stages > 0
-//             only through a RECV_ACT, and on stage 0 only after its B, which waited for the
-//             RECV_GRAD posted after that micro-batch's SEND_ACT on the same stream).
+//             only through a RECV_ACT, and on stage 0 only after its B (or W, after its BI),
+//             which waited for the RECV_GRAD posted after that micro-batch's SEND_ACT on the
+//             same stream).
 //             The host never waits inside the step: requests are detached (comm_detach) and
 //             the step ends with comm_stream_sync of both streams (the deadline: a dead peer
 //             ends the job). The streams run the groups in list order, which is the CPU
@@ -121,8 +123,7 @@ void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end);
 //   timing    per rank: wall = event at the step's start to event at its end on the compute
 //             stream; busy = Σ compute actions (events); comm = Σ group spans on the
 //             communication stream; measured bubble = 1 − busy / wall.
-// Limits: fp32; one micro-batch = the model's B x T; no split backward on the GPU, so ZB-H1
-// is refused (one line); no data parallelism (p ranks = the world).
+// Limits: fp32; one micro-batch = the model's B x T; no data parallelism (p ranks = the world).
 // The model (model_gpu_create_ranges) holds the whole flat parameter and gradient buffers on
 // every rank (the layout's offsets); a rank touches only its chunks' slices, and its AdamW
 // moments exist only for those slices.
@@ -130,7 +131,7 @@ void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end);
 
 typedef struct {
     comm_t* c;                    // NCCL backend
-    const schedule_t* sched;      // GPipe, 1F1B or interleaved
+    const schedule_t* sched;      // GPipe, 1F1B, interleaved or ZB-H1
     int rank;                     // pipeline rank = world rank
     model_gpu_t* m;               // fp32, B x T = Bmb x T
     const model_range_t* ranges;  // [v] as pp_exec_config_t
@@ -140,7 +141,7 @@ typedef struct {
 
 typedef struct pp_exec_gpu pp_exec_gpu_t;
 
-// fail() on a bad configuration (ZB-H1, bf16, shapes); dies on CUDA errors.
+// fail() on a bad configuration (bf16, shapes); dies on CUDA errors.
 pp_exec_gpu_t* pp_exec_gpu_create(const pp_exec_gpu_config_t* cfg);
 void pp_exec_gpu_destroy(pp_exec_gpu_t* x);
 // One flush, as pp_exec_step; inputs/targets on the HOST (copied to the device first). The

@@ -17,6 +17,7 @@
 struct pp_exec_gpu {
     pp_exec_gpu_config_t cfg;
     int p, m, v, S;
+    int split;                   // ZB-H1: the backward as BI then W (sets made with split = 1)
     size_t *span_b, *span_e;     // [v]
     act_pools_t pools;           // the activation sets of each chunk (act_pool.h)
     int live, peak_live;
@@ -43,7 +44,7 @@ static void* new_set(void* ctx, int c) {
     model_gpu_range_acts_t* s = calloc(1, sizeof *s);
     if (!s) DIE("out of host memory");
     char err[512];
-    if (model_gpu_range_acts_create(x->cfg.m, s, &x->cfg.ranges[c], err, sizeof err) != 0)
+    if (model_gpu_range_acts_create(x->cfg.m, s, &x->cfg.ranges[c], x->split, err, sizeof err) != 0)
         comm_fatal(x->cfg.c, 1, "an activation set of chunk %d: %s", c, err);
     return s;
 }
@@ -109,8 +110,6 @@ static void connect_peers(pp_exec_gpu_t* x) {
 
 pp_exec_gpu_t* pp_exec_gpu_create(const pp_exec_gpu_config_t* cfg) {
     const schedule_t* s = cfg->sched;
-    if (s->kind == SCHED_ZBH1)
-        fail("the GPU executor has no split backward (BI / W): ZB-H1 runs on the CPU only (--backend mpi)");
     if (cfg->c->backend != COMM_NCCL) fail("the GPU executor needs the NCCL backend");
     pp_exec_gpu_t* x = calloc(1, sizeof *x);
     if (!x) DIE("out of host memory");
@@ -119,6 +118,7 @@ pp_exec_gpu_t* pp_exec_gpu_create(const pp_exec_gpu_config_t* cfg) {
     x->m = s->m;
     x->v = s->v;
     x->S = sched_stages(s);
+    x->split = s->kind == SCHED_ZBH1;
     if (x->v > 16) fail("GPU executor: at most 16 chunks per rank, got %d", x->v);
     const model_config_t* mc = model_gpu_config(cfg->m);
     char err[256];
@@ -162,7 +162,7 @@ void pp_exec_gpu_schedule_changed(pp_exec_gpu_t* x) {
     const schedule_t* s = x->cfg.sched;
     const int r = x->cfg.rank;
     char err[256];
-    if (s->p != x->p || s->m != x->m || s->v != x->v || s->kind == SCHED_ZBH1)
+    if (s->p != x->p || s->m != x->m || s->v != x->v || (s->kind == SCHED_ZBH1) != x->split)
         fail("GPU executor: the new schedule has another shape (p %d, m %d, v %d, %s)", s->p, s->m, s->v, sched_name(s->kind));
     if (schedule_check_structure(s, err, sizeof err) != 0) fail("GPU executor: %s", err);
     destroy_events(x);
@@ -289,11 +289,23 @@ static void compute(pp_exec_gpu_t* x, const action_t* a, float loss_scale) {
         if (++x->live > x->peak_live) x->peak_live = x->live;
         break;
     case ACT_B:
-        st = pool_get(x, c, mb, "B");
-        if (model_gpu_range_backward(m, st, 1, NULL, NULL, err, sizeof err) != 0) comm_fatal(x->cfg.c, 1, "%s", err);
+    case ACT_BI: {  // the input gradient (and, for B, the weight gradients), ADDed
+        st = pool_get(x, c, mb, act_name(a->kind));
+        const int rc = a->kind == ACT_B ? model_gpu_range_backward(m, st, 1, NULL, NULL, err, sizeof err)
+                                        : model_gpu_range_backward_input(m, st, 1, NULL, NULL, err, sizeof err);
+        if (rc != 0) comm_fatal(x->cfg.c, 1, "%s", err);
         if (stage > 0 && sched_rank_of(s, stage - 1) == x->cfg.rank)
             CUDA_CHECK(cudaMemcpyAsync(pool_get(x, c - 1, mb, "local gradient")->dy, st->dx, NC * sizeof(float),
                                        cudaMemcpyDeviceToDevice, x->cs));
+        if (a->kind == ACT_B) {  // BI keeps the set: its W reads the saved activations and dy
+            pool_release_later(x, c, mb);
+            x->live--;
+        }
+        break;
+    }
+    case ACT_W:  // the weight gradients from what BI saved; then the set is free
+        st = pool_get(x, c, mb, "W");
+        model_gpu_range_backward_weight(m, st, 1, NULL, NULL);
         pool_release_later(x, c, mb);
         x->live--;
         break;

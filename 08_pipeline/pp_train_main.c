@@ -26,8 +26,8 @@
 // (executor.h, executor_gpu.c) on the CUDA model's range pass; the timing lines come from CUDA
 // events (busy = compute actions on the compute stream, "in groups" = the groups' spans on the
 // communication stream), each rank prints its peak GPU memory (common/alloc.h), and
-// --check-single 1 trains one unpartitioned CUDA model on rank 0's GPU. GPipe, 1F1B and
-// interleaved; ZB-H1 and --dp stay on the CPU (refused with one line).
+// --check-single 1 trains one unpartitioned CUDA model on rank 0's GPU. Every schedule (ZB-H1
+// through the CUDA model's split backward); --dp stays on the CPU (refused with one line).
 //   scripts/mpirun.sh 2 build/08_pipeline/pp_train --backend nccl --model small --context 512 --batch 16 --micro-batches 8
 //
 // --timeline PREFIX: the last step's timeline, measured (every action's start and end, from
@@ -344,8 +344,6 @@ int main(int argc, char** argv) {
     comm_backend_t be;
     if (comm_backend_choose(backend_s, &be) != 0) BAD("--backend: unknown '%s' (%s)", backend_s, COMM_BACKEND_AUTO_CHOICES);
     const int gpu = be == COMM_NCCL;
-    if (gpu && kind == SCHED_ZBH1)
-        BAD("--schedule zbh1 --backend nccl: the GPU executor has no split backward (BI / W); run ZB-H1 with --backend mpi");
     if (gpu && D != 1) BAD("--dp %d --backend nccl: pipeline x data parallel runs on the CPU only (--backend mpi)", D);
     if (v == 0) v = kind == SCHED_INTERLEAVED ? 2 : 1;
     const int p = world / D, S = p * v, Bmb = Bg / (m * D), T = context;

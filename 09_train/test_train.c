@@ -589,9 +589,6 @@ Test(train_pp, bad_pp_flags_are_one_line_and_exit_2, .timeout = 60) {
     st = train(4, "--pp 4 --context 16");
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "--pp 4: 4 stages (4 ranks x 1 chunks) over the model's 2 blocks"), "%s", g_out);
-    st = train(2, "--pp 2 --schedule zbh1 --backend nccl");
-    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
-    cr_assert(strstr(g_out, "--schedule zbh1 --backend nccl: the GPU executor has no split backward"), "%s", g_out);
     st = train(2, "--pp 2 --zero 1");
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "--pp and --zero 1: not combined"), "%s", g_out);
@@ -660,4 +657,8 @@ Test(train_gpu, killed_2_gpus_pp2_1f1b_resumes_bitexact, .timeout = 300) {
 Test(train_gpu, killed_2_gpus_pp2_gpipe_resumes_bitexact, .timeout = 300) {
     NEED_GPUS(2);
     resume_bitexact(2, "--backend nccl --pp 2 --schedule gpipe --micro-batches 2", "g2ppg");
+}
+Test(train_gpu, killed_2_gpus_pp2_zbh1_resumes_bitexact, .timeout = 300) {
+    NEED_GPUS(2);
+    resume_bitexact(2, "--backend nccl --pp 2 --schedule zbh1 --micro-batches 2", "g2ppz");
 }

@@ -591,8 +591,6 @@ int main(int argc, char** argv) {
     if (pp) {
         sched_kind_t kind;
         if (sched_parse(sched_s, &kind) != 0) BAD("--schedule: unknown '%s' (%s)", sched_s, SCHED_CHOICES);
-        if (t.gpu && kind == SCHED_ZBH1)
-            BAD("--schedule zbh1 --backend nccl: the GPU executor has no split backward (BI / W); run ZB-H1 with --backend mpi");
         if (t.gpu && Dp > 1) BAD("--pp %d --dp on %d GPUs: pipeline x data parallel runs on the CPU only (--backend mpi)", pp, W);
         if (t.gpu && prec != MP_FP32) BAD("--pp --backend nccl runs fp32 only (the GPU executor refuses bf16)");
         const int v = chunks ? chunks : kind == SCHED_INTERLEAVED ? 2 : 1;

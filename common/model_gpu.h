@@ -129,8 +129,8 @@ int model_gpu_restore_flat(model_gpu_t* m, size_t total, char* err, size_t errle
 // kernels on the same shapes, the same bits (test_08 model_gpu_range). Limits: fp32 only (the
 // bf16 path keeps a bf16 copy of the residual gradient that a given dy would have to be cast
 // into: refused with one line); a micro-batch is exactly the model's B x T (the attention
-// plug-in and the cuBLAS shapes are fixed at creation); no split backward (BI / W): the GPU
-// executor refuses ZB-H1.
+// plug-in and the cuBLAS shapes are fixed at creation). The backward also runs split in two
+// (zero bubble's BI and W, model_gpu_range_backward_input / _weight) on sets made with split = 1.
 // A pipeline rank makes its model with model_gpu_create_ranges: the same parameters, no
 // whole-model activations (only the range sets below hold activations).
 model_gpu_t* model_gpu_create_ranges(const model_config_t* cfg, int B, int T, model_precision_t prec,
@@ -164,13 +164,26 @@ typedef struct {
     float* ce_lse;     // head: (N)
     float* losses;     // head: (N)
     int have_fwd;
+    // Split backward (split = 1 only, else NULL): each linear layer's output gradient, saved by
+    // the input pass for the weight pass. Per block a slot, slots 256 bytes apart (the
+    // alignment of the fused backward's own buffers). The LM head's dy needs no copy: the input
+    // pass leaves dlogits in `logits`.
+    int split;
+    int have_bi;       // the input pass ran since the forward (the weight pass may run once)
+    void* d_out;       // (nL, N, C) adt gradient of each block's output (W2's dy)
+    void* d_h13;       // (nL, N, 2F) adt (W1|W3's dy)
+    void* d_mid;       // (nL, N, C) adt gradient after the attention residual add (Wo's dy)
+    void* d_qkv;       // (nL, N, 3C) adt after the inverse RoPE (q|k|v's dy)
+    float* d_emb;      // embed: (N, C) fp32 gradient of the embedding output
 } model_gpu_range_acts_t;
 
 // 0, or -1 with a reason (out of memory; the set is left empty). fail() on a bad range or bf16.
-int model_gpu_range_acts_create(model_gpu_t* m, model_gpu_range_acts_t* s, const model_range_t* r, char* err,
-                                size_t errlen);
+// split 1: also the split backward's buffers (5·nL·N·C + 2·nL·N·F floats, + N·C with the
+// embedding); split 0: exactly the set of before.
+int model_gpu_range_acts_create(model_gpu_t* m, model_gpu_range_acts_t* s, const model_range_t* r, int split,
+                                char* err, size_t errlen);
 void model_gpu_range_acts_destroy(model_gpu_range_acts_t* s);
-size_t model_gpu_range_acts_bytes(const model_gpu_t* m, const model_range_t* r);
+size_t model_gpu_range_acts_bytes(const model_gpu_t* m, const model_range_t* r, int split);
 // Forward of one micro-batch through s->r, enqueued on the model's stream. Input: d_inputs
 // (B, T) device token ids if embed, else s->res[0]. Head: d_targets (B, T) device; the mean
 // loss lands in s->d_loss, and the backward is that of loss_scale x the mean loss.
@@ -183,6 +196,18 @@ float model_gpu_range_loss(model_gpu_t* m, const model_gpu_range_acts_t* s);  //
 // with a reason on out-of-memory at the model's first backward.
 int model_gpu_range_backward(model_gpu_t* m, model_gpu_range_acts_t* s, int accumulate, grad_ready_fn hook,
                              void* ctx, char* err, size_t errlen);
+// The same backward in two passes (s made with split = 1), as model_cpu_range_backward_input /
+// _weight. Input pass (BI): s->dx and the RMSNorm weight gradients (C floats each), saving
+// every linear layer's output gradient; hooks for the norms only. Weight pass (W), after it:
+// every linear layer's dW = dyᵀ x and the embedding's, hooks in model_gpu_backward's order
+// for those. Both WRITE (accumulate 0) or ADD (1) as above; together they run the fused
+// backward's kernels on the same values and shapes: the same gradient bits (the embedding's
+// as deterministic as model_gpu_backward's). Not with unit hooks (DIE). BI returns 0, or -1
+// with a reason on out-of-memory at the model's first backward; W allocates nothing.
+int model_gpu_range_backward_input(model_gpu_t* m, model_gpu_range_acts_t* s, int accumulate, grad_ready_fn hook,
+                                   void* ctx, char* err, size_t errlen);
+void model_gpu_range_backward_weight(model_gpu_t* m, model_gpu_range_acts_t* s, int accumulate, grad_ready_fn hook,
+                                     void* ctx);
 // Allocates what the first backward would (the gradient buffer, zeroed; backward scratch) now,
 // so that no allocation — and no device-wide synchronisation it may bring — happens in the
 // middle of a pipelined step while another stream waits on a peer. 0, or -1 with a reason.

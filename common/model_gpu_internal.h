@@ -103,6 +103,16 @@ typedef struct {
     void* h13;     // (N, 2F) adt
 } mg_block_t;
 
+// The split backward (zero bubble's BI then W; model_gpu_range.c): where the input pass of one
+// block leaves each linear layer's output gradient for the weight pass (dW = dyᵀ x, with the x
+// the forward saved). Passed as NULL, the backward is the fused one.
+typedef struct {
+    void* d_out;   // (N, C) adt gradient of the block output (W2's dy)
+    void* d_h13;   // (N, 2F) adt (W1|W3's dy)
+    void* d_mid;   // (N, C) adt gradient after the attention residual add (Wo's dy)
+    void* d_qkv;   // (B, T, 3, NH, HS) adt, after the inverse RoPE (q|k|v's dy)
+} mg_split_t;
+
 // model_gpu_pass.c: the building blocks of both passes, enqueued on m->stream. Weight
 // gradients are WRITTEN (beta 0) or ADDED (beta 1: accumulation over micro-batches).
 void mg_embed_forward(model_gpu_t* m, const int32_t* tokens, float* x);
@@ -112,11 +122,21 @@ void mg_head_forward(model_gpu_t* m, const float* x, void* lnf, float* rstdf, vo
                      const int32_t* targets, float* ce_lse, float* losses, float* d_loss);
 // Backward: m->dres holds the gradient of the output on entry and of the input on exit.
 // head: scale = d(loss)/d(sum of row losses) (1/N for the mean, loss_scale/N in a pipeline).
+// split 1 (the input pass): no LM head weight gradient; the logits buffer keeps dlogits for
+// mg_head_backward_weight.
 void mg_head_backward(model_gpu_t* m, const float* x, const void* lnf, const float* rstdf, void* logits,
-                      const int32_t* targets, const float* ce_lse, float scale, float beta,
+                      const int32_t* targets, const float* ce_lse, float scale, float beta, int split,
                       grad_ready_fn hook, void* ctx);
-void mg_block_backward(model_gpu_t* m, int l, const mg_block_t* b, float beta, grad_ready_fn hook,
-                       void* ctx);
+// sp NULL: the fused backward. sp set: the input pass (BI): the input gradient and the norm
+// weight gradients only, each linear layer's output gradient saved into *sp.
+void mg_block_backward(model_gpu_t* m, int l, const mg_block_t* b, const mg_split_t* sp, float beta,
+                       grad_ready_fn hook, void* ctx);
+// The weight pass (W) of block l / of the LM head, from what the input pass saved: the same
+// linear_dw products as the fused backward, in its order (hooks too).
+void mg_block_backward_weight(model_gpu_t* m, int l, const mg_block_t* b, const mg_split_t* sp, float beta,
+                              grad_ready_fn hook, void* ctx);
+void mg_head_backward_weight(model_gpu_t* m, const void* lnf, const void* dlogits, float beta, grad_ready_fn hook,
+                             void* ctx);
 void mg_embed_backward(model_gpu_t* m, const int32_t* tokens, float beta, grad_ready_fn hook, void* ctx);
 // The gradient buffer and the backward scratch, at the first backward (0, or -1 on OOM).
 int mg_alloc_backward(model_gpu_t* m, char* err, size_t errlen);

@@ -181,14 +181,15 @@ static void norm_dw_done(model_gpu_t* m, param_kind_t k, int l, float beta) {
 // dlogits = (softmax − onehot) · scale, in place over the logits; then the LM head and the
 // final norm. m->dres ends as the gradient of x (the head's input).
 void mg_head_backward(model_gpu_t* m, const float* x, const void* lnf, const float* rstdf, void* logits,
-                      const int32_t* targets, const float* ce_lse, float scale, float beta,
+                      const int32_t* targets, const float* ce_lse, float scale, float beta, int split,
                       grad_ready_fn hook, void* ctx) {
     const int N = m->N, C = m->C, V = m->V;
     const dtype_t a = m->adt;
     cudaStream_t s = m->stream;
     k_cross_entropy_bwd(a, logits, targets, ce_lse, scale, N, V, s);
-    linear_dw(m, logits, lnf, mg_grad(m, PK_HEAD, -1), C, V, beta);
-    ready(m, hook, ctx, PK_HEAD, -1);
+    // Split: dlogits stay in the logits buffer (nothing writes it before the weight pass), so
+    // the LM head's dy needs no saved copy.
+    if (!split) mg_head_backward_weight(m, lnf, logits, beta, hook, ctx);
     linear_dx(m, logits, mg_weight(m, PK_HEAD, -1), m->dln, C, V);
     k_rmsnorm_bwd(a, m->dln, x, mg_param(m, PK_LNF, -1), rstdf, m->dres,
                   m->prec == MP_BF16 ? m->dres_lp : NULL, 0, norm_dw(m, PK_LNF, -1, beta), m->dw_partial, N, C, s);
@@ -196,42 +197,92 @@ void mg_head_backward(model_gpu_t* m, const float* x, const void* lnf, const flo
     ready(m, hook, ctx, PK_LNF, -1);
 }
 
-// Block l: m->dres holds d x_{l+1} on entry and d x_l on exit.
-void mg_block_backward(model_gpu_t* m, int l, const mg_block_t* b, float beta, grad_ready_fn hook,
-                       void* ctx) {
+void mg_head_backward_weight(model_gpu_t* m, const void* lnf, const void* dlogits, float beta, grad_ready_fn hook,
+                             void* ctx) {
+    linear_dw(m, dlogits, lnf, mg_grad(m, PK_HEAD, -1), m->C, m->V, beta);
+    ready(m, hook, ctx, PK_HEAD, -1);
+}
+
+// The split backward's copy of an output gradient that a later kernel of the input pass
+// overwrites or adds to (the residual gradient, dqkv): its value now is W's dy.
+static void save_dy(model_gpu_t* m, void* dst, const void* src, size_t elems) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, elems * m->asz, cudaMemcpyDeviceToDevice, m->stream));
+}
+
+// Block l: m->dres holds d x_{l+1} on entry and d x_l on exit. sp NULL: fused (every weight
+// gradient too); sp set: the input pass, each linear layer's dW left to
+// mg_block_backward_weight with the dy saved into *sp (the products below are the same either
+// way, so BI + W give the fused pass's bits).
+void mg_block_backward(model_gpu_t* m, int l, const mg_block_t* b, const mg_split_t* sp, float beta,
+                       grad_ready_fn hook, void* ctx) {
     const int N = m->N, C = m->C, F = m->F;
+    const size_t NC = (size_t)N * C;
     const dtype_t a = m->adt;
     cudaStream_t s = m->stream;
     void* dres_lp = m->dres_lp;
     // FFN: x_{l+1} = xm + g W2ᵀ; dres holds d x_{l+1}.
-    k_swiglu_fwd(a, b->h13, m->g, N, F, s);  // recompute g = SiLU(h1) * h3 (not saved)
-    linear_dw(m, dres_lp, m->g, mg_grad(m, PK_W2, l), F, C, beta);
-    ready(m, hook, ctx, PK_W2, l);
+    if (sp) {
+        save_dy(m, sp->d_out, dres_lp, NC);
+    } else {
+        k_swiglu_fwd(a, b->h13, m->g, N, F, s);  // recompute g = SiLU(h1) * h3 (not saved)
+        linear_dw(m, dres_lp, m->g, mg_grad(m, PK_W2, l), F, C, beta);
+        ready(m, hook, ctx, PK_W2, l);
+    }
     linear_dx(m, dres_lp, mg_weight(m, PK_W2, l), m->dg, F, C);
-    k_swiglu_bwd(a, b->h13, m->dg, m->dh13, N, F, s);
-    linear_dw(m, m->dh13, b->ln2, mg_grad(m, PK_W1, l), C, 2 * F, beta);  // w1 and w3 at once
-    ready(m, hook, ctx, PK_W3, l);
-    ready(m, hook, ctx, PK_W1, l);
-    linear_dx(m, m->dh13, mg_weight(m, PK_W1, l), m->dln, C, 2 * F);
+    void* dh13 = sp ? sp->d_h13 : m->dh13;  // split: written straight into the saved slot
+    k_swiglu_bwd(a, b->h13, m->dg, dh13, N, F, s);
+    if (!sp) {
+        linear_dw(m, dh13, b->ln2, mg_grad(m, PK_W1, l), C, 2 * F, beta);  // w1 and w3 at once
+        ready(m, hook, ctx, PK_W3, l);
+        ready(m, hook, ctx, PK_W1, l);
+    }
+    linear_dx(m, dh13, mg_weight(m, PK_W1, l), m->dln, C, 2 * F);
     k_rmsnorm_bwd(a, m->dln, b->xm, mg_param(m, PK_LN2, l), b->rstd2, m->dres,
                   m->prec == MP_BF16 ? dres_lp : NULL, 1, norm_dw(m, PK_LN2, l, beta), m->dw_partial, N, C, s);
     norm_dw_done(m, PK_LN2, l, beta);
     ready(m, hook, ctx, PK_LN2, l);
     // Attention: xm = x_l + atty Woᵀ; dres holds d xm.
-    linear_dw(m, dres_lp, b->atty, mg_grad(m, PK_O, l), C, C, beta);
-    ready(m, hook, ctx, PK_O, l);
+    if (sp) {
+        save_dy(m, sp->d_mid, dres_lp, NC);
+    } else {
+        linear_dw(m, dres_lp, b->atty, mg_grad(m, PK_O, l), C, C, beta);
+        ready(m, hook, ctx, PK_O, l);
+    }
     linear_dx(m, dres_lp, mg_weight(m, PK_O, l), m->datty, C, C);
     mg_attention_backward(m, b);
     k_rope(a, m->dqkv, m->rope_cos, m->rope_sin, m->B, m->T, m->NH, m->HS, 1, s);
-    linear_dw(m, m->dqkv, b->ln1, mg_grad(m, PK_Q, l), C, 3 * C, beta);  // q, k, v at once
-    ready(m, hook, ctx, PK_V, l);
-    ready(m, hook, ctx, PK_K, l);
-    ready(m, hook, ctx, PK_Q, l);
+    if (sp) {
+        save_dy(m, sp->d_qkv, m->dqkv, 3 * NC);
+    } else {
+        linear_dw(m, m->dqkv, b->ln1, mg_grad(m, PK_Q, l), C, 3 * C, beta);  // q, k, v at once
+        ready(m, hook, ctx, PK_V, l);
+        ready(m, hook, ctx, PK_K, l);
+        ready(m, hook, ctx, PK_Q, l);
+    }
     linear_dx(m, m->dqkv, mg_weight(m, PK_Q, l), m->dln, C, 3 * C);
     k_rmsnorm_bwd(a, m->dln, b->x, mg_param(m, PK_LN1, l), b->rstd1, m->dres,
                   m->prec == MP_BF16 ? dres_lp : NULL, 1, norm_dw(m, PK_LN1, l, beta), m->dw_partial, N, C, s);
     norm_dw_done(m, PK_LN1, l, beta);
     ready(m, hook, ctx, PK_LN1, l);
+}
+
+// Block l's weight pass: the fused backward's four linear_dw, in its order, on the saved dy
+// and the forward's saved inputs (g recomputed from h13 by the same kernel: the same bits).
+void mg_block_backward_weight(model_gpu_t* m, int l, const mg_block_t* b, const mg_split_t* sp, float beta,
+                              grad_ready_fn hook, void* ctx) {
+    const int N = m->N, C = m->C, F = m->F;
+    k_swiglu_fwd(m->adt, b->h13, m->g, N, F, m->stream);
+    linear_dw(m, sp->d_out, m->g, mg_grad(m, PK_W2, l), F, C, beta);
+    ready(m, hook, ctx, PK_W2, l);
+    linear_dw(m, sp->d_h13, b->ln2, mg_grad(m, PK_W1, l), C, 2 * F, beta);
+    ready(m, hook, ctx, PK_W3, l);
+    ready(m, hook, ctx, PK_W1, l);
+    linear_dw(m, sp->d_mid, b->atty, mg_grad(m, PK_O, l), C, C, beta);
+    ready(m, hook, ctx, PK_O, l);
+    linear_dw(m, sp->d_qkv, b->ln1, mg_grad(m, PK_Q, l), C, 3 * C, beta);
+    ready(m, hook, ctx, PK_V, l);
+    ready(m, hook, ctx, PK_K, l);
+    ready(m, hook, ctx, PK_Q, l);
 }
 
 // dE (V, C): the rows of m->dres scattered by token (atomics; zeroed first unless beta 1).
@@ -252,13 +303,13 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
     // Loss and LM head. dlogits = (softmax − onehot) / N, in place over the logits.
     mg_unit_hook(m, m->hooks.before_bwd, L + 1);  // ZeRO-3: unit L+1 = ln_final + lm_head
     mg_head_backward(m, m->resid1 + final_slice(m) * N * m->C, m->lnf, m->rstdf, m->logits, m->last_targets, m->ce_lse,
-                     1.0f / (float)N, 0.0f, hook, ctx);
+                     1.0f / (float)N, 0.0f, 0, hook, ctx);
     mg_unit_hook(m, m->hooks.after_bwd, L + 1);
     if (m->ckpt == 0) {
         for (int l = L - 1; l >= 0; l--) {
             const mg_block_t b = whole_block(m, l);
             mg_unit_hook(m, m->hooks.before_bwd, 1 + l);
-            mg_block_backward(m, l, &b, 0.0f, hook, ctx);
+            mg_block_backward(m, l, &b, NULL, 0.0f, hook, ctx);
             mg_unit_hook(m, m->hooks.after_bwd, 1 + l);
         }
     } else {
@@ -277,7 +328,7 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
             nvtx_pop();
             for (int l = hi - 1; l >= lo; l--) {
                 const mg_block_t b = whole_block(m, l);
-                mg_block_backward(m, l, &b, 0.0f, hook, ctx);
+                mg_block_backward(m, l, &b, NULL, 0.0f, hook, ctx);
             }
         }
     }

@@ -59,7 +59,7 @@ for s in "$@"; do
     step t09_gpu 200 "$B/09_train/test_09" --jobs 1 --filter 'train_gpu/*'
     ;;
   08bench)  # stage 08 on 2 GPUs: every schedule, m = 8, 16 (32: M32=1), measured bubble vs formula
-    for m in 8 16 ${M32:+32}; do for sc in gpipe 1f1b interleaved; do
+    for m in 8 16 ${M32:+32}; do for sc in gpipe 1f1b interleaved zbh1; do
       step pp_${sc}_m$m 60 scripts/mpirun.sh 2 "$B/08_pipeline/pp_train" --backend nccl --model large --context 512 \
         --batch $((2*m)) --micro-batches $m --schedule $sc --steps 3
     done; done
