@@ -214,6 +214,74 @@ static void print_memory(const args_t* a) {
     table_free(t);
 }
 
+// ---------------------------------------------------------------- attention by part (--profile)
+// The handout's nsys_profile (e): inside the naive attention, the score product, the softmax and
+// the value product, their GPU time set against their FLOPs. The time is CUPTI's kernel time
+// of the launches made inside the model's NVTX ranges of those names (profiler regions: the
+// innermost range open at launch); the FLOPs are counted per execution of the attention of one
+// layer (all B, all heads):
+//   a product (scores S = Q Kᵀ, final matmul P V, backward dP, dV, dQ, dK): 2·B·NH·T²·HS (the
+//     whole T x T: the GEMMs compute the masked half too);
+//   the softmax: 5 per score element (max, subtract, exp, sum, divide), 5·B·NH·T²; its backward
+//     4 per element (P·dP, row sum, subtract, multiply), 4·B·NH·T².
+// Executions per step = launches of that phase's softmax kernel per step (one per layer; with
+// activation checkpointing the backward phase also recomputes forward parts, counted the same).
+typedef struct {
+    const char* region;  // the model's NVTX range (common/model_gpu_attn.c)
+    const char* label;
+    double flops_per_elem;  // per element of B·NH·T²: 2·HS for a product, 5 or 4 for a softmax
+    int fwd_part;           // 1: counted by the forward softmax's launches, 0: the backward's
+} attn_part_t;
+
+static void print_attention_parts(const args_t* a) {
+    const double B = a->batch, T = a->context, NH = a->cfg.n_heads, HS = (double)a->cfg.d_model / a->cfg.n_heads;
+    const attn_part_t parts[] = {
+        {"scores", "scores (S = Q K^T)", 2 * HS, 1},
+        {"softmax", "softmax (5 flop/element)", 5, 1},
+        {"final matmul", "final matmul (P V)", 2 * HS, 1},
+        {"bwd dP", "bwd dP = dO V^T", 2 * HS, 0},
+        {"bwd dV", "bwd dV = P^T dO", 2 * HS, 0},
+        {"bwd softmax", "bwd softmax (4 flop/element)", 4, 0},
+        {"bwd dQ", "bwd dQ = dS K", 2 * HS, 0},
+        {"bwd dK", "bwd dK = dS^T Q", 2 * HS, 0},
+    };
+    const int nparts = (int)(sizeof parts / sizeof parts[0]);
+    const char* phases[] = {"forward", "backward"};
+    printf("\n### Attention by part (naive attention; GPU time per step of the kernels launched in each "
+           "NVTX range, CUPTI)\n\n");
+    printf("FLOPs per execution of one layer's attention, B=%d NH=%d T=%d HS=%d: each product "
+           "2*B*NH*T^2*HS = %.4g GFLOP (the full T x T); softmax 5*B*NH*T^2 = %.4g GFLOP; its backward "
+           "4*B*NH*T^2. Executions per step: launches of the phase's softmax kernel per step.\n\n",
+           a->batch, (int)NH, a->context, (int)HS, 2 * B * NH * T * T * HS * 1e-9, 5 * B * NH * T * T * 1e-9);
+    printf("| phase | part | executions/step | GPU ms/step | share of attention | share of phase | GFLOP/step | TFLOP/s |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int p = 0; p < 2; p++) {
+        long c_fwd = 0, c_bwd = 0;
+        profiler_region_ms(phases[p], "softmax", &c_fwd);
+        profiler_region_ms(phases[p], "bwd softmax", &c_bwd);
+        const double phase_ms = profiler_region_ms(phases[p], NULL, NULL);
+        double att_ms = 0, att_flops = 0;
+        for (int i = 0; i < nparts; i++) att_ms += profiler_region_ms(phases[p], parts[i].region, NULL);
+        if (att_ms <= 0) continue;
+        for (int i = 0; i < nparts; i++) {
+            long calls = 0;
+            const double ms = profiler_region_ms(phases[p], parts[i].region, &calls) / a->steps;
+            if (calls == 0) continue;
+            const double execs = (double)(parts[i].fwd_part ? c_fwd : c_bwd) / a->steps;
+            const double flops = execs * parts[i].flops_per_elem * B * NH * T * T;
+            att_flops += flops;
+            printf("| %s | %s | %.0f | %.3f | %.1f%% | %.1f%% | %.3f | %.2f |\n", phases[p], parts[i].label, execs, ms,
+                   100.0 * ms * a->steps / att_ms, phase_ms > 0 ? 100.0 * ms * a->steps / phase_ms : 0.0,
+                   flops * 1e-9, ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0);
+        }
+        const double ms = att_ms / a->steps;
+        printf("| %s | **attention, all parts** | | %.3f | 100%% | %.1f%% | %.3f | %.2f |\n", phases[p], ms,
+               phase_ms > 0 ? 100.0 * att_ms / phase_ms : 0.0, att_flops * 1e-9,
+               ms > 0 ? att_flops / (ms * 1e-3) / 1e12 : 0.0);
+    }
+    printf("\n");
+}
+
 // ---------------------------------------------------------------- CUDA
 // The benchmark's batch: batch x context random input and target ids (as the course's
 // benchmarks do: the values do not change the time), stream seed + 1. The caller frees both.
@@ -310,6 +378,7 @@ static void run_cuda(const args_t* a, result_t* r) {
             char path[1024];
             snprintf(path, sizeof path, "%s/kernels_%s.csv", a->out, a->tag);
             if (mkdir_p(a->out) == 0 && profiler_write_csv(path) == 0) printf("kernel summary: %s\n", path);
+            if (!a->attn) print_attention_parts(a);  // a plug-in's parts are its own (region = its name)
         }
     }
     if (!r->oom) {
@@ -447,7 +516,7 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
         {"device", CLI_CHOICE, &a.device, "cuda", "cuda, or cpu (the plain-C reference; fp32, for tiny)", "cuda|cpu"},
         {"seed", CLI_INT, &a.seed, "0", "parameter and token seed", NULL},
         {"nvtx", CLI_FLAG, &a.nvtx, "0", "NVTX ranges: warm-up, steps, forward, backward, optimizer, attention parts", NULL},
-        {"profile", CLI_FLAG, &a.profile, "0", "CUPTI kernel summary of the timed steps, by phase", NULL},
+        {"profile", CLI_FLAG, &a.profile, "0", "CUPTI kernel summary of the timed steps, by phase and NVTX region; naive attention by part", NULL},
         {"checkpoint", CLI_STR, &a.checkpoint, "",
          "activation checkpointing (not given: none, and no checkpoint column): none, block (keep each block's input), every-K (keep every K-th block's input); the rest is recomputed in the backward", NULL},
         {"memory", CLI_FLAG, &a.memory, "0", "memory by phase and tag, and the memory timeline (CSV, PNG)", NULL},

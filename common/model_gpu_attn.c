@@ -116,26 +116,38 @@ void mg_attention_backward(model_gpu_t* m, const mg_block_t* blk) {
     char* dP = m->datt;
     const char* dO = m->datty;
     char* dqkv = m->dqkv;
+    // The parts have ranges of their own (pushes and pops only: the launches and their order
+    // are unchanged), so that --profile splits the backward attention as it does the forward.
     nvtx_push("attention backward");
     for (int b = 0; b < B; b++) {
         const size_t qo = (size_t)b * T * 3 * C * es, po = (size_t)b * NH * T * T * es,
                      oo = (size_t)b * T * C * es;
         // dP_h (T, T) = dO_h V_hᵀ
+        nvtx_push("bwd dP");
         mm_rm_batched(&m->mm, 0, 1, T, T, HS, 1.0f, dO + oo, t, C, HS, qkv + qo + 2 * (size_t)C * es,
                       t, 3 * C, HS, 0.0f, dP + po, t, T, (int64_t)T * T, NH);
+        nvtx_pop();
         // dV_h (T, HS) = P_hᵀ dO_h
+        nvtx_push("bwd dV");
         mm_rm_batched(&m->mm, 1, 0, T, HS, T, 1.0f, P + po, t, T, (int64_t)T * T, dO + oo, t, C, HS,
                       0.0f, dqkv + qo + 2 * (size_t)C * es, t, 3 * C, HS, NH);
+        nvtx_pop();
     }
     // dS = P ∘ (dP − rowsum(P ∘ dP)), in place in datt.
+    nvtx_push("bwd softmax");
     k_softmax_causal_bwd(t, P, dP, B * NH * T, T, m->stream);
+    nvtx_pop();
     for (int b = 0; b < B; b++) {
         const size_t qo = (size_t)b * T * 3 * C * es, po = (size_t)b * NH * T * T * es;
         // dQ_h = scale · dS_h K_h;  dK_h = scale · dS_hᵀ Q_h
+        nvtx_push("bwd dQ");
         mm_rm_batched(&m->mm, 0, 0, T, HS, T, scale, dP + po, t, T, (int64_t)T * T,
                       qkv + qo + (size_t)C * es, t, 3 * C, HS, 0.0f, dqkv + qo, t, 3 * C, HS, NH);
+        nvtx_pop();
+        nvtx_push("bwd dK");
         mm_rm_batched(&m->mm, 1, 0, T, HS, T, scale, dP + po, t, T, (int64_t)T * T, qkv + qo, t,
                       3 * C, HS, 0.0f, dqkv + qo + (size_t)C * es, t, 3 * C, HS, NH);
+        nvtx_pop();
     }
     nvtx_pop();
 }
