@@ -255,3 +255,49 @@ Test(model_init, deterministic_and_distinct) {
     param_layout_free(&l);
     param_layout_free(&l3);
 }
+
+// model_init_params_range (ZeRO-3's sharded construction): every slice is the full buffer's
+// slice, bit for bit, where the cuts fall inside parameters, inside padding, at the end and
+// past it (a padded buffer's tail is 0).
+Test(model_init, range_slices_equal_the_full_buffer) {
+    // C = 72, F = 200, V = 100: no size a multiple of 64, so there is padding between
+    // parameters (after each norm weight, after the embedding) for cuts to fall into.
+    const model_config_t c = {"odd", 100, 16, 72, 2, 4, 200};
+    param_layout_t l = param_layout_make(&c);
+    const size_t n = l.total, extra = 200;  // a padded buffer 200 elements longer
+    size_t gaps = 0, end = 0;
+    for (int i = 0; i < l.n; i++) gaps += l.p[i].offset > end, end = l.p[i].offset + l.p[i].numel;
+    cr_assert(gaps >= 3, "the layout must have padding between parameters (%zu gaps)", gaps);
+    float* full = calloc(n + extra, sizeof(float));
+    float* part = malloc((n + extra) * sizeof(float));
+    model_init_params(&l, full, 11);
+    // Cut points: every parameter's first element and one past it, mid-parameter points, the
+    // padding before a parameter, 0, n, n + extra; then slices between pseudo-random pairs.
+    size_t cuts[256];
+    int nc = 0;
+    cuts[nc++] = 0, cuts[nc++] = n, cuts[nc++] = n + extra;
+    for (int i = 0; i < l.n && nc < 250; i++) {
+        const size_t o = l.p[i].offset;
+        cuts[nc++] = o + 1;
+        cuts[nc++] = o + l.p[i].numel / 2 + 3;
+        if (o) cuts[nc++] = o - 1;
+    }
+    uint64_t x = 12345;
+    for (int k = 0; k < 400; k++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        size_t lo = cuts[(x >> 33) % nc], hi = cuts[(x >> 13) % nc];
+        if (lo > hi) { const size_t t = lo; lo = hi; hi = t; }
+        memset(part, 0xFF, (n + extra) * sizeof(float));  // poison: every element must be written
+        model_init_params_range(&l, part, lo, hi, 11);
+        cr_assert(memcmp(part, full + lo, (hi - lo) * sizeof(float)) == 0, "slice [%zu, %zu) differs from the full buffer", lo, hi);
+        if (hi < n + extra) cr_assert_eq(((uint32_t*)part)[hi - lo], 0xFFFFFFFFu, "slice [%zu, %zu) wrote past its end", lo, hi);
+    }
+    // The whole buffer in one range; another seed differs.
+    model_init_params_range(&l, part, 0, n, 11);
+    cr_assert(memcmp(part, full, n * sizeof(float)) == 0);
+    model_init_params_range(&l, part, 0, n, 12);
+    cr_assert(memcmp(part, full, n * sizeof(float)) != 0, "the seed must matter");
+    free(full);
+    free(part);
+    param_layout_free(&l);
+}

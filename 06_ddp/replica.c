@@ -4,10 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/alloc.h"
 #include "common/check.h"
 
-void replica_create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T,
-                    model_precision_t prec, const attention_impl_t* attn, int seed) {
+// flat: 0 for replica_create (the model as model_gpu_create makes it, the warm-up backward),
+// 1 for replica_create_flat (flat_total as model_gpu_create_flat takes it).
+static void create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
+                   const attention_impl_t* attn, int seed, int flat, size_t flat_total) {
     memset(x, 0, sizeof *x);
     x->c = c;
     x->gpu = c->backend == COMM_NCCL;
@@ -20,7 +23,12 @@ void replica_create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, i
     x->tg_all = malloc((size_t)B * W * T * sizeof(int32_t));
     if (!x->in_all || !x->tg_all) DIE("out of host memory");
     char err[512];
-    if (x->gpu) {
+    if (x->gpu && flat) {
+        // Buffers of the caller's length (or none) and the backward's, made at creation.
+        x->m = model_gpu_create_flat(cfg, B, T, prec, attn, (uint64_t)(seed + r), flat_total, err, sizeof err);
+        if (!x->m) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        x->lay = model_gpu_layout(x->m);
+    } else if (x->gpu) {
         x->m = model_gpu_create(cfg, B, T, prec, attn, (uint64_t)(seed + r), err, sizeof err);
         if (!x->m) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
         x->lay = model_gpu_layout(x->m);
@@ -33,11 +41,41 @@ void replica_create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, i
     } else {
         model_cpu_create(&x->cpu, cfg, B, T, (uint64_t)(seed + r));
         x->lay = &x->cpu.layout;
+        if (flat) {
+            // The CPU reference always builds the whole buffer first (host memory: this path is
+            // for correctness; the GPU one is the memory-faithful one). Then as on the GPU:
+            // none, or padded to flat_total (padding zero).
+            const size_t total = x->lay->total;
+            if (flat_total != MODEL_GPU_NO_FLAT && flat_total < total)
+                comm_fatal(c, EXIT_BAD_INPUT, "flat buffers of %zu elements are shorter than the layout's %zu", flat_total,
+                           total);
+            float *p = NULL, *g = NULL;
+            if (flat_total != MODEL_GPU_NO_FLAT) {
+                p = mem_alloc(DEV_CPU, flat_total * sizeof(float), MEM_PARAMS);
+                g = mem_alloc(DEV_CPU, flat_total * sizeof(float), MEM_GRADS);
+                memcpy(p, x->cpu.params, total * sizeof(float));
+                memset(p + total, 0, (flat_total - total) * sizeof(float));
+                memset(g, 0, flat_total * sizeof(float));
+            }
+            mem_free(x->cpu.params);
+            mem_free(x->cpu.grads);
+            x->cpu.params = p;
+            x->cpu.grads = g;
+        }
     }
     x->table = calloc((size_t)x->lay->n, sizeof(ddp_param_t));
     if (!x->table) DIE("out of host memory");
     for (int i = 0; i < x->lay->n; i++)
         x->table[i] = (ddp_param_t){x->lay->p[i].name, x->lay->p[i].offset, x->lay->p[i].numel, 1};
+}
+
+void replica_create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T,
+                    model_precision_t prec, const attention_impl_t* attn, int seed) {
+    create(x, c, cfg, B, T, prec, attn, seed, 0, 0);
+}
+void replica_create_flat(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
+                         const attention_impl_t* attn, int seed, size_t flat_total) {
+    create(x, c, cfg, B, T, prec, attn, seed, 1, flat_total);
 }
 
 void replica_batch(replica_t* x, int64_t step, const int32_t** inputs, const int32_t** targets) {

@@ -12,7 +12,10 @@
 // - ZeRO-3 (07_zero/zero3.h): the per-unit plan; the CPU model run unit by unit through
 //   parameter and gradient windows over copies gives the bits of the model without them;
 //   zero_train's zero3 run equals DDP on 2-4 ranks, with params + grads + optimizer state per
-//   rank == 8 x its shard + 8 x its owned trainable elements (16Psi/n with the padding).
+//   rank == 8 x its shard + 8 x its owned trainable elements (16Psi/n with the padding);
+// - sharded construction (a single level, lean): every level trains to the bits of the path that
+//   builds the whole model first, on 2-4 ranks; on 2 GPUs its setup peak holds only the level's
+//   own parameters and gradients.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +176,80 @@ Test(zero_train_nccl, zero3_alone_and_bf16_refused_2_gpus) {
     st = run_prog("zero_train", 2, "--backend nccl --zero 3 --precision bf16");
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "--zero 3 runs fp32 only"), "%s", g_out);
+}
+
+// ------------------------------------------------------------------ sharded construction
+// The "parameter hash" zero_train prints after a run (FNV-1a over the layout's parameters,
+// taken unit by unit for a lean ZeRO-3 run): into out, or fail.
+static void run_hash(const char* out, char* hash, size_t len) {
+    const char* q = strstr(out, "parameter hash ");
+    cr_assert(q, "no parameter hash:\n%s", out);
+    cr_assert_eq(sscanf(q, "parameter hash %16s", hash), 1, "%s", out);
+    cr_assert_eq(strlen(hash), len - 1, "%s", out);
+}
+
+// A single level is built sharded (lean): levels 0-2 with padded flat buffers from the start,
+// ZeRO-3 with no flat buffers at all and its shard made piece by piece by
+// model_init_params_range from rank 0's seed. It must train to the bits of the path that builds
+// the whole model, pads it and copies rank 0's broadcast parameters into the shard
+// (--keep-full 1), on 2-4 ranks (3 and 4: piece boundaries through parameters, unit padding).
+Test(zero_train_mpi, sharded_construction_equals_the_whole_model_2_3_4_ranks) {
+    const char* levels[] = {"3", "1", "2", "0"};
+    for (int np = 2; np <= 4; np++)
+        for (int k = 0; k < 4; k++) {
+            char a[256], lean[17], full[17];
+            snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 2 --warmup 1 --zero %s", levels[k]);
+            int st = run_prog("zero_train", np, a);
+            cr_assert_eq(st, 0, "%d ranks, %s: exit %d:\n%s", np, a, st, g_out);
+            cr_assert(strstr(g_out, "setup peak") && strstr(g_out, "(lean;"), "%d ranks, %s: not lean:\n%s", np, a, g_out);
+            cr_assert(!strstr(g_out, "DIFFERENT") && !strstr(g_out, "!= the formula") && !strstr(g_out, "!= 16Psi/n"), "%s", g_out);
+            run_hash(g_out, lean, sizeof lean);
+            snprintf(a + strlen(a), sizeof a - strlen(a), " --keep-full 1");
+            st = run_prog("zero_train", np, a);
+            cr_assert_eq(st, 0, "%d ranks, %s: exit %d:\n%s", np, a, st, g_out);
+            cr_assert(strstr(g_out, "whole model built first"), "%s", g_out);
+            run_hash(g_out, full, sizeof full);
+            cr_assert_str_eq(lean, full, "%d ranks, --zero %s: sharded construction %s, whole model %s", np, levels[k], lean, full);
+        }
+    // Another seed must give another hash (the hash sees the parameters at all).
+    char h1[17], h2[17];
+    cr_assert_eq(run_prog("zero_train", 2, "--context 16 --steps 1 --warmup 0 --zero 3"), 0, "%s", g_out);
+    run_hash(g_out, h1, sizeof h1);
+    cr_assert_eq(run_prog("zero_train", 2, "--context 16 --steps 1 --warmup 0 --zero 3 --seed 2"), 0, "%s", g_out);
+    run_hash(g_out, h2, sizeof h2);
+    cr_assert_str_neq(h1, h2);
+    cr_assert_eq(run_prog("zero_train", 2, "--keep-full 2"), 2, "%s", g_out);
+    cr_assert(strstr(g_out, "--keep-full: 2 must be 0 or 1") && count(g_out, "error:") == 1, "%s", g_out);
+}
+
+// On the GPUs a lean run's setup peak holds only the level's own state: ZeRO-3's parameters and
+// gradients at the peak are its two shards (4S bytes each, no whole-model buffer ever), ZeRO-1's
+// the padded flat buffers once (4P each, no padded copy beside the unpadded ones).
+static double after_field(const char* line, const char* key) {
+    const char* q = strstr(line, key);
+    cr_assert(q, "no '%s' in %s", key, line);
+    return atof(q + strlen(key));
+}
+Test(zero_train_nccl, lean_setup_peak_is_the_levels_own_2_gpus) {
+    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
+    const double MiB = 1048576.0;
+    int st = run_prog("zero_train", 2, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 3");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    const char* line = strstr(g_out, "zero3   setup peak");
+    cr_assert(line && strstr(line, "lean: built sharded"), "%s", g_out);
+    const char* sh = strstr(g_out, "a shard of ");
+    cr_assert(sh, "%s", g_out);
+    const double S = atof(sh + strlen("a shard of "));
+    cr_assert(fabs(after_field(line, "params ") - 4 * S / MiB) < 0.006, "params at the setup peak, want %.2f MiB:\n%s", 4 * S / MiB, g_out);
+    cr_assert(fabs(after_field(line, "grads ") - 4 * S / MiB) < 0.006, "grads at the setup peak, want %.2f MiB:\n%s", 4 * S / MiB, g_out);
+    st = run_prog("zero_train", 2, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 1");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    line = strstr(g_out, "zero1   setup peak");
+    const char* pt = strstr(g_out, "padded total ");
+    cr_assert(line && pt, "%s", g_out);
+    const double P = atof(pt + strlen("padded total "));
+    cr_assert(fabs(after_field(line, "params ") - 4 * P / MiB) < 0.006, "params at the setup peak, want %.2f MiB:\n%s", 4 * P / MiB, g_out);
+    cr_assert(fabs(after_field(line, "grads ") - 4 * P / MiB) < 0.006, "grads at the setup peak, want %.2f MiB:\n%s", 4 * P / MiB, g_out);
 }
 
 // ------------------------------------------------------------------ ZeRO-3's plan and windows

@@ -4,7 +4,7 @@
 // The flat buffer of `total` elements is padded to P = n·S elements, S a multiple of 64
 // (zero_shard_range), so that it splits into n equal, 256-byte-aligned shards; rank r owns
 // shard r = [r·S, (r+1)·S). The caller gives parameter and gradient buffers of P elements
-// (padding zero; common/model_gpu.h's model_gpu_pad_flat, or a padded host buffer).
+// (padding zero; common/model_gpu.h's model_gpu_create_flat or model_gpu_pad_flat, or a padded host buffer).
 //
 //   DDP (06)  all-reduce(avg) every gradient        AdamW on everything     (moments 8Ψ)
 //   ZeRO-1    reduce-scatter(avg) the gradient:     AdamW on shard r        all-gather the

@@ -70,11 +70,18 @@ static void copy(zero3_t* z, float* dst, const float* src, size_t n) {  // same 
     else memcpy(dst, src, n * sizeof(float));
 }
 
-zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
-                      const float* init, const adamw_config_t* cfg, cudaStream_t compute_stream,
-                      zero3_window_fn set_window, void* model) {
+// Where the shard's first values come from: a full flat buffer in the shard's memory kind
+// (zero3_create), or a function that writes host elements (zero3_create_init).
+typedef struct {
+    const float* full;
+    zero3_init_fn fn;
+    void* ctx;
+} init_src_t;
+
+static zero3_t* create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U, init_src_t src,
+                       const adamw_config_t* cfg, cudaStream_t compute_stream, zero3_window_fn set_window, void* model) {
     char err[256];
-    if (!c || !init || !set_window) DIE("zero3_create: NULL communicator, parameters or window setter");
+    if (!c || (!src.full && !src.fn) || !set_window) DIE("zero3_create: NULL communicator, parameters or window setter");
     const size_t total = bounds[U];
     if (ddp_check_params(table, n, total, err, sizeof err)) DIE("zero3_create: %s", err);
     if (c->backend == COMM_NCCL && !compute_stream)
@@ -87,8 +94,11 @@ zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* 
     z->U = U;
     z->u = xcalloc((size_t)U, sizeof *z->u);
     z->S = zero3_plan(bounds, U, c->world, z->u);
-    for (int k = 0; k < U; k++)
+    size_t max_piece = 0;
+    for (int k = 0; k < U; k++) {
         if ((size_t)c->world * z->u[k].piece > z->W) z->W = (size_t)c->world * z->u[k].piece;
+        if (z->u[k].piece > max_piece) max_piece = z->u[k].piece;
+    }
     z->gpu = c->backend == COMM_NCCL;
     z->compute = z->gpu ? compute_stream : NULL;
     z->set_window = set_window;
@@ -116,13 +126,28 @@ zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* 
     zeros(z, z->pshard, z->S);
     zeros(z, z->gshard, z->S);
     for (int k = 0; k < 2; k++) zeros(z, z->gbuf[k], z->W);
+    // zero3_create_init on the GPU: one piece at a time made on the host, then copied (host
+    // memory of the largest piece, never of a unit or the model). Plain malloc: a synchronous
+    // copy from it, once per unit at setup, costs nothing that matters.
+    float* stage = NULL;
+    if (src.fn && z->gpu) stage = xcalloc(max_piece, sizeof(float));
     optim_init(&z->opt, OPT_ADAMW, cfg, dev);
     for (int k = 0; k < U; k++) {
         const zero3_unit_t* un = &z->u[k];
         // The piece [lo, hi) clipped to the unit: past its end lies padding, not the next unit.
         const size_t lo = un->begin + (size_t)r * un->piece;
         const size_t hi = lo + un->piece < un->end ? lo + un->piece : un->end;
-        if (lo < hi) copy(z, z->pshard + un->q, init + lo, hi - lo);
+        if (lo < hi && src.full) {
+            copy(z, z->pshard + un->q, src.full + lo, hi - lo);
+        } else if (lo < hi && !z->gpu) {
+            src.fn(src.ctx, z->pshard + un->q, lo, hi);
+        } else if (lo < hi) {
+            src.fn(src.ctx, stage, lo, hi);
+            // The stream's earlier zeroing of the shard is ordered before this copy (same stream).
+            CUDA_CHECK(cudaMemcpyAsync(z->pshard + un->q, stage, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice,
+                                       z->compute));
+            CUDA_CHECK(cudaStreamSynchronize(z->compute));  // the staging buffer is refilled next
+        }
         // Its trainable elements become optimizer ranges at their compact offsets.
         for (int i = 0; i < n; i++) {
             if (!table[i].trainable) continue;
@@ -133,8 +158,23 @@ zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* 
             z->owned += e - a;
         }
     }
+    free(stage);
     if (z->gpu) comm_stream_sync(c, z->compute, "ZeRO-3's shard copy");  // the init buffer may go now
     return z;
+}
+
+zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+                      const float* init, const adamw_config_t* cfg, cudaStream_t compute_stream,
+                      zero3_window_fn set_window, void* model) {
+    if (!init) DIE("zero3_create: NULL parameters");
+    return create(c, table, n, bounds, U, (init_src_t){init, NULL, NULL}, cfg, compute_stream, set_window, model);
+}
+
+zero3_t* zero3_create_init(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+                           zero3_init_fn init, void* init_ctx, const adamw_config_t* cfg,
+                           cudaStream_t compute_stream, zero3_window_fn set_window, void* model) {
+    if (!init) DIE("zero3_create_init: NULL init function");
+    return create(c, table, n, bounds, U, (init_src_t){NULL, init, init_ctx}, cfg, compute_stream, set_window, model);
 }
 
 void zero3_destroy(zero3_t* z) {
@@ -288,6 +328,23 @@ void zero3_gather_params(zero3_t* z, float* out) {
     }
     if (z->gpu) comm_stream_sync(z->c, z->compute, "ZeRO-3's parameter gather");
     z->held[0] = z->held[1] = -1;
+}
+
+void zero3_gather_unit_host(zero3_t* z, int u, float* host) {
+    if (u < 0 || u >= z->U) DIE("zero3_gather_unit_host: unit %d outside [0, %d)", u, z->U);
+    if (z->gpu) comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");
+    for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
+    const zero3_unit_t* un = &z->u[u];
+    // Into working buffer 0 (blocking), then its [begin, end) to the host.
+    comm_allgather(z->c, z->pshard + un->q, z->pbuf[0], un->piece, COMM_F32, z->compute);
+    const size_t bytes = (un->end - un->begin) * sizeof(float);
+    if (z->gpu) {
+        CUDA_CHECK(cudaMemcpyAsync(host, z->pbuf[0], bytes, cudaMemcpyDeviceToHost, z->compute));
+        comm_stream_sync(z->c, z->compute, "ZeRO-3's unit gather");
+    } else {
+        memcpy(host, z->pbuf[0], bytes);
+    }
+    z->held[0] = z->held[1] = -1;  // buffer 0 was overwritten: the next step gathers again
 }
 
 // ------------------------------------------------------------------ inspection

@@ -78,10 +78,21 @@ typedef struct zero3 zero3_t;
 
 // table: the parameters (stage 06's ddp_param_t) over [0, bounds[U]); init: the full flat
 // parameters (host on MPI, device on NCCL, bounds[U] elements), copied into the shard (the
-// caller may free it afterwards). compute_stream: NCCL, required (the model's stream).
+// caller may free it afterwards: but it existed, so the setup's peak holds the whole model;
+// zero3_create_init below does not need it). compute_stream: NCCL, required (the model's stream).
 zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
                       const float* init, const adamw_config_t* cfg, cudaStream_t compute_stream,
                       zero3_window_fn set_window, void* model);
+// Sharded construction (what a run that never holds the whole model calls): the same, with the
+// shard's first values made piece by piece by init(init_ctx, host, lo, hi), which writes flat
+// elements [lo, hi) into host memory (hi - lo floats; e.g. model_init_params_range). On MPI it
+// writes straight into the (host) shard; on NCCL into a host staging buffer of one piece (the
+// largest unit's 1/n), copied to the device shard. No buffer of the whole model exists at any
+// point; the shard is bit-identical to zero3_create's from that function's full buffer.
+typedef void (*zero3_init_fn)(void* ctx, float* host, size_t lo, size_t hi);
+zero3_t* zero3_create_init(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+                           zero3_init_fn init, void* init_ctx, const adamw_config_t* cfg,
+                           cudaStream_t compute_stream, zero3_window_fn set_window, void* model);
 void zero3_destroy(zero3_t* z);
 
 // The model's unit hooks (model_unit_fn; ctx = the zero3_t).
@@ -93,6 +104,10 @@ void zero3_step(zero3_t* z);
 // Every parameter into out (flat layout, bounds[U] elements; host on MPI, device on NCCL),
 // all-gathered unit by unit. Collective; blocking (NCCL: the compute stream is synchronised).
 void zero3_gather_params(zero3_t* z, float* out);
+// Unit u's parameters (end - begin elements, flat elements [begin, end)) into host memory,
+// all-gathered through a working buffer: a check of the whole model one unit at a time, with
+// no whole-model buffer. Collective; blocking; between steps only.
+void zero3_gather_unit_host(zero3_t* z, int u, float* host);
 
 int zero3_n_units(const zero3_t* z);
 zero3_unit_t zero3_unit(const zero3_t* z, int u);

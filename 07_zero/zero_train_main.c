@@ -30,6 +30,13 @@
 //
 // Backends: the CPU model over MPI (host memory), or the CUDA model over NCCL (one GPU a rank).
 // The flat buffers are padded to n equal 64-aligned shards (zero_shard_range) for every run.
+// Setup: several levels (or --check-ddp 1, or --keep-full 1) share one model built whole, then
+// padded, and a host copy of the initial parameters that restarts each run. A single level is
+// LEAN, built the way it keeps its state so that its setup peak is its own (the memory wall):
+// levels 0-2 get padded flat buffers from the start (model_gpu_create_flat), ZeRO-3 a model
+// with no flat buffers and a shard made piece by piece from the seed (zero3_create_init with
+// model_init_params_range); the replicas are then compared by a hash taken without a
+// whole-model buffer. Both end with the same bits (test_07 sharded_construction_*).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +77,9 @@ typedef struct {
     float *params, *grads;      // (P) the flat buffers (host or device)
     cudaStream_t cs;            // NCCL: the model's stream
     device_t dev;
+    int lean;                   // one level, sharded construction: no whole-model copy anywhere
+                                // (zero3: no flat buffers at all); see main()
+    int seed0;                  // rank 0's model seed: the initial parameters of every run
 } trainer_t;
 
 // The sharding layer of one run: exactly one of (ddp + opt), zero, (ddp + course), zero3.
@@ -96,8 +106,18 @@ static void cpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) {
 }
 static void gpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) { model_gpu_set_windows(mm, p, g, lo, hi); }
 
+// Sharded construction (zero3_init_fn): flat elements [lo, hi) of rank 0's initial parameters,
+// which every rank would otherwise receive whole by the broadcast (model_init_params is a pure
+// function of the seed and the element index, so each rank makes only its own pieces).
+static void init_range(void* tt, float* host, size_t lo, size_t hi) {
+    const trainer_t* t = tt;
+    model_init_params_range(t->rep.lay, host, lo, hi, (uint64_t)t->seed0);
+}
+
 // ZeRO-3: the shard from the current parameters, then the model's own flat buffers freed (it
 // reads and writes through the windows the hooks set) and its unit hooks pointed at zero3.
+// Lean (t->params NULL: the model was made without flat buffers): the shard made piece by
+// piece from the seed, nothing to free.
 static void zero3_layer_create(trainer_t* t, layer_t* L) {
     const model_config_t* cfg = &t->rep.cfg;
     const int U = model_n_units(cfg);
@@ -109,19 +129,22 @@ static void zero3_layer_create(trainer_t* t, layer_t* L) {
     model_unit_hooks_t h = hooks;
     const long long before = state_bytes(t->dev);  // (the shard's bytes = mid - before)
     long long mid;
+    const zero3_window_fn win = t->rep.gpu ? gpu_window : cpu_window;
+    void* model = t->rep.gpu ? (void*)t->rep.m : (void*)&t->rep.cpu;
+    if (t->params)
+        L->z3 = zero3_create(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, t->params, &t->opt, t->cs, win, model);
+    else
+        L->z3 = zero3_create_init(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, init_range, t, &t->opt, t->cs, win,
+                                  model);
+    mid = state_bytes(t->dev);
+    h.ctx = L->z3;
     if (t->rep.gpu) {
-        L->z3 = zero3_create(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, t->params, &t->opt, t->cs, gpu_window, t->rep.m);
-        mid = state_bytes(t->dev);
-        model_gpu_free_flat(t->rep.m);
-        h.ctx = L->z3;
+        if (t->params) model_gpu_free_flat(t->rep.m);
         model_gpu_set_unit_hooks(t->rep.m, &h);
     } else {
-        L->z3 = zero3_create(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, t->params, &t->opt, NULL, cpu_window, &t->rep.cpu);
-        mid = state_bytes(t->dev);
-        mem_free(t->rep.cpu.params);
+        mem_free(t->rep.cpu.params);  // (NULL when lean)
         mem_free(t->rep.cpu.grads);
         t->rep.cpu.params = t->rep.cpu.grads = NULL;
-        h.ctx = L->z3;
         model_cpu_set_unit_hooks(&t->rep.cpu, &h);
     }
     t->params = t->grads = NULL;
@@ -129,8 +152,14 @@ static void zero3_layer_create(trainer_t* t, layer_t* L) {
     free(bounds);
 }
 
-// The model's flat buffers back (P elements, padding zero), filled from the shards.
+// The model's flat buffers back (P elements, padding zero), filled from the shards; lean: not
+// (they would be the whole model; the run is over and the hash was taken unit by unit).
 static void zero3_layer_destroy(trainer_t* t, layer_t* L) {
+    if (t->lean) {
+        zero3_destroy(L->z3);
+        L->z3 = NULL;
+        return;
+    }
     if (t->rep.gpu) {
         char err[512];
         model_gpu_set_unit_hooks(t->rep.m, NULL);
@@ -302,10 +331,47 @@ static void set_params(trainer_t* t, const float* host) {
     }
 }
 
-static unsigned long long hash_bytes(const void* p, size_t n) {  // FNV-1a
-    unsigned long long x = 1469598103934665603ull;
+// FNV-1a, continued from x (start with FNV_START): hashing consecutive pieces one after the
+// other gives the hash of the whole, so a run that never holds the whole model hashes the same.
+#define FNV_START 1469598103934665603ull
+static unsigned long long hash_bytes(unsigned long long x, const void* p, size_t n) {
     for (size_t i = 0; i < n; i++) x = (x ^ ((const unsigned char*)p)[i]) * 1099511628211ull;
     return x;
+}
+
+// The hash of the layout's parameters without a host copy of the whole model: ZeRO-3 unit by
+// unit (gathered; the units tile [0, total)), else the flat buffer in chunks (device) or in
+// place (host). Collective for ZeRO-3. Call before layer_destroy.
+static unsigned long long lean_params_hash(trainer_t* t, layer_t* L) {
+    unsigned long long h = FNV_START;
+    if (L->z3) {
+        size_t most = 0;
+        for (int u = 0; u < zero3_n_units(L->z3); u++) {
+            const zero3_unit_t b = zero3_unit(L->z3, u);
+            if (b.end - b.begin > most) most = b.end - b.begin;
+        }
+        float* buf = malloc(most * sizeof(float));  // one unit, host
+        if (!buf) DIE("out of host memory: %zu bytes", most * sizeof(float));
+        for (int u = 0; u < zero3_n_units(L->z3); u++) {
+            const zero3_unit_t b = zero3_unit(L->z3, u);
+            zero3_gather_unit_host(L->z3, u, buf);
+            h = hash_bytes(h, buf, (b.end - b.begin) * sizeof(float));
+        }
+        free(buf);
+        return h;
+    }
+    if (!t->rep.gpu) return hash_bytes(h, t->params, t->total * sizeof(float));
+    comm_stream_sync(t->rep.c, t->cs, "the last step");
+    const size_t chunk = (size_t)1 << 24;  // 64 MiB of host memory
+    float* buf = malloc(chunk * sizeof(float));
+    if (!buf) DIE("out of host memory");
+    for (size_t a = 0; a < t->total; a += chunk) {
+        const size_t n = t->total - a < chunk ? t->total - a : chunk;
+        CUDA_CHECK(cudaMemcpy(buf, t->params + a, n * sizeof(float), cudaMemcpyDeviceToHost));
+        h = hash_bytes(h, buf, n * sizeof(float));
+    }
+    free(buf);
+    return h;
 }
 
 // The CPU model's flat buffers, grown to P elements (zeros at the end); its own AdamW moments
@@ -338,7 +404,7 @@ typedef struct {
 int main(int argc, char** argv) {
     const char *model_s = "tiny", *zero_s = "1", *shard_s = "zero", *backend_s = "auto", *prec_s = "fp32",
                *attn_s = "naive", *csv = "";
-    int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1, layers = 0;
+    int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1, layers = 0, keep_full = 0;
     double lr = 1e-3, timeout_s = 0, bucket_mb = 25;
     cli_opt_t opts[] = {
         {"model", CLI_CHOICE, &model_s, "tiny", "model size", MODEL_SIZE_CHOICES},
@@ -354,12 +420,16 @@ int main(int argc, char** argv) {
         {"warmup", CLI_INT, &warmup, "2", "steps before measuring (each run)", NULL},
         {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", COMM_BACKEND_AUTO_CHOICES},
         {"check-ddp", CLI_INT, &check, "0", "1: run ddp too and compare every run's parameters with its own (rtol 1e-4, atol 1e-5)", NULL},
+        {"keep-full", CLI_INT, &keep_full, "0", "1: even for one level, build the whole model first, pad it, keep a host copy of the initial parameters (what several levels or --check-ddp 1 always do); 0: one level is built sharded, so its setup peak is its own footprint (the memory wall)", NULL},
         {"seed", CLI_INT, &seed, "1", "rank r initialises from seed + r (rank 0's are broadcast), data from seed", NULL},
         {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
         {"csv", CLI_STR, &csv, "", "append the timing rows to this CSV (rank 0)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
-    comm_cli_parse(argc, argv, "Sharded-optimizer training of the Transformer LM: DDP, ZeRO-1, ZeRO-2, ZeRO-3, the course's version (run under mpirun).",
+    comm_cli_parse(argc, argv, "Sharded-optimizer training of the Transformer LM: DDP, ZeRO-1, ZeRO-2, ZeRO-3, the course's version (run under mpirun). "
+                   "A single level (--zero K without --check-ddp or --keep-full) is the memory-faithful run: its model is built "
+                   "sharded (padded flat buffers from the start; ZeRO-3 without any whole-model buffer), so the setup peak it "
+                   "prints is that level's own; several levels share one unsharded model and a host copy of it.",
                    opts, CLI_COUNT(opts));
 #define BAD(...) comm_bad_input(__VA_ARGS__)
     trainer_t t = {0};
@@ -375,6 +445,7 @@ int main(int argc, char** argv) {
     if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
     if (warmup < 0 || warmup > 1000) BAD("--warmup: %d is out of range (0..1000)", warmup);
     if (check != 0 && check != 1) BAD("--check-ddp: %d must be 0 or 1", check);
+    if (keep_full != 0 && keep_full != 1) BAD("--keep-full: %d must be 0 or 1", keep_full);
     if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
     if (!(bucket_mb >= 0 && bucket_mb <= 1e6)) BAD("--bucket-mb: %g is out of range [0, 1e6]", bucket_mb);
     const int course = strcmp(shard_s, "course") == 0;
@@ -407,35 +478,61 @@ int main(int argc, char** argv) {
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
     const int W = c->world, r = c->rank;
     if (W > 64) comm_fatal(c, EXIT_BAD_INPUT, "at most 64 ranks (got %d)", W);
-    replica_create(&t.rep, c, &cfg, B, context, prec, strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL, seed);
-    t.dev = t.rep.gpu ? DEV_CUDA : DEV_CPU;
+    const attention_impl_t* attn = strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL;
     t.opt = adamw_default();
     t.opt.lr = (float)lr;
+    t.seed0 = seed;
     // The flat buffers padded so that they split into W equal, aligned shards.
-    t.P = zero_padded_total(t.rep.lay->total, W);
+    {
+        param_layout_t lay = param_layout_make(&cfg);
+        t.P = zero_padded_total(lay.total, W);
+        param_layout_free(&lay);
+    }
+    // Lean: one level, nothing to compare with, so nothing is kept that the level does not
+    // need. Levels 0-2 get the model with padded buffers from the start (no padded copy beside
+    // the unpadded ones); ZeRO-3 gets it without flat buffers and makes its shard from the seed.
+    t.lean = nruns == 1 && !check && !keep_full;
+    const int lean_z3 = t.lean && runs[0] == RUN_ZERO3;
+    if (t.lean) {
+        replica_create_flat(&t.rep, c, &cfg, B, context, prec, attn, seed, lean_z3 ? MODEL_GPU_NO_FLAT : t.P);
+        if (!t.rep.gpu) {  // the CPU model's own AdamW moments: the optimizer lives outside it
+            mem_free(t.rep.cpu.adam_m);
+            mem_free(t.rep.cpu.adam_v);
+            t.rep.cpu.adam_m = t.rep.cpu.adam_v = NULL;
+        }
+    } else {
+        replica_create(&t.rep, c, &cfg, B, context, prec, attn, seed);
+    }
+    t.dev = t.rep.gpu ? DEV_CUDA : DEV_CPU;
     if (t.rep.gpu) {
         char err[512];
-        if (model_gpu_pad_flat(t.rep.m, t.P, err, sizeof err) != 0) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
-        t.params = model_gpu_params(t.rep.m);
+        if (!t.lean && model_gpu_pad_flat(t.rep.m, t.P, err, sizeof err) != 0) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        t.params = model_gpu_params(t.rep.m);  // (NULL for lean ZeRO-3)
         t.grads = model_gpu_grads(t.rep.m);
         t.cs = model_gpu_stream(t.rep.m);
     } else {
-        pad_cpu_model(&t.rep.cpu, t.P);
+        if (!t.lean) pad_cpu_model(&t.rep.cpu, t.P);
         t.params = t.rep.cpu.params;
         t.grads = t.rep.cpu.grads;
     }
     t.total = t.rep.lay->total;
     const size_t psi = param_count(t.rep.lay);
 
-    // Rank 0's parameters everywhere (the whole padded buffer), kept as every run's start.
-    comm_broadcast(t.rep.c, t.params, t.params, t.P, COMM_F32, 0, t.cs);
-    comm_stream_sync(t.rep.c, t.cs, "the first broadcast");
-    float* init = malloc(t.P * sizeof(float));
-    float* ref = malloc(t.total * sizeof(float));
-    float* got = malloc(t.total * sizeof(float));
-    if (!init || !ref || !got) DIE("out of host memory");
-    if (t.rep.gpu) CUDA_CHECK(cudaMemcpy(init, t.params, t.P * sizeof(float), cudaMemcpyDeviceToHost));
-    else memcpy(init, t.params, t.P * sizeof(float));
+    // Rank 0's parameters everywhere (the whole padded buffer), kept as every run's start
+    // (lean: not kept; lean ZeRO-3: no buffer, each rank makes its shard from rank 0's seed).
+    if (t.params) {
+        comm_broadcast(t.rep.c, t.params, t.params, t.P, COMM_F32, 0, t.cs);
+        comm_stream_sync(t.rep.c, t.cs, "the first broadcast");
+    }
+    float *init = NULL, *ref = NULL, *got = NULL;
+    if (!t.lean) {
+        init = malloc(t.P * sizeof(float));
+        ref = malloc(t.total * sizeof(float));
+        got = malloc(t.total * sizeof(float));
+        if (!init || !ref || !got) DIE("out of host memory");
+        if (t.rep.gpu) CUDA_CHECK(cudaMemcpy(init, t.params, t.P * sizeof(float), cudaMemcpyDeviceToHost));
+        else memcpy(init, t.params, t.P * sizeof(float));
+    }
 
     if (r == 0) {
         gpu_info_t gi = {0};
@@ -460,11 +557,34 @@ int main(int argc, char** argv) {
     if (!res) DIE("out of host memory");
     for (int ri = 0; ri < nruns; ri++) {
         result_t* R = &res[ri];
-        set_params(&t, init);
+        // The setup peak: the first run's counts the model's creation (unless lean: the whole
+        // model and its padded copy at once), a later run's only its own layer.
+        if (ri > 0) mem_reset_peak(t.dev);
+        if (!t.lean) set_params(&t, init);
         const size_t optim0 = mem_stats(t.dev).live_by_tag[MEM_OPTIM];
         layer_t L;
         layer_create(&t, &L, runs[ri], bucket_mb);
         R->n_coll = layer_collectives(&L);
+        {  // the largest rank's setup peak, and its live bytes by tag at that moment
+            const mem_stats_t sm = mem_stats(t.dev);
+            long long v[NT + 1];
+            for (int g = 0; g < NT; g++) v[g] = (long long)sm.at_peak_by_tag[g];
+            v[NT] = (long long)sm.peak;
+            long long mx = v[NT];
+            comm_host_allreduce_i64(t.rep.c, &mx, 1, COMM_MAX);
+            long long who = v[NT] == mx ? r : 64;  // the lowest rank with the largest peak
+            comm_host_allreduce_i64(t.rep.c, &who, 1, COMM_MIN);
+            for (int g = 0; g <= NT; g++) v[g] = who == r ? v[g] : 0;  // its numbers, to rank 0
+            comm_host_allreduce_i64(t.rep.c, v, NT + 1, COMM_SUM);
+            if (r == 0) {
+                const double MiB = 1048576.0;
+                printf("  %-7s setup peak (rank %lld, %s): %.2f MiB = params %.2f + grads %.2f + optim %.2f + acts %.2f + workspace+other %.2f MiB (%s)\n",
+                       run_names[runs[ri]], who, t.rep.gpu ? "device" : "host", v[NT] / MiB, v[MEM_PARAMS] / MiB, v[MEM_GRADS] / MiB,
+                       v[MEM_OPTIM] / MiB, v[MEM_ACTS] / MiB, (v[MEM_WORKSPACE] + v[MEM_OTHER]) / MiB,
+                       t.lean ? (t.rep.gpu ? "lean: built sharded" : "lean; the CPU model is built whole first") : "whole model built first, shared by the runs");
+                fflush(stdout);
+            }
+        }
         if (L.z3 && r == 0) {  // the per-unit shard layout (zero3.h)
             const int U = zero3_n_units(L.z3);
             size_t pad = 0;
@@ -514,11 +634,16 @@ int main(int argc, char** argv) {
         comm_host_allreduce_i64(t.rep.c, R->state_formula, 64, COMM_SUM);
         comm_host_allreduce_i64(t.rep.c, R->optim_meas, 64, COMM_SUM);
         comm_host_allreduce_i64(t.rep.c, R->optim_formula, 64, COMM_SUM);
-        layer_destroy(&t, &L);
-
         // Replicas bitwise identical (the layout's elements; padding is never a parameter).
-        get_params(&t, got);
-        const unsigned long long h = hash_bytes(got, t.total * sizeof(float));
+        unsigned long long h;
+        if (t.lean) {
+            h = lean_params_hash(&t, &L);
+            layer_destroy(&t, &L);
+        } else {
+            layer_destroy(&t, &L);
+            get_params(&t, got);
+            h = hash_bytes(FNV_START, got, t.total * sizeof(float));
+        }
         long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
         comm_host_allreduce_i64(t.rep.c, v, 2, COMM_MAX);
         const int same = v[0] == -v[1];
@@ -543,9 +668,9 @@ int main(int argc, char** argv) {
             if (!state_ok) status = 1;
         }
         if (r == 0) {
-            printf("  %-7s done: %.2f ms a step; replicas %s; optimizer state %s the formula on every rank (%lld bytes over all ranks, Psi = %zu)\n",
+            printf("  %-7s done: %.2f ms a step; replicas %s; optimizer state %s the formula on every rank (%lld bytes over all ranks, Psi = %zu); parameter hash %016llx\n",
                    run_names[runs[ri]], R->ms[0], same ? "bitwise identical on every rank" : "DIFFERENT across ranks",
-                   optim_ok ? "==" : "!=", optim_sum, psi);
+                   optim_ok ? "==" : "!=", optim_sum, psi, h);
             fflush(stdout);
         }
         if (!same || !optim_ok) status = 1;

@@ -79,6 +79,10 @@ size_t param_count(const param_layout_t* l);
 // Padding is zero. Uses common/rng.h, so a GPU copy of this buffer is bit-identical.
 void model_init_params(const param_layout_t* l, float* params, uint64_t seed);
 
+// Elements [lo, hi) of model_init_params's buffer, bit-identical, into out (hi - lo floats);
+// elements past l->total are padding (0). For a rank that builds only its shard (ZeRO-3).
+void model_init_params_range(const param_layout_t* l, float* out, size_t lo, size_t hi, uint64_t seed);
+
 // The backward pass calls this when a parameter's gradient is final (all of it written).
 // Data parallelism (stage 06) launches communication from here.
 typedef void (*grad_ready_fn)(void* ctx, int param_idx);

@@ -180,6 +180,36 @@ void model_init_params(const param_layout_t* l, float* params, uint64_t seed) {
     }
 }
 
+// Elements [lo, hi) of what model_init_params writes, into out[0 .. hi-lo): the same three
+// rules (padding 0, norm weights 1, element i of parameter p = std_p * rng_trunc_normal(seed_p,
+// i, 3)) applied to the part of each parameter inside the range, so the slice is bit-identical.
+// Why: a rank that keeps only a shard (ZeRO-3) makes its own elements without ever holding the
+// whole buffer. Elements at or past the layout's total are padding (0): a caller's padded
+// buffer may extend past it.
+void model_init_params_range(const param_layout_t* l, float* out, size_t lo, size_t hi, uint64_t seed) {
+    if (hi < lo) DIE("model_init_params_range: range [%zu, %zu) is reversed", lo, hi);
+    if (hi == lo) return;
+    memset(out, 0, (hi - lo) * sizeof(float));
+    for (int pi = 0; pi < l->n; pi++) {
+        const param_info_t* p = &l->p[pi];
+        const size_t a = p->offset > lo ? p->offset : lo;                          // flat, inclusive
+        const size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;    // flat, exclusive
+        if (a >= e) continue;
+        float* x = out + (a - lo);                    // flat element a
+        const size_t i0 = a - p->offset, n = e - a;   // the parameter's own element indices
+        const double sd = init_std(p);
+        if (sd == 0.0) {
+            for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+            continue;
+        }
+        const uint64_t seed_p = rng_u64(seed, (uint64_t)pi);
+        const float stdf = (float)sd;
+        const long long nn = (long long)n;
+#pragma omp parallel for schedule(static) if (nn > 65536)
+        for (long long i = 0; i < nn; i++) x[i] = stdf * rng_trunc_normal(seed_p, (uint64_t)i0 + (uint64_t)i, 3.0f);
+    }
+}
+
 double model_forward_flops(const model_config_t* c, int B, int T) {
     const double C = c->d_model, F = c->d_ff, V = c->vocab, L = c->n_layers;
     const double tokens = (double)B * (double)T;

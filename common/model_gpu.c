@@ -84,10 +84,27 @@ static int check_adjacent(const param_layout_t* lay, int L, char* err, size_t er
     return 0;
 }
 
+// How create() makes the flat parameter and gradient buffers (model_gpu_create_flat).
+typedef enum {
+    FLAT_LAZY = 0,  // the layout's total; the gradients at the first backward (model_gpu_create)
+    FLAT_GIVEN,     // flat_total elements each (padding zero), gradients and backward scratch now
+    FLAT_NONE,      // none at all (ZeRO-3: windows only); backward scratch now
+} flat_mode_t;
+
 static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precision_t prec,
-                           const attention_impl_t* attn, uint64_t seed, int ranges_only, int ckpt, char* err,
-                           size_t errlen) {
+                           const attention_impl_t* attn, uint64_t seed, int ranges_only, int ckpt,
+                           flat_mode_t flat, size_t flat_total, char* err, size_t errlen) {
     if (model_config_check(cfg, err, errlen) != 0) return NULL;
+    if (flat != FLAT_LAZY) {  // a model made to measure is made to train: refuse what cannot
+        if (attn && !attn->backward) {
+            set_err(err, errlen, "attention '%s' has no backward: a model for training needs one", attn->name);
+            return NULL;
+        }
+        if (flat == FLAT_NONE && prec != MP_FP32) {
+            set_err(err, errlen, "a model without flat buffers (ZeRO-3) runs fp32 only: the bf16 path reads a bf16 copy of the whole flat buffer");
+            return NULL;
+        }
+    }
     if (ckpt < 0) {
         set_err(err, errlen, "checkpoint policy %d: must be 0 (none) or K >= 1 (every-K)", ckpt);
         return NULL;
@@ -101,6 +118,11 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     if (!m) DIE("out of host memory");
     m->cfg = *cfg;
     m->lay = param_layout_make(cfg);
+    if (flat == FLAT_GIVEN && flat_total < m->lay.total) {
+        set_err(err, errlen, "flat buffers of %zu elements are shorter than the layout's %zu", flat_total, m->lay.total);
+        model_gpu_destroy(m);
+        return NULL;
+    }
     m->B = B;
     m->T = T;
     m->N = B * T;
@@ -143,8 +165,17 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     const size_t R = (size_t)model_ckpt_res_slices(cfg->n_layers, ckpt);
     const size_t N = m->N, C = m->C, F = m->F, V = m->V, NH = m->NH, es = m->asz;
     const size_t total = m->lay.total;
+    // The flat buffers' length: the layout's, or the caller's padded one from the start, so that
+    // a sharded trainer never holds the unpadded buffers and their padded copies at once.
+    const size_t ftotal = flat == FLAT_GIVEN ? flat_total : total;
     int ok = 1;
-    m->params = try_alloc(total * 4, MEM_PARAMS, "parameters", &ok, err, errlen);
+    if (flat != FLAT_NONE)
+        m->params = try_alloc(ftotal * 4, MEM_PARAMS, flat == FLAT_GIVEN ? "padded parameters" : "parameters", &ok,
+                              err, errlen);
+    if (flat != FLAT_LAZY) {
+        if (flat == FLAT_GIVEN) m->grads = try_alloc(ftotal * 4, MEM_GRADS, "padded gradients", &ok, err, errlen);
+        m->flat_freed = flat == FLAT_NONE;  // set before a failure's model_gpu_destroy (it frees what exists)
+    }
     if (prec == MP_BF16)
         m->params_lp = try_alloc(total * 2, MEM_PARAMS, "bf16 weights", &ok, err, errlen);
     m->rope_cos = try_alloc((size_t)T * (m->HS / 2) * 4, MEM_OTHER, "RoPE table", &ok, err, errlen);
@@ -182,8 +213,10 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     }
 
     // Parameters: model_init_params's numbers, generated on the device (see k_init_param).
-    CUDA_CHECK(cudaMemsetAsync(m->params, 0, total * 4, m->stream));  // padding
-    for (int pi = 0; pi < m->lay.n; pi++) {
+    // FLAT_NONE: there are none here; ZeRO-3 makes its shard (model_init_params_range).
+    if (m->params) CUDA_CHECK(cudaMemsetAsync(m->params, 0, ftotal * 4, m->stream));  // padding
+    if (m->grads) CUDA_CHECK(cudaMemsetAsync(m->grads, 0, ftotal * 4, m->stream));    // padding, never written
+    for (int pi = 0; m->params && pi < m->lay.n; pi++) {
         const param_info_t* p = &m->lay.p[pi];
         double sd;
         if (p->kind == PK_LN1 || p->kind == PK_LN2 || p->kind == PK_LNF) sd = 0.0;
@@ -213,23 +246,45 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     CUDA_CHECK(cudaMemsetAsync(m->inputs, 0, N * 4, m->stream));
     CUDA_CHECK(cudaMemsetAsync(m->targets, 0, N * 4, m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    if (flat != FLAT_LAZY) {
+        // What the first backward would allocate, now, so that the setup's peak is the
+        // training footprint less the optimizer. mg_alloc_backward (model_gpu_pass.c) would
+        // also allocate a gradient buffer of the layout's length; it skips it when the flat
+        // buffers are absent (as for ZeRO-3's windows), so it is told that while it runs: the
+        // padded buffer is already here (FLAT_GIVEN), or there is none (FLAT_NONE). On
+        // failure it frees what it made, the padded gradient buffer included (NULL then).
+        m->flat_freed = 1;
+        const int rc = mg_alloc_backward(m, err, errlen);
+        m->flat_freed = flat == FLAT_NONE;
+        if (rc != 0) {
+            model_gpu_destroy(m);
+            return NULL;
+        }
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    }
     return m;
 }
 
 model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_precision_t prec,
                               const attention_impl_t* attn, uint64_t seed, char* err,
                               size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 0, 0, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 0, 0, FLAT_LAZY, 0, err, errlen);
 }
 model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, int ckpt, char* err,
                                    size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 0, ckpt, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 0, ckpt, FLAT_LAZY, 0, err, errlen);
+}
+model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                   const attention_impl_t* attn, uint64_t seed, size_t flat_total, char* err,
+                                   size_t errlen) {
+    return create(cfg, B, T, prec, attn, seed, 0, 0, flat_total == MODEL_GPU_NO_FLAT ? FLAT_NONE : FLAT_GIVEN,
+                  flat_total, err, errlen);
 }
 int model_gpu_ckpt(const model_gpu_t* m) { return m->ckpt; }
 model_gpu_t* model_gpu_create_ranges(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                      const attention_impl_t* attn, uint64_t seed, char* err, size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 1, 0, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 1, 0, FLAT_LAZY, 0, err, errlen);
 }
 
 void model_gpu_destroy(model_gpu_t* m) {

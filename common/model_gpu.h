@@ -51,6 +51,22 @@ model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, mode
                                    const attention_impl_t* attn, uint64_t seed, int ckpt, char* err,
                                    size_t errlen);
 int model_gpu_ckpt(const model_gpu_t* m);  // K (0 none)
+// A model made to train with flat buffers of the caller's length from the start (stage 07), so
+// that setting up a sharded trainer never holds two copies of them (model_gpu_pad_flat's
+// transient) nor, for ZeRO-3, any whole-model buffer:
+//   flat_total >= the layout's total: parameters (initialised as model_gpu_create's, the extra
+//       elements zero) and gradients (zero) of flat_total elements each;
+//   MODEL_GPU_NO_FLAT: no flat parameter or gradient buffer at all, as after
+//       model_gpu_free_flat (fp32 only): the model runs only through windows (the ZeRO-3 hooks
+//       set them) and the caller makes the parameters (model_init_params_range).
+// Either way the gradient buffer and the backward scratch are allocated now (model_gpu_create
+// does it at the first backward), so the allocator's peak after creation is the training
+// footprint less the optimizer. Returns NULL with a reason (as model_gpu_create; also: a
+// length below the layout's, bf16 without flat buffers, an attention without a backward).
+#define MODEL_GPU_NO_FLAT ((size_t)0)
+model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                   const attention_impl_t* attn, uint64_t seed, size_t flat_total, char* err,
+                                   size_t errlen);
 
 const param_layout_t* model_gpu_layout(const model_gpu_t* m);
 const model_config_t* model_gpu_config(const model_gpu_t* m);
@@ -95,6 +111,8 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
 // model is left as it was). Optimizers outside the model (stage 07) own their moments: this
 // model allocates its own only if model_gpu_adamw is called.
 // (The caller keeps the padded length: the model itself only ever uses the layout's total.)
+// model_gpu_create_flat makes the buffers padded from the start (no transient second copy);
+// this one stays for callers that pad a model made by model_gpu_create (09_train).
 int model_gpu_pad_flat(model_gpu_t* m, size_t total, char* err, size_t errlen);
 
 // One AdamW step t = 1, 2, ... over the flat buffer (one fused kernel; in bf16 it also
