@@ -11,7 +11,8 @@
 //      min(peak, intensity × bandwidth) of the kernel's compute unit.
 // Output: a Markdown table on stdout and in DIR/roofline.md, DIR/roofline.csv, DIR/roofline.png
 // (log-log, roofs and one labelled point per kernel; kernels without arithmetic have no place
-// on a FLOP/s axis and are left off the plot, not the table).
+// on a FLOP/s axis and are left off the plot, not the table) and the plot's gnuplot script with
+// its data, DIR/roofline.gp (for drawing the PNG on another machine when this one has no gnuplot).
 // Stage 04 is the last single-GPU stage, so this program links every kernel of 01-04.
 #include <math.h>
 #include <stdio.h>
@@ -576,9 +577,18 @@ int main(int argc, char** argv) {
     plot_ctx_t pc = {res, nres, &pk, ""};
     snprintf(pc.title, sizeof pc.title, "roofline, %s (measured peaks; model kernels at %s batch %d x context %d)",
              gi.name, model, batch, context);
+    // The plot's script, data inline, beside the results: the GPU machines here may have no
+    // gnuplot, and then the PNG is drawn later anywhere with `cd DIR && gnuplot roofline.gp`.
+    snprintf(path, sizeof path, "%s/roofline.gp", out);
+    if (!(f = afile_open(path))) DIE("cannot write %s", path);
+    fprintf(f, "# The roofline plot of roofline.md: cd to this directory, then gnuplot roofline.gp\n"
+               "# (terminal pngcairo; for a gnuplot without cairo, change it to png).\n");
+    plot_script(f, "pngcairo", "roofline.png", &pc);
+    if (afile_commit(f) != 0) DIE("cannot write %s", path);
     snprintf(path, sizeof path, "%s/roofline.png", out);
-    if (gnuplot_png(path, plot_script, &pc, err, sizeof err) != 0) printf("\nno PNG: %s\n", err);
-    else printf("\n%s/roofline.{csv,md,png} written\n", out);
+    if (gnuplot_png(path, plot_script, &pc, err, sizeof err) != 0)
+        printf("\n%s/roofline.{csv,md,gp} written; no PNG: %s (later: cd %s && gnuplot roofline.gp)\n", out, err, out);
+    else printf("\n%s/roofline.{csv,md,gp,png} written\n", out);
     table_free(t);
     table_free(pt);
     return 0;
