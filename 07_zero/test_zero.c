@@ -179,7 +179,7 @@ Test(zero_train_nccl, zero3_alone_and_bf16_refused_2_gpus) {
 }
 
 // ------------------------------------------------------------------ sharded construction
-// The "parameter hash" zero_train prints after a run (FNV-1a over the layout's parameters,
+// The "parameter hash" zero_train prints after a run (a sum of per-element hashes of the layout's parameters,
 // taken unit by unit for a lean ZeRO-3 run): into out, or fail.
 static void run_hash(const char* out, char* hash, size_t len) {
     const char* q = strstr(out, "parameter hash ");

@@ -36,7 +36,7 @@
 // levels 0-2 get padded flat buffers from the start (model_gpu_create_flat), ZeRO-3 a model
 // with no flat buffers and a shard made piece by piece from the seed (zero3_create_init with
 // model_init_params_range); the replicas are then compared by a hash taken without a
-// whole-model buffer. Both end with the same bits (test_07 sharded_construction_*).
+// whole-model buffer (hash_floats). Both end with the same bits (test_07 sharded_construction_*).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,19 +331,32 @@ static void set_params(trainer_t* t, const float* host) {
     }
 }
 
-// FNV-1a, continued from x (start with FNV_START): hashing consecutive pieces one after the
-// other gives the hash of the whole, so a run that never holds the whole model hashes the same.
-#define FNV_START 1469598103934665603ull
-static unsigned long long hash_bytes(unsigned long long x, const void* p, size_t n) {
-    for (size_t i = 0; i < n; i++) x = (x ^ ((const unsigned char*)p)[i]) * 1099511628211ull;
-    return x;
+// A hash of flat elements x[0 .. n) that sit at flat index first, ADDED to h: the sum over the
+// elements of a mix (splitmix64's finaliser) of their index and their bits. Why a sum of
+// per-element terms: it does not depend on how the buffer is cut into pieces, so a run that
+// never holds the whole model (hashing unit by unit) gets the same value as one that does, and
+// the terms are independent, so the threads share the work (a serial byte-wise hash of a
+// 14 B-parameter model takes about a minute; this, a second or two).
+static unsigned long long hash_floats(unsigned long long h, const float* x, size_t first, size_t n) {
+    unsigned long long sum = 0;
+    const long long nn = (long long)n;
+#pragma omp parallel for schedule(static) reduction(+ : sum) if (nn > 65536)
+    for (long long i = 0; i < nn; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        unsigned long long z = ((unsigned long long)(first + (size_t)i) * 0x9E3779B97F4A7C15ull) ^ bits;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        sum += z ^ (z >> 31);
+    }
+    return h + sum;
 }
 
 // The hash of the layout's parameters without a host copy of the whole model: ZeRO-3 unit by
 // unit (gathered; the units tile [0, total)), else the flat buffer in chunks (device) or in
 // place (host). Collective for ZeRO-3. Call before layer_destroy.
 static unsigned long long lean_params_hash(trainer_t* t, layer_t* L) {
-    unsigned long long h = FNV_START;
+    unsigned long long h = 0;
     if (L->z3) {
         size_t most = 0;
         for (int u = 0; u < zero3_n_units(L->z3); u++) {
@@ -355,12 +368,12 @@ static unsigned long long lean_params_hash(trainer_t* t, layer_t* L) {
         for (int u = 0; u < zero3_n_units(L->z3); u++) {
             const zero3_unit_t b = zero3_unit(L->z3, u);
             zero3_gather_unit_host(L->z3, u, buf);
-            h = hash_bytes(h, buf, (b.end - b.begin) * sizeof(float));
+            h = hash_floats(h, buf, b.begin, b.end - b.begin);
         }
         free(buf);
         return h;
     }
-    if (!t->rep.gpu) return hash_bytes(h, t->params, t->total * sizeof(float));
+    if (!t->rep.gpu) return hash_floats(h, t->params, 0, t->total);
     comm_stream_sync(t->rep.c, t->cs, "the last step");
     const size_t chunk = (size_t)1 << 24;  // 64 MiB of host memory
     float* buf = malloc(chunk * sizeof(float));
@@ -368,7 +381,7 @@ static unsigned long long lean_params_hash(trainer_t* t, layer_t* L) {
     for (size_t a = 0; a < t->total; a += chunk) {
         const size_t n = t->total - a < chunk ? t->total - a : chunk;
         CUDA_CHECK(cudaMemcpy(buf, t->params + a, n * sizeof(float), cudaMemcpyDeviceToHost));
-        h = hash_bytes(h, buf, n * sizeof(float));
+        h = hash_floats(h, buf, a, n);
     }
     free(buf);
     return h;
@@ -642,7 +655,7 @@ int main(int argc, char** argv) {
         } else {
             layer_destroy(&t, &L);
             get_params(&t, got);
-            h = hash_bytes(FNV_START, got, t.total * sizeof(float));
+            h = hash_floats(0, got, 0, t.total);
         }
         long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
         comm_host_allreduce_i64(t.rep.c, v, 2, COMM_MAX);
