@@ -42,9 +42,12 @@ for s in "$@"; do
   07wall)  # stage 07: the memory wall — 2.7B's width, ever deeper, per level, until one does not fit
     step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
       --zero all --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
-    for lv in "0:64 80" "1:80 96" "2:80 96" "3:112 144"; do
-      for nl in ${lv#*:}; do
-        step wall_z${lv%%:*}_L$nl 75 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $nl --context 512 \
+    # ascending per level; the loop stops at the first failure (sharded construction: a single
+    # level builds only what it keeps, so the walls should sit near 76 / 98 / 86 / 134 blocks)
+    # WALL_LEVELS: level:L,L,... per level, space-separated
+    for lv in ${WALL_LEVELS:-0:72,76,80 1:92,96,100 2:80,84,88 3:120,128,136,144}; do
+      for nl in $(tr , " " <<< "${lv#*:}"); do
+        step wall_z${lv%%:*}_L$nl 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $nl --context 512 \
           --batch 2 --zero ${lv%%:*} --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
         last_ok || break
       done
@@ -63,6 +66,46 @@ for s in "$@"; do
       step pp_${sc}_m$m 60 scripts/mpirun.sh 2 "$B/08_pipeline/pp_train" --backend nccl --model large --context 512 \
         --batch $((2*m)) --micro-batches $m --schedule $sc --steps 3
     done; done
+    ;;
+  08m)  # issue 14: every schedule at m = 1 .. 32 (PP_MS), micro-batches of 2 rows; interleaved needs m a multiple of p
+    for m in ${PP_MS:-1 2 4 8 16 32}; do for sc in gpipe 1f1b interleaved zbh1; do
+      [ $sc = interleaved ] && [ $((m % 2)) != 0 ] && continue
+      step pp_${sc}_m$m 75 scripts/mpirun.sh 2 "$B/08_pipeline/pp_train" --backend nccl --model large --context 512 \
+        --batch $((2*m)) --micro-batches $m --schedule $sc --steps 3 --warmup 1
+    done; done
+    ;;
+  08tl)  # issue 14: the measured timeline of every schedule beside the simulated one (m = 8)
+    mkdir -p results/08_pipeline
+    for sc in gpipe 1f1b interleaved zbh1; do
+      step pp_tl_$sc 75 scripts/mpirun.sh 2 "$B/08_pipeline/pp_train" --backend nccl --model large --context 512 \
+        --batch 16 --micro-batches 8 --schedule $sc --steps 3 --warmup 1 --timeline results/08_pipeline/gpu_$sc
+    done
+    ;;
+  08vs)  # issue 14: DDP and ZeRO on the same two GPUs and the same global batch (16 sequences of 512) as pp m = 8
+    step zero_large_b8 200 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model large --context 512 --batch 8 \
+      --zero all --backend nccl --steps 5 --warmup 2 --csv results/08_pipeline/vs_zero.csv
+    ;;
+  18)  # issue 18 on 2 GPUs: the --pp GPU tests, the small model under every parallel option, XL checkpoints vs dd
+    mkdir -p results/09
+    step t09_pp 300 "$B/09_train/test_09" --jobs 1 --filter 'train_gpu/*pp2*'
+    "$B/09_train/tokenize" --in /usr/share/common-licenses --out results/09/lic.bin > "$L/tokenize.log" 2>&1
+    for opt in "--dp" "--zero 1" "--zero 2" "--zero 3" "--pp 2 --schedule 1f1b --micro-batches 8" \
+               "--pp 2 --schedule zbh1 --micro-batches 8"; do
+      tag=$(echo "$opt" | tr -d ' -' | cut -c1-20)
+      bpr=8; case $opt in --pp*) bpr=2 ;; esac  # 16 sequences a step in every run (pp: 8 micro-batches of 2)
+      step train2_$tag 120 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+        --precision fp32 --model small --context 256 --batch $bpr --steps 300 --eval-every 100 --log-every 50 \
+        --peak-tflops 67 $opt --out results/09/gpu2_$tag
+    done
+    step dd_write 90 dd if=/dev/zero of=/tmp/dd.bin bs=64M count=64 oflag=direct conv=fsync
+    rm -f /tmp/dd.bin
+    for z in 1 3; do
+      step ckxl_z${z}_write 240 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+        --model xl --context 128 --batch 1 --steps 2 --zero $z --ckpt-dir /tmp/ckxl$z --log-every 1
+      step ckxl_z${z}_resume 240 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+        --model xl --context 128 --batch 1 --steps 3 --zero $z --ckpt-dir /tmp/ckxl$z --resume --log-every 1
+      du -sh /tmp/ckxl$z/* >> "$L/ckxl_sizes.txt" 2>&1; rm -rf /tmp/ckxl$z
+    done
     ;;
   torch06)
     step torch_xl_fp32 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv
