@@ -40,7 +40,7 @@ for s in "$@"; do
     step torch_zero_xl 240 $TORCHRUN 2 07_zero/bench_torch_zero.py --model xl --csv results/07_zero/torch.csv
     ;;
   07wall)  # stage 07: the memory wall — 2.7B's width, ever deeper, per level, until one does not fit
-    step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
+    [ -n "${WALL_SKIP_ALL:-}" ] || step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
       --zero all --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
     # ascending per level; the loop stops at the first failure (sharded construction: a single
     # level builds only what it keeps, so the walls should sit near 76 / 98 / 86 / 134 blocks)

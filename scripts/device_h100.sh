@@ -8,6 +8,7 @@
 #   tests     the GPU tests of activation checkpointing, the dtype table, the profiler (01),
 #             and the roofline (04)
 #   ckpt      activation checkpointing: XL, batch 4, context 2048, bf16 train step, every policy
+#   ckpt1024  none, block, every-7 at context 1024 (where none fits): the recompute's cost
 #   ctxmax    the longest context each checkpointing policy trains XL at (batch 4, bf16)
 #   sizes     benchmarking_script (b): every size, context 512, 5 warm-up + 10 timed steps
 #   nsys      nsys_profile: the CUPTI kernel summary, every size x context 128..1024, fp32 and
@@ -40,6 +41,12 @@ for s in "$@"; do
     for k in none block every-2 every-4 every-7 every-12 every-24 every-48; do
       step ckpt_$k 60 "$BM" --model xl --context 2048 --batch 4 --mode train --precision bf16 \
         --checkpoint $k --warmup 2 --steps 5 --memory --out $R/ckpt --csv ckpt.csv
+    done
+    ;;
+  ckpt1024)  # the recompute's cost where none fits too: XL at context 1024
+    for k in none block every-7; do
+      step ckpt1024_$k 60 "$BM" --model xl --context 1024 --batch 4 --mode train --precision bf16 \
+        --checkpoint $k --warmup 2 --steps 5 --out $R/ckpt --csv ckpt1024.csv
     done
     ;;
   ctxmax)  # the first context that does not fit ends each policy's search
@@ -78,7 +85,7 @@ for s in "$@"; do
       --warmup 2 --reps 10 --budget-ms 400 --csv $R/flash/04_sweep.csv
     step flash_fwd_ours 120 "$B/03_flashattn_fwd/bench" --sweep flash --H 16 --naive-max-N 65536 \
       --warmup 2 --reps 10 --budget-ms 400 --csv $R/flash/03_flash.csv
-    step flash_torch 200 python3 04_flashattn_bwd/bench_torch.py --f32-max-N 65536 --naive-max-N 65536 \
+    [ -n "${FLASH_TORCH:-}" ] && step flash_torch 200 python3 04_flashattn_bwd/bench_torch.py --f32-max-N 65536 --naive-max-N 65536 \
       --warmup 2 --reps 10 --budget-ms 400 --csv $R/flash/04_torch.csv
     ;;
   roofline)
