@@ -46,16 +46,22 @@ static void create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, in
             // for correctness; the GPU one is the memory-faithful one). Then as on the GPU:
             // none, or padded to flat_total (padding zero).
             const size_t total = x->lay->total;
+            const int no_grads = (flat_total & MODEL_GPU_NO_FLAT_GRADS) != 0;  // ZeRO-2: parameters only
+            flat_total &= ~MODEL_GPU_NO_FLAT_GRADS;
+            if (no_grads && flat_total == MODEL_GPU_NO_FLAT)
+                comm_fatal(c, EXIT_BAD_INPUT, "MODEL_GPU_NO_FLAT_GRADS needs a parameter length");
             if (flat_total != MODEL_GPU_NO_FLAT && flat_total < total)
                 comm_fatal(c, EXIT_BAD_INPUT, "flat buffers of %zu elements are shorter than the layout's %zu", flat_total,
                            total);
             float *p = NULL, *g = NULL;
             if (flat_total != MODEL_GPU_NO_FLAT) {
                 p = mem_alloc(DEV_CPU, flat_total * sizeof(float), MEM_PARAMS);
-                g = mem_alloc(DEV_CPU, flat_total * sizeof(float), MEM_GRADS);
                 memcpy(p, x->cpu.params, total * sizeof(float));
                 memset(p + total, 0, (flat_total - total) * sizeof(float));
-                memset(g, 0, flat_total * sizeof(float));
+                if (!no_grads) {
+                    g = mem_alloc(DEV_CPU, flat_total * sizeof(float), MEM_GRADS);
+                    memset(g, 0, flat_total * sizeof(float));
+                }
             }
             mem_free(x->cpu.params);
             mem_free(x->cpu.grads);

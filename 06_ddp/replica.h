@@ -37,7 +37,8 @@ void replica_create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, i
                     model_precision_t prec, const attention_impl_t* attn, int seed);
 // The same with the flat buffers made to measure (stage 07's sharded trainers): on the GPU by
 // model_gpu_create_flat(flat_total) (padded parameters and gradients from the start, or
-// MODEL_GPU_NO_FLAT: none, for ZeRO-3), no warm-up pass (the gradient buffer and the backward
+// MODEL_GPU_NO_FLAT: none, for ZeRO-3; P | MODEL_GPU_NO_FLAT_GRADS: padded parameters and no
+// gradient buffer, for ZeRO-2), no warm-up pass (the gradient buffer and the backward
 // scratch exist on return). The CPU model is built whole, then its flat buffers replaced the
 // same way (host memory; the CPU path checks bits, not memory). Its own AdamW moments stay.
 void replica_create_flat(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,

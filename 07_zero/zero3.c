@@ -1,8 +1,10 @@
-// ZeRO-3 / FSDP (zero3.h). The step is a sequence of USES of the two parameter working
-// buffers: use i = 0 .. 2U-2 holds unit use_unit(i) (the forward's 0 .. U-1, then the
-// backward's U-2 .. 0; the backward of unit U-1 reuses use U-1) in buffer i mod 2. The hook
-// that begins use i starts the all-gather of use i+1 into the other buffer, whose last user
-// (use i-1) was enqueued before this hook, and waits for use i's own gather.
+// ZeRO-3 / FSDP and ZeRO-2 (zero3.h). ZeRO-3's step is a sequence of USES of the two
+// parameter working buffers: use i = 0 .. 2U-2 holds unit use_unit(i) (the forward's 0 .. U-1,
+// then the backward's U-2 .. 0; the backward of unit U-1 reuses use U-1) in buffer i mod 2. The
+// hook that begins use i starts the all-gather of use i+1 into the other buffer, whose last
+// user (use i-1) was enqueued before this hook, and waits for use i's own gather. ZeRO-2 (level
+// 2) has no parameter uses: its windows point into the caller's whole flat buffer; only the
+// gradient half (gbuf, the reduce-scatters) and the step's all-gathers run.
 #include "07_zero/zero3.h"
 
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 
 struct zero3 {
     comm_t* c;
+    int level;           // 3: parameters sharded (pshard, pbuf); 2: whole (flat), gradients sharded
     int n;               // parameters in the table
     ddp_param_t* p;      // (n) copied
     int U;
@@ -23,8 +26,10 @@ struct zero3 {
     zero3_window_fn set_window;
     void* model;
 
-    float *pshard, *gshard;  // (S) this rank's parameter and gradient pieces, unit by unit
-    float *pbuf[2], *gbuf[2];  // (W) working buffers
+    float *pshard, *gshard;  // (S) this rank's parameter and gradient pieces, unit by unit (pshard: level 3)
+    float *pbuf[2], *gbuf[2];  // (W) working buffers (pbuf: level 3)
+    float* flat;              // level 2: the caller's whole flat parameters (bounds[U] elements), updated in place
+    float* sbuf;              // level 2: (the largest c_u) this rank's piece of a unit, padding zero, to all-gather
     int held[2];              // unit whose parameters pbuf[k] holds (valid), or -1
     comm_req_t *ag_req[2], *rs_req[2];  // MPI: outstanding requests per buffer
     cudaEvent_t ev_mark;      // NCCL: "the compute stream got this far" (recorded, then waited)
@@ -78,16 +83,20 @@ typedef struct {
     void* ctx;
 } init_src_t;
 
+// flat non-NULL: level 2 (ZeRO-2: the parameters stay in flat, whole; src unused).
 static zero3_t* create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U, init_src_t src,
-                       const adamw_config_t* cfg, cudaStream_t compute_stream, zero3_window_fn set_window, void* model) {
+                       float* flat, const adamw_config_t* cfg, cudaStream_t compute_stream, zero3_window_fn set_window,
+                       void* model) {
     char err[256];
-    if (!c || (!src.full && !src.fn) || !set_window) DIE("zero3_create: NULL communicator, parameters or window setter");
+    if (!c || (!src.full && !src.fn && !flat) || !set_window) DIE("zero3_create: NULL communicator, parameters or window setter");
     const size_t total = bounds[U];
     if (ddp_check_params(table, n, total, err, sizeof err)) DIE("zero3_create: %s", err);
     if (c->backend == COMM_NCCL && !compute_stream)
         DIE("zero3_create: the NCCL backend needs the model's stream (not NULL)");
     zero3_t* z = xcalloc(1, sizeof *z);
     z->c = c;
+    z->level = flat ? 2 : 3;
+    z->flat = flat;
     z->n = n;
     z->p = xcalloc((size_t)n, sizeof *z->p);
     memcpy(z->p, table, (size_t)n * sizeof *table);
@@ -105,10 +114,13 @@ static zero3_t* create(comm_t* c, const ddp_param_t* table, int n, const size_t*
     z->model = model;
     z->bwd_next = -1;
     const device_t dev = z->gpu ? DEV_CUDA : DEV_CPU;
-    z->pshard = mem_alloc(dev, z->S * sizeof(float), MEM_PARAMS);
+    // Level 2 has no parameter shard and no parameter working buffers (the parameters are the
+    // caller's flat buffer); one piece-sized buffer instead, the step's all-gather input.
+    if (z->level == 3) z->pshard = mem_alloc(dev, z->S * sizeof(float), MEM_PARAMS);
+    else z->sbuf = mem_alloc(dev, max_piece * sizeof(float), MEM_WORKSPACE);
     z->gshard = mem_alloc(dev, z->S * sizeof(float), MEM_GRADS);
     for (int k = 0; k < 2; k++) {
-        z->pbuf[k] = mem_alloc(dev, z->W * sizeof(float), MEM_WORKSPACE);
+        if (z->level == 3) z->pbuf[k] = mem_alloc(dev, z->W * sizeof(float), MEM_WORKSPACE);
         z->gbuf[k] = mem_alloc(dev, z->W * sizeof(float), MEM_WORKSPACE);
         z->held[k] = -1;
     }
@@ -123,7 +135,7 @@ static zero3_t* create(comm_t* c, const ddp_param_t* table, int n, const size_t*
     // The shard: rank r's piece of every unit (zeros past the unit's end); the gradient
     // buffers zeroed once (their tails past a unit are reduced and never read).
     const int r = c->rank;
-    zeros(z, z->pshard, z->S);
+    if (z->level == 3) zeros(z, z->pshard, z->S);
     zeros(z, z->gshard, z->S);
     for (int k = 0; k < 2; k++) zeros(z, z->gbuf[k], z->W);
     // zero3_create_init on the GPU: one piece at a time made on the host, then copied (host
@@ -137,7 +149,9 @@ static zero3_t* create(comm_t* c, const ddp_param_t* table, int n, const size_t*
         // The piece [lo, hi) clipped to the unit: past its end lies padding, not the next unit.
         const size_t lo = un->begin + (size_t)r * un->piece;
         const size_t hi = lo + un->piece < un->end ? lo + un->piece : un->end;
-        if (lo < hi && src.full) {
+        if (z->level == 2) {
+            // nothing to copy: the parameters stay where they are
+        } else if (lo < hi && src.full) {
             copy(z, z->pshard + un->q, src.full + lo, hi - lo);
         } else if (lo < hi && !z->gpu) {
             src.fn(src.ctx, z->pshard + un->q, lo, hi);
@@ -154,7 +168,9 @@ static zero3_t* create(comm_t* c, const ddp_param_t* table, int n, const size_t*
             const size_t a = table[i].offset > lo ? table[i].offset : lo;
             const size_t e = table[i].offset + table[i].numel < hi ? table[i].offset + table[i].numel : hi;
             if (a >= e) continue;
-            optim_add_range(&z->opt, un->q + (a - lo), un->q + (a - lo), e - a);
+            // Level 3 steps its compact parameter shard; level 2 the flat buffer in place, at the
+            // elements' own flat offsets (the gradient always at the compact ones).
+            optim_add_range(&z->opt, z->level == 3 ? un->q + (a - lo) : a, un->q + (a - lo), e - a);
             z->owned += e - a;
         }
     }
@@ -167,14 +183,23 @@ zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* 
                       const float* init, const adamw_config_t* cfg, cudaStream_t compute_stream,
                       zero3_window_fn set_window, void* model) {
     if (!init) DIE("zero3_create: NULL parameters");
-    return create(c, table, n, bounds, U, (init_src_t){init, NULL, NULL}, cfg, compute_stream, set_window, model);
+    return create(c, table, n, bounds, U, (init_src_t){init, NULL, NULL}, NULL, cfg, compute_stream, set_window, model);
 }
 
 zero3_t* zero3_create_init(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
                            zero3_init_fn init, void* init_ctx, const adamw_config_t* cfg,
                            cudaStream_t compute_stream, zero3_window_fn set_window, void* model) {
     if (!init) DIE("zero3_create_init: NULL init function");
-    return create(c, table, n, bounds, U, (init_src_t){NULL, init, init_ctx}, cfg, compute_stream, set_window, model);
+    return create(c, table, n, bounds, U, (init_src_t){NULL, init, init_ctx}, NULL, cfg, compute_stream, set_window,
+                  model);
+}
+
+zero3_t* zero3_create_zero2(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U, float* params,
+                            const adamw_config_t* cfg, cudaStream_t compute_stream, zero3_window_fn set_window,
+                            void* model) {
+    if (!params) DIE("zero3_create_zero2: NULL parameters");
+    return create(c, table, n, bounds, U, (init_src_t){NULL, NULL, NULL}, params, cfg, compute_stream, set_window,
+                  model);
 }
 
 void zero3_destroy(zero3_t* z) {
@@ -195,6 +220,7 @@ void zero3_destroy(zero3_t* z) {
     }
     optim_free(&z->opt);
     mem_free(z->pshard);
+    mem_free(z->sbuf);
     mem_free(z->gshard);
     for (int k = 0; k < 2; k++) {
         mem_free(z->pbuf[k]);
@@ -253,9 +279,13 @@ static void check_unit(int u, int want, const char* hook) {
 void zero3_before_fwd(void* zz, int u) {
     zero3_t* z = zz;
     check_unit(u, z->fwd_next, "before_fwd");
-    begin_use(z, u);
     const zero3_unit_t* un = &z->u[u];
-    z->set_window(z->model, z->pbuf[u % 2], NULL, un->begin, un->end);
+    if (z->level == 2) {  // the unit's span of the whole flat buffer: nothing to gather
+        z->set_window(z->model, z->flat + un->begin, NULL, un->begin, un->end);
+    } else {
+        begin_use(z, u);
+        z->set_window(z->model, z->pbuf[u % 2], NULL, un->begin, un->end);
+    }
     z->fwd_next = u + 1 == z->U ? 0 : u + 1;
     if (u + 1 == z->U) z->bwd_next = z->U - 1;
 }
@@ -264,7 +294,7 @@ void zero3_before_bwd(void* zz, int u) {
     zero3_t* z = zz;
     check_unit(u, z->bwd_next, "before_bwd");
     const int i = u == z->U - 1 ? u : 2 * z->U - 2 - u;  // the use: U-1 stays from the forward
-    if (u != z->U - 1) begin_use(z, i);
+    if (z->level == 3 && u != z->U - 1) begin_use(z, i);
     // The gradient buffer of this unit (j-th of the backward): the reduce-scatter that read it
     // two units ago must be done before the backward overwrites it.
     const int j = z->U - 1 - u, k = j % 2;
@@ -274,7 +304,8 @@ void zero3_before_bwd(void* zz, int u) {
         z->rs_pending[k] = 0;
     }
     const zero3_unit_t* un = &z->u[u];
-    z->set_window(z->model, z->pbuf[i % 2], z->gbuf[k], un->begin, un->end);
+    float* params = z->level == 3 ? z->pbuf[i % 2] : z->flat + un->begin;
+    z->set_window(z->model, params, z->gbuf[k], un->begin, un->end);
 }
 
 void zero3_after_bwd(void* zz, int u) {
@@ -311,13 +342,46 @@ void zero3_finish_grads(zero3_t* z) {
     z->fwd_next = 0;
 }
 
+// Level 2, after AdamW updated this rank's pieces in the flat buffer: every unit's pieces
+// all-gathered so that every rank's flat buffer holds all the new values. A unit's n pieces
+// cover n·c_u >= its span elements: the last pieces run past e_u, into the next unit (or past
+// the buffer's end), so neither the send nor the receive can be the flat buffer itself. Per
+// unit: this rank's piece clipped to the unit into sbuf (tail zero), all-gathered into gbuf[0],
+// whose first e_u - b_u elements are copied back to [b_u, e_u). Everything on the compute
+// stream, in stream order (no host wait on NCCL: the requests are detached); the next forward
+// is enqueued after it. gbuf[0] is zeroed at the end: the backward writes only a unit's span of
+// its gradient buffer, and the reduce-scatter reads the padded tail too (zeros, as at creation).
+static void gather_flat(zero3_t* z) {
+    const int r = z->c->rank;
+    for (int u = 0; u < z->U; u++) {
+        const zero3_unit_t* un = &z->u[u];
+        const size_t lo = un->begin + (size_t)r * un->piece;
+        const size_t hi = lo + un->piece < un->end ? lo + un->piece : un->end;
+        const size_t mine = lo < hi ? hi - lo : 0;
+        if (mine) copy(z, z->sbuf, z->flat + lo, mine);
+        if (mine < un->piece) zeros(z, z->sbuf + mine, un->piece - mine);
+        if (z->gpu) comm_detach(z->c, comm_iallgather(z->c, z->sbuf, z->gbuf[0], un->piece, COMM_F32, z->compute));
+        else comm_allgather(z->c, z->sbuf, z->gbuf[0], un->piece, COMM_F32, NULL);
+        copy(z, z->flat + un->begin, z->gbuf[0], un->end - un->begin);
+        z->st.ag_calls++;
+        z->st.ag_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
+    }
+    zeros(z, z->gbuf[0], z->W);
+}
+
 void zero3_step(zero3_t* z) {
-    optim_step(&z->opt, z->pshard, z->gshard, z->compute);
-    z->held[0] = z->held[1] = -1;  // the shard changed: every unit is gathered again
+    if (z->level == 2) {
+        optim_step(&z->opt, z->flat, z->gshard, z->compute);
+        gather_flat(z);
+    } else {
+        optim_step(&z->opt, z->pshard, z->gshard, z->compute);
+        z->held[0] = z->held[1] = -1;  // the shard changed: every unit is gathered again
+    }
     z->st.steps++;
 }
 
 void zero3_gather_params(zero3_t* z, float* out) {
+    if (z->level == 2) DIE("zero3_gather_params: ZeRO-2 keeps the parameters whole (read the flat buffer)");
     if (z->gpu) comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");
     for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
     for (int u = 0; u < z->U; u++) {
@@ -332,6 +396,7 @@ void zero3_gather_params(zero3_t* z, float* out) {
 
 void zero3_gather_unit_host(zero3_t* z, int u, float* host) {
     if (u < 0 || u >= z->U) DIE("zero3_gather_unit_host: unit %d outside [0, %d)", u, z->U);
+    if (z->level == 2) DIE("zero3_gather_unit_host: ZeRO-2 keeps the parameters whole (read the flat buffer)");
     if (z->gpu) comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");
     for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
     const zero3_unit_t* un = &z->u[u];
@@ -356,7 +421,14 @@ zero3_unit_t zero3_unit(const zero3_t* z, int u) {
 size_t zero3_shard_elems(const zero3_t* z) { return z->S; }
 size_t zero3_owned_trainable(const zero3_t* z) { return z->owned; }
 size_t zero3_state_bytes(const zero3_t* z) { return optim_state_bytes(&z->opt); }
-size_t zero3_work_bytes(const zero3_t* z) { return 4 * z->W * sizeof(float); }
+size_t zero3_work_bytes(const zero3_t* z) {  // level 3: 2 parameter + 2 gradient buffers; level 2: 2 gradient + sbuf
+    if (z->level == 3) return 4 * z->W * sizeof(float);
+    size_t max_piece = 0;
+    for (int k = 0; k < z->U; k++)
+        if (z->u[k].piece > max_piece) max_piece = z->u[k].piece;
+    return (2 * z->W + max_piece) * sizeof(float);
+}
+int zero3_level(const zero3_t* z) { return z->level; }
 zero3_stats_t zero3_stats(const zero3_t* z) { return z->st; }
 optim_t* zero3_optim(zero3_t* z) { return &z->opt; }
 void zero3_set_lr(zero3_t* z, float lr) { z->opt.cfg.lr = lr; }

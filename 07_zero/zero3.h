@@ -1,5 +1,6 @@
 // Stage 07, part 3: ZeRO-3 / FSDP — the parameters sharded too (Rajbhandari et al. 2020, stage
-// P_os+g+p; PyTorch's FullyShardedDataParallel with one unit per Transformer block).
+// P_os+g+p; PyTorch's FullyShardedDataParallel with one unit per Transformer block) — and, on
+// the same engine, ZeRO-2 (P_os+g: zero3_create_zero2, "ZeRO-2" below).
 //
 // Each rank keeps only 1/n of everything: its shard of the fp32 parameters, of the averaged
 // gradient and of AdamW's two moments — 16Ψ/n bytes — plus two parameter working buffers and
@@ -39,6 +40,23 @@
 // Memory (per rank, fp32): parameters 4S (MEM_PARAMS), gradient 4S (MEM_GRADS), moments 8 bytes
 // per trainable element of its pieces (MEM_OPTIM): 16Ψ/n + padding; working buffers 4 x the
 // largest padded unit (MEM_WORKSPACE).
+//
+// ZeRO-2 (level 2, zero3_create_zero2): ZeRO-3 without parameter sharding. The parameters stay
+// whole on every rank, in the caller's flat buffer (the model's own); the hooks point the
+// parameter window at the unit's span of it (nothing gathered in the forward or the backward)
+// and the gradient window at working buffer j mod 2 as above, and after_bwd reduce-scatters
+// the unit's gradient into the shard at q_u exactly as ZeRO-3 does. The model has NO flat
+// gradient buffer (model_gpu_create_flat with MODEL_GPU_NO_FLAT_GRADS, or the CPU model's
+// freed): its backward writes only into the two unit-sized working buffers. zero3_step runs
+// AdamW on this rank's pieces IN PLACE in the flat buffer (no separate fp32 master shard: the
+// flat buffer is the fp32 master), then all-gathers every unit's pieces back into every rank's
+// flat buffer, unit by unit through a working buffer (a unit's n padded pieces are longer than
+// its span: gathering straight into the flat buffer would overwrite the next unit). Those
+// gathers run on the compute stream, after AdamW and before the next forward: a simplification
+// (ZeRO-3's prefetch could hide them behind the forward; here they are not overlapped).
+// Memory (per rank, fp32): parameters 4P (the flat buffer, P >= Ψ), gradient shard 4S (MEM_GRADS),
+// moments 8 bytes per trainable element of its pieces (MEM_OPTIM): 4Ψ + 12Ψ/n + padding;
+// working buffers (MEM_WORKSPACE) 2 x the largest padded unit + one piece (the gather's input).
 #pragma once
 #include <stddef.h>
 #include <cuda_runtime_api.h>
@@ -90,6 +108,13 @@ zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* 
 // largest unit's 1/n), copied to the device shard. No buffer of the whole model exists at any
 // point; the shard is bit-identical to zero3_create's from that function's full buffer.
 typedef void (*zero3_init_fn)(void* ctx, float* host, size_t lo, size_t hi);
+// ZeRO-2 on this engine: params is the caller's flat parameter buffer (host on MPI, device on
+// NCCL, >= bounds[U] elements, the same values on every rank), kept whole and updated in place
+// by zero3_step; the model's gradient window is the only place its backward writes gradients.
+// zero3_gather_params / zero3_gather_unit_host refuse level 2 (read params instead).
+zero3_t* zero3_create_zero2(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U, float* params,
+                            const adamw_config_t* cfg, cudaStream_t compute_stream, zero3_window_fn set_window,
+                            void* model);
 zero3_t* zero3_create_init(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
                            zero3_init_fn init, void* init_ctx, const adamw_config_t* cfg,
                            cudaStream_t compute_stream, zero3_window_fn set_window, void* model);
@@ -100,7 +125,7 @@ void zero3_before_fwd(void* z, int unit);
 void zero3_before_bwd(void* z, int unit);
 void zero3_after_bwd(void* z, int unit);
 void zero3_finish_grads(zero3_t* z);
-void zero3_step(zero3_t* z);
+void zero3_step(zero3_t* z);  // level 2: AdamW in place, then every unit all-gathered into params
 // Every parameter into out (flat layout, bounds[U] elements; host on MPI, device on NCCL),
 // all-gathered unit by unit. Collective; blocking (NCCL: the compute stream is synchronised).
 void zero3_gather_params(zero3_t* z, float* out);
@@ -114,7 +139,8 @@ zero3_unit_t zero3_unit(const zero3_t* z, int u);
 size_t zero3_shard_elems(const zero3_t* z);       // S
 size_t zero3_owned_trainable(const zero3_t* z);   // elements this rank's AdamW updates
 size_t zero3_state_bytes(const zero3_t* z);       // its optimizer state (MEM_OPTIM), bytes
-size_t zero3_work_bytes(const zero3_t* z);        // the four working buffers (MEM_WORKSPACE)
+size_t zero3_work_bytes(const zero3_t* z);        // its working buffers (MEM_WORKSPACE): level 3 four, level 2 above
+int zero3_level(const zero3_t* z);                // 3 (zero3_create*), 2 (zero3_create_zero2)
 zero3_stats_t zero3_stats(const zero3_t* z);
 // For a trainer that drives the step itself (clipping, a schedule, checkpoints: 09_train), as
 // zero.h's: the optimizer (its ranges index the compact shard: unit u's piece at q_u), the

@@ -4,13 +4,21 @@
 //   scripts/mpirun.sh 3 build/07_zero/zero_train --model tiny --zero all --check-ddp 1   # CPU, MPI
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --zero 0,1 --shard course               # the course's
 //   scripts/mpirun.sh 4 build/07_zero/zero_train --model tiny --zero 0,3 --check-ddp 1       # ZeRO-3
+//   scripts/mpirun.sh 2 build/07_zero/zero_train --zero 2 --zero2 both    # ZeRO-2 beside the old staging one
 //
 // One run per level in --zero, each from the same initial parameters (rank 0's, broadcast) on
 // the same global batches (batch × ranks rows a step, a pure function of the seed and the step
 // within the run; rank r trains on its slice):
 //   ddp     stage 06's bucketed DDP layer, then AdamW over every parameter (optim_t, one range)
 //   zero1   reduce-scatter the gradient, AdamW on shard r, all-gather the parameters (zero.h)
-//   zero2   each bucket reduce-scattered in the backward, only rank r's pieces kept (zero.h)
+//   zero2   ZeRO-2 on ZeRO-3's engine (zero3.h, level 2): parameters whole (the model's flat
+//           buffer), NO flat gradient buffer: the backward writes each unit's gradient into one
+//           of two unit-sized working buffers, reduce-scattered into rank r's shard right after
+//           the unit's backward; AdamW on rank r's pieces in place, every unit all-gathered back
+//   zero2s  (--zero2 staging or both) the older ZeRO-2 (zero.h): each bucket of the model's flat
+//           gradient buffer (4Ψ, the staging area) reduce-scattered in the backward, rank r's
+//           pieces kept: the same communication, but the flat gradient buffer stays, so it saves
+//           no memory over ZeRO-1 (kept for the comparison; 09_train still uses it)
 //   zero3   parameters sharded too, per unit (embedding, each block, head): each unit
 //           all-gathered before its forward and its backward (the next one prefetched), its
 //           gradient reduce-scattered after its backward, AdamW on the shard (zero3.h); the
@@ -25,7 +33,9 @@
 // beside the formulas, and checks that (a) every rank ends bitwise identical, (b) each rank's
 // optimizer state equals 8 bytes × the trainable elements it owns, (zero3) its parameters +
 // gradients + optimizer state equal 16Ψ/n with the padding counted: 8 bytes × its shard of S
-// elements + 8 × the trainable elements it owns, and with --check-ddp 1
+// elements + 8 × the trainable elements it owns, (zero2) they equal 4Ψ + 12Ψ/n with the padding
+// counted: 4 × the padded flat buffer + 4 × its shard + 8 × owned, its gradient bytes are the
+// shard alone and its working buffers exactly zero3_work_bytes, and with --check-ddp 1
 // (c) every run's parameters equal the ddp run's within rtol 1e-4, atol 1e-5.
 //
 // Backends: the CPU model over MPI (host memory), or the CUDA model over NCCL (one GPU a rank).
@@ -33,8 +43,9 @@
 // Setup: several levels (or --check-ddp 1, or --keep-full 1) share one model built whole, then
 // padded, and a host copy of the initial parameters that restarts each run. A single level is
 // LEAN, built the way it keeps its state so that its setup peak is its own (the memory wall):
-// levels 0-2 get padded flat buffers from the start (model_gpu_create_flat), ZeRO-3 a model
-// with no flat buffers and a shard made piece by piece from the seed (zero3_create_init with
+// levels 0-1 (and zero2s) get padded flat buffers from the start (model_gpu_create_flat), ZeRO-2
+// padded parameters and no gradient buffer (MODEL_GPU_NO_FLAT_GRADS), ZeRO-3 a model with no flat
+// buffers and a shard made piece by piece from the seed (zero3_create_init with
 // model_init_params_range); the replicas are then compared by a hash taken without a
 // whole-model buffer (hash_floats). Both end with the same bits (test_07 sharded_construction_*).
 #include <math.h>
@@ -66,9 +77,10 @@
 #define CHECK_RTOL 1e-4
 #define CHECK_ATOL 1e-5
 
-// zero3 last: its run frees the model's flat buffers and gives them back at its end.
-typedef enum { RUN_DDP = 0, RUN_ZERO1, RUN_ZERO2, RUN_COURSE, RUN_ZERO3, N_RUN_KINDS } run_kind_t;
-static const char* const run_names[N_RUN_KINDS] = {"ddp", "zero1", "zero2", "course", "zero3"};
+// The order the runs go in. zero2 and zero3 free the model's flat gradient (zero3: and
+// parameter) buffer for their run and give it back at its end.
+typedef enum { RUN_DDP = 0, RUN_ZERO1, RUN_ZERO2S, RUN_ZERO2, RUN_COURSE, RUN_ZERO3, N_RUN_KINDS } run_kind_t;
+static const char* const run_names[N_RUN_KINDS] = {"ddp", "zero1", "zero2s", "zero2", "course", "zero3"};
 
 typedef struct {
     replica_t rep;              // the model, its parameter table and the data (06_ddp/replica.h)
@@ -78,11 +90,12 @@ typedef struct {
     cudaStream_t cs;            // NCCL: the model's stream
     device_t dev;
     int lean;                   // one level, sharded construction: no whole-model copy anywhere
-                                // (zero3: no flat buffers at all); see main()
+                                // (zero2: no flat gradient buffer; zero3: no flat buffers); see main()
     int seed0;                  // rank 0's model seed: the initial parameters of every run
 } trainer_t;
 
-// The sharding layer of one run: exactly one of (ddp + opt), zero, (ddp + course), zero3.
+// The sharding layer of one run: exactly one of (ddp + opt), zero, (ddp + course), zero3 (its
+// level 2 for zero2, 3 for zero3).
 typedef struct {
     run_kind_t kind;
     ddp_t* d;
@@ -90,7 +103,8 @@ typedef struct {
     zero_t* z;
     sharded_optim_t* so;
     zero3_t* z3;
-    long long state0;  // zero3: live params+grads+optim bytes once the model's buffers are freed
+    long long state0;  // zero2/3: live params+grads+optim bytes that are not the level's own
+    long long work;    // zero2/3: workspace bytes zero3_create* allocated (its working buffers)
 } layer_t;
 
 static long long state_bytes(device_t dev) {  // live parameters + gradients + optimizer state
@@ -118,7 +132,10 @@ static void init_range(void* tt, float* host, size_t lo, size_t hi) {
 // reads and writes through the windows the hooks set) and its unit hooks pointed at zero3.
 // Lean (t->params NULL: the model was made without flat buffers): the shard made piece by
 // piece from the seed, nothing to free.
+// ZeRO-2 (L->kind RUN_ZERO2): the same engine at level 2 over the model's flat parameters; only
+// the flat gradient buffer is freed (lean: the model was made without one).
 static void zero3_layer_create(trainer_t* t, layer_t* L) {
+    const int level = L->kind == RUN_ZERO3 ? 3 : 2;
     const model_config_t* cfg = &t->rep.cfg;
     const int U = model_n_units(cfg);
     size_t* bounds = malloc((size_t)(U + 1) * sizeof *bounds);
@@ -128,27 +145,37 @@ static void zero3_layer_create(trainer_t* t, layer_t* L) {
     const model_unit_hooks_t hooks = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, NULL};
     model_unit_hooks_t h = hooks;
     const long long before = state_bytes(t->dev);  // (the shard's bytes = mid - before)
+    const long long ws0 = (long long)mem_stats(t->dev).live_by_tag[MEM_WORKSPACE];
     long long mid;
     const zero3_window_fn win = t->rep.gpu ? gpu_window : cpu_window;
     void* model = t->rep.gpu ? (void*)t->rep.m : (void*)&t->rep.cpu;
-    if (t->params)
+    if (level == 2)
+        L->z3 = zero3_create_zero2(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, t->params, &t->opt, t->cs, win,
+                                   model);
+    else if (t->params)
         L->z3 = zero3_create(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, t->params, &t->opt, t->cs, win, model);
     else
         L->z3 = zero3_create_init(t->rep.c, t->rep.table, t->rep.lay->n, bounds, U, init_range, t, &t->opt, t->cs, win,
                                   model);
     mid = state_bytes(t->dev);
+    L->work = (long long)mem_stats(t->dev).live_by_tag[MEM_WORKSPACE] - ws0;
     h.ctx = L->z3;
     if (t->rep.gpu) {
-        if (t->params) model_gpu_free_flat(t->rep.m);
+        if (level == 2 && t->grads) model_gpu_free_flat_grads(t->rep.m);
+        if (level == 3 && t->params) model_gpu_free_flat(t->rep.m);
         model_gpu_set_unit_hooks(t->rep.m, &h);
     } else {
-        mem_free(t->rep.cpu.params);  // (NULL when lean)
+        if (level == 3) mem_free(t->rep.cpu.params);  // (NULL when lean)
         mem_free(t->rep.cpu.grads);
-        t->rep.cpu.params = t->rep.cpu.grads = NULL;
+        if (level == 3) t->rep.cpu.params = NULL;
+        t->rep.cpu.grads = NULL;
         model_cpu_set_unit_hooks(&t->rep.cpu, &h);
     }
-    t->params = t->grads = NULL;
-    L->state0 = state_bytes(t->dev) - (mid - before);  // what stays besides ZeRO-3's own state
+    if (level == 3) t->params = NULL;
+    t->grads = NULL;
+    // What stays besides the level's own state: ZeRO-3's is its shards, ZeRO-2's its shard and
+    // the flat parameter buffer (P elements).
+    L->state0 = state_bytes(t->dev) - (mid - before) - (level == 2 ? (long long)(t->P * sizeof(float)) : 0);
     free(bounds);
 }
 
@@ -158,6 +185,22 @@ static void zero3_layer_destroy(trainer_t* t, layer_t* L) {
     if (t->lean) {
         zero3_destroy(L->z3);
         L->z3 = NULL;
+        return;
+    }
+    if (zero3_level(L->z3) == 2) {  // the parameters are current in place: only the gradient buffer back
+        zero3_destroy(L->z3);       // (its collectives and the last step done first)
+        L->z3 = NULL;
+        if (t->rep.gpu) {
+            char err[512];
+            model_gpu_set_unit_hooks(t->rep.m, NULL);
+            if (model_gpu_restore_flat_grads(t->rep.m, t->P, err, sizeof err) != 0) comm_fatal(t->rep.c, 1, "%s", err);
+            t->grads = model_gpu_grads(t->rep.m);
+        } else {
+            model_cpu_set_unit_hooks(&t->rep.cpu, NULL);
+            t->rep.cpu.grads = mem_alloc(DEV_CPU, t->P * sizeof(float), MEM_GRADS);
+            memset(t->rep.cpu.grads, 0, t->P * sizeof(float));
+            t->grads = t->rep.cpu.grads;
+        }
         return;
     }
     if (t->rep.gpu) {
@@ -191,9 +234,9 @@ static void layer_create(trainer_t* t, layer_t* L, run_kind_t kind, double bucke
         for (int i = 0; i < n; i++) optim_add_range(&L->opt, t->rep.table[i].offset, t->rep.table[i].offset, t->rep.table[i].numel);
     } else if (kind == RUN_COURSE) {
         L->so = sharded_optim_create(t->rep.c, t->rep.table, n, t->params, t->grads, t->total, OPT_ADAMW, &t->opt, 0, t->cs);
-    } else if (kind == RUN_ZERO3) {
+    } else if (kind == RUN_ZERO3 || kind == RUN_ZERO2) {
         zero3_layer_create(t, L);
-    } else {
+    } else {  // zero1, zero2s: the flat buffers of zero.h
         L->z = zero_create(t->rep.c, kind == RUN_ZERO1 ? 1 : 2, t->rep.table, n, t->params, t->grads, t->total, bucket_mb, &t->opt, t->cs);
     }
 }
@@ -207,9 +250,10 @@ static void layer_destroy(trainer_t* t, layer_t* L) {
 }
 
 static int layer_collectives(const layer_t* L) {  // per step
-    if (L->z3) {  // U forward gathers, U-2 backward ones (the head and the last block stay), U reduce-scatters
+    if (L->z3) {  // zero3: U forward gathers, U-2 backward ones (the head and the last block stay), U
+                  // reduce-scatters; zero2: U reduce-scatters, U all-gathers after the update
         const int U = zero3_n_units(L->z3);
-        return 3 * U - 2;
+        return zero3_level(L->z3) == 3 ? 3 * U - 2 : 2 * U;
     }
     if (L->z) return 2 * zero_n_buckets(L->z);
     return ddp_n_buckets(L->d) + (L->so ? (int)sharded_optim_broadcasts(L->so) : 0);
@@ -217,7 +261,7 @@ static int layer_collectives(const layer_t* L) {  // per step
 
 static void layer_hook(void* ctx, int i) {
     layer_t* L = ctx;
-    if (L->z3) return;  // ZeRO-3 works per unit (the model's unit hooks), not per parameter
+    if (L->z3) return;  // ZeRO-2/3 work per unit (the model's unit hooks), not per parameter
     if (L->z) zero_grad_ready(L->z, i);
     else ddp_grad_ready(L->d, i);
 }
@@ -254,7 +298,8 @@ static size_t owned_elems(const trainer_t* t, const layer_t* L) {
         zero_shard_range(t->total, W, r, &lo, &hi, NULL);
         return trainable_in(t, lo, hi);
     }
-    case RUN_ZERO3: {
+    case RUN_ZERO2:
+    case RUN_ZERO3: {  // per unit (zero3.h): rank r's piece of each, clipped to the unit
         size_t n = 0;
         for (int u = 0; u < zero3_n_units(L->z3); u++) {
             const zero3_unit_t b = zero3_unit(L->z3, u);
@@ -263,7 +308,7 @@ static size_t owned_elems(const trainer_t* t, const layer_t* L) {
         }
         return n;
     }
-    case RUN_ZERO2: {
+    case RUN_ZERO2S: {
         size_t n = 0;
         for (int k = 0; k < zero_n_buckets(L->z); k++) {
             const zero_bucket_t b = zero_bucket(L->z, k);
@@ -353,11 +398,11 @@ static unsigned long long hash_floats(unsigned long long h, const float* x, size
 }
 
 // The hash of the layout's parameters without a host copy of the whole model: ZeRO-3 unit by
-// unit (gathered; the units tile [0, total)), else the flat buffer in chunks (device) or in
-// place (host). Collective for ZeRO-3. Call before layer_destroy.
+// unit (gathered; the units tile [0, total)), else (ZeRO-2 too) the flat buffer in chunks
+// (device) or in place (host). Collective for ZeRO-3. Call before layer_destroy.
 static unsigned long long lean_params_hash(trainer_t* t, layer_t* L) {
     unsigned long long h = 0;
-    if (L->z3) {
+    if (L->z3 && zero3_level(L->z3) == 3) {
         size_t most = 0;
         for (int u = 0; u < zero3_n_units(L->z3); u++) {
             const zero3_unit_t b = zero3_unit(L->z3, u);
@@ -415,7 +460,7 @@ typedef struct {
 } result_t;
 
 int main(int argc, char** argv) {
-    const char *model_s = "tiny", *zero_s = "1", *shard_s = "zero", *backend_s = "auto", *prec_s = "fp32",
+    const char *model_s = "tiny", *zero_s = "1", *zero2_s = "units", *shard_s = "zero", *backend_s = "auto", *prec_s = "fp32",
                *attn_s = "naive", *csv = "";
     int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1, layers = 0, keep_full = 0;
     double lr = 1e-3, timeout_s = 0, bucket_mb = 25;
@@ -427,6 +472,7 @@ int main(int argc, char** argv) {
         {"precision", CLI_CHOICE, &prec_s, "fp32", "GPU precision (the CPU model is fp32)", MODEL_PRECISION_CHOICES},
         {"attention", CLI_CHOICE, &attn_s, "naive", "GPU attention: naive, or flash (stage 04; bf16)", "naive|flash"},
         {"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, 3, or all", NULL},
+        {"zero2", CLI_CHOICE, &zero2_s, "units", "which ZeRO-2 level 2 runs: units (zero3.h's engine: no flat gradient buffer, fp32), staging (zero.h's, run zero2s: the backward writes the flat 4Psi gradient buffer), or both", "units|staging|both"},
         {"shard", CLI_CHOICE, &shard_s, "zero", "zero: ZeRO proper; course: the course's sharded optimizer in place of levels 1 and 2 (3 stays ZeRO-3)", "zero|course"},
         {"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "bucket cap in MiB (DDP's buckets, ZeRO-2's buckets)", NULL},
         {"steps", CLI_INT, &steps, "5", "measured steps per run", NULL},
@@ -472,7 +518,12 @@ int main(int argc, char** argv) {
             if (strcmp(tok, "0") && strcmp(tok, "1") && strcmp(tok, "2") && strcmp(tok, "3"))
                 BAD("--zero: '%s' is not a level (allowed: a comma list of 0, 1, 2, 3, or all)", tok);
             const int lv = tok[0] - '0';
-            want[lv == 0 ? RUN_DDP : lv == 3 ? RUN_ZERO3 : course ? RUN_COURSE : (run_kind_t)lv] = 1;
+            if (lv == 2 && !course) {  // the new ZeRO-2 and/or the older staging one (--zero2)
+                want[RUN_ZERO2] |= strcmp(zero2_s, "staging") != 0;
+                want[RUN_ZERO2S] |= strcmp(zero2_s, "units") != 0;
+            } else {
+                want[lv == 0 ? RUN_DDP : lv == 1 ? (course ? RUN_COURSE : RUN_ZERO1) : lv == 2 ? RUN_COURSE : RUN_ZERO3] = 1;
+            }
             any = 1;
         }
         if (!any) BAD("--zero: empty list (allowed: a comma list of 0, 1, 2, 3, or all)");
@@ -486,6 +537,8 @@ int main(int argc, char** argv) {
     const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
+    if (want[RUN_ZERO2] && prec != MP_FP32)
+        BAD("--zero 2 runs fp32 only: its gradients go through the model's windows, which are fp32 only (use --precision fp32, or --zero2 staging)");
     if (want[RUN_ZERO3] && prec != MP_FP32)
         BAD("--zero 3 runs fp32 only: bf16 compute copies of the gathered units are not implemented (use --precision fp32, or levels 0-2)");
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
@@ -505,9 +558,10 @@ int main(int argc, char** argv) {
     // need. Levels 0-2 get the model with padded buffers from the start (no padded copy beside
     // the unpadded ones); ZeRO-3 gets it without flat buffers and makes its shard from the seed.
     t.lean = nruns == 1 && !check && !keep_full;
-    const int lean_z3 = t.lean && runs[0] == RUN_ZERO3;
+    const int lean_z3 = t.lean && runs[0] == RUN_ZERO3, lean_z2 = t.lean && runs[0] == RUN_ZERO2;
     if (t.lean) {
-        replica_create_flat(&t.rep, c, &cfg, B, context, prec, attn, seed, lean_z3 ? MODEL_GPU_NO_FLAT : t.P);
+        replica_create_flat(&t.rep, c, &cfg, B, context, prec, attn, seed,
+                            lean_z3 ? MODEL_GPU_NO_FLAT : lean_z2 ? t.P | MODEL_GPU_NO_FLAT_GRADS : t.P);
         if (!t.rep.gpu) {  // the CPU model's own AdamW moments: the optimizer lives outside it
             mem_free(t.rep.cpu.adam_m);
             mem_free(t.rep.cpu.adam_v);
@@ -598,7 +652,7 @@ int main(int argc, char** argv) {
                 fflush(stdout);
             }
         }
-        if (L.z3 && r == 0) {  // the per-unit shard layout (zero3.h)
+        if (L.z3 && r == 0) {  // the per-unit shard layout (zero3.h; zero2: of the gradient only)
             const int U = zero3_n_units(L.z3);
             size_t pad = 0;
             int cuts = 0;  // piece boundaries strictly inside a parameter
@@ -611,8 +665,8 @@ int main(int argc, char** argv) {
                         cuts += t.rep.table[i].offset < x && x < t.rep.table[i].offset + t.rep.table[i].numel;
                 }
             }
-            printf("  zero3   %d units sharded %d ways: a shard of %zu elements a rank (unit padding %zu); %d piece boundar%s cut%s through a parameter\n",
-                   U, W, zero3_shard_elems(L.z3), pad, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
+            printf("  %-7s %d units sharded %d ways: a shard of %zu elements a rank (unit padding %zu); %d piece boundar%s cut%s through a parameter\n",
+                   run_names[runs[ri]], U, W, zero3_shard_elems(L.z3), pad, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
         }
         mem_reset_peak(t.dev);
         double* st = malloc((size_t)steps * 3 * sizeof(double));
@@ -636,11 +690,23 @@ int main(int argc, char** argv) {
         R->after[r][NT] = (long long)ms.peak;
         R->optim_meas[r] = (long long)(ms.live_by_tag[MEM_OPTIM] - optim0);
         R->optim_formula[r] = (long long)(2 * sizeof(float) * owned_elems(&t, &L));
-        if (L.z3) {  // 16Psi/n with the padding: 4S params + 4S grads + 8 x owned trainable
+        int z3_grads_ok = 1, z3_work_ok = 1;  // zero2/3: grads are the shard alone; the working buffers
+        size_t z3_S = 0, z3_work = 0;
+        if (L.z3) {  // zero3: 16Psi/n with the padding: 4S params + 4S grads + 8 x owned trainable;
+                     // zero2: 4Psi + 12Psi/n with the padding: 4P flat params + 4S grads + 8 x owned
+            z3_S = zero3_shard_elems(L.z3);
+            z3_work = zero3_work_bytes(L.z3);
             R->state_meas[r] = state_bytes(t.dev) - L.state0;
-            R->state_formula[r] = (long long)(2 * sizeof(float) * zero3_shard_elems(L.z3)) + R->optim_formula[r];
+            R->state_formula[r] = (long long)(sizeof(float) * (zero3_level(L.z3) == 3 ? 2 * z3_S : t.P + z3_S)) + R->optim_formula[r];
             const zero3_stats_t zs = zero3_stats(L.z3);
             R->n_coll = (int)((zs.ag_calls + zs.rs_calls) / zs.steps);
+            // Exact bytes: no gradient buffer of the whole model anywhere (the model's is gone),
+            // and the workspace zero3 added is its working buffers, nothing else.
+            z3_grads_ok = ms.live_by_tag[MEM_GRADS] == z3_S * sizeof(float);
+            z3_work_ok = L.work == (long long)z3_work;
+            long long f[2] = {z3_grads_ok, z3_work_ok};
+            comm_host_allreduce_i64(t.rep.c, f, 2, COMM_MIN);
+            z3_grads_ok = (int)f[0], z3_work_ok = (int)f[1];
         }
         comm_host_allreduce_i64(t.rep.c, &R->after[0][0], 64 * (NT + 1), COMM_SUM);
         comm_host_allreduce_i64(t.rep.c, R->state_meas, 64, COMM_SUM);
@@ -669,16 +735,24 @@ int main(int argc, char** argv) {
         // DDP: every rank holds all 8Ψ; sharded: every trainable element owned exactly once.
         optim_ok &= optim_sum == (long long)(8 * psi) * (runs[ri] == RUN_DDP ? W : 1);
         int state_ok = 1;
-        if (runs[ri] == RUN_ZERO3) {
+        if (runs[ri] == RUN_ZERO3 || runs[ri] == RUN_ZERO2) {
             long long sum = 0;
             for (int k = 0; k < W; k++) {
                 state_ok &= R->state_meas[k] == R->state_formula[k];
                 sum += R->state_meas[k];
             }
-            if (r == 0)
+            if (r == 0 && runs[ri] == RUN_ZERO3)
                 printf("  %-7s params + grads + optimizer state %s 16Psi/n on every rank (8 x shard + 8 x owned; %lld bytes over all ranks, 16Psi = %lld)\n",
                        run_names[runs[ri]], state_ok ? "==" : "!=", sum, (long long)(16 * psi));
-            if (!state_ok) status = 1;
+            if (r == 0 && runs[ri] == RUN_ZERO2)
+                printf("  %-7s params + grads + optimizer state %s 4Psi+12Psi/n on every rank (4 x padded flat %zu + 4 x shard + 8 x owned; %lld bytes over all ranks, 4Psi x n + 12Psi = %lld)\n",
+                       run_names[runs[ri]], state_ok ? "==" : "!=", t.P, sum, (long long)(4 * psi) * W + (long long)(12 * psi));
+            if (r == 0)
+                printf("  %-7s grads %s the shard on every rank (4 x %zu = %zu bytes, no whole-model gradient buffer); working buffers %s %zu bytes on every rank (workspace: %s)\n",
+                       run_names[runs[ri]], z3_grads_ok ? "==" : "!=", z3_S, z3_S * sizeof(float), z3_work_ok ? "==" : "!=", z3_work,
+                       runs[ri] == RUN_ZERO3 ? "2 parameter + 2 gradient buffers of the largest padded unit"
+                                             : "2 gradient buffers of the largest padded unit + one piece");
+            if (!state_ok || !z3_grads_ok || !z3_work_ok) status = 1;
         }
         if (r == 0) {
             printf("  %-7s done: %.2f ms a step; replicas %s; optimizer state %s the formula on every rank (%lld bytes over all ranks, Psi = %zu); parameter hash %016llx\n",
@@ -741,6 +815,7 @@ int main(int argc, char** argv) {
                 case RUN_DDP: snprintf(fm, sizeof fm, "16Psi = %.2f MiB", 4 * P4 / MiB); break;
                 case RUN_ZERO1: snprintf(fm, sizeof fm, "8Psi+8Psi/n = %.2f MiB", (2 * P4 + 2 * P4 / W) / MiB); break;
                 case RUN_ZERO2: snprintf(fm, sizeof fm, "4Psi+12Psi/n = %.2f MiB", (P4 + 3 * P4 / W) / MiB); break;
+                case RUN_ZERO2S: snprintf(fm, sizeof fm, "8Psi+12Psi/n = %.2f MiB", (2 * P4 + 3 * P4 / W) / MiB); break;
                 case RUN_ZERO3: snprintf(fm, sizeof fm, "16Psi/n = %.2f MiB", 4 * P4 / W / MiB); break;
                 default: snprintf(fm, sizeof fm, "8Psi+8Psi_r = %.2f MiB", (2 * P4 + (double)res[ri].optim_formula[k]) / MiB); break;
                 }
@@ -749,9 +824,10 @@ int main(int argc, char** argv) {
                        (a[MEM_WORKSPACE] + a[MEM_OTHER]) / MiB, a[NT] / MiB, state / MiB, fm);
             }
         }
-        printf("(MiB; params and grads include the padding to %zu elements; zero2's grads = the model's flat gradient buffer, "
-               "which its backward writes, + the kept %zu-element shard; zero3's params and grads = its shards alone, "
-               "the four one-unit working buffers are workspace: see README)\n", t.P, t.P / W);
+        printf("(MiB; params and grads include the padding to %zu elements; zero2's grads = its gradient shard alone (per-unit "
+               "padding), its two one-unit gradient working buffers and one piece are workspace; zero2s's (the older staging "
+               "ZeRO-2) = the model's flat gradient buffer, which its backward writes, + the kept %zu-element shard; zero3's "
+               "params and grads = its shards alone, the four one-unit working buffers are workspace: see README)\n", t.P, t.P / W);
     }
     long long st_all = status;
     comm_host_allreduce_i64(t.rep.c, &st_all, 1, COMM_MAX);

@@ -89,6 +89,8 @@ typedef enum {
     FLAT_LAZY = 0,  // the layout's total; the gradients at the first backward (model_gpu_create)
     FLAT_GIVEN,     // flat_total elements each (padding zero), gradients and backward scratch now
     FLAT_NONE,      // none at all (ZeRO-3: windows only); backward scratch now
+    FLAT_PARAMS,    // parameters of flat_total elements, no gradient buffer (ZeRO-2: the
+                    // gradient window only); backward scratch now
 } flat_mode_t;
 
 static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precision_t prec,
@@ -102,6 +104,10 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
         }
         if (flat == FLAT_NONE && prec != MP_FP32) {
             set_err(err, errlen, "a model without flat buffers (ZeRO-3) runs fp32 only: the bf16 path reads a bf16 copy of the whole flat buffer");
+            return NULL;
+        }
+        if (flat == FLAT_PARAMS && prec != MP_FP32) {  // (its gradients need windows, which are fp32 only)
+            set_err(err, errlen, "a model without a flat gradient buffer (ZeRO-2) runs fp32 only: windows are fp32 only");
             return NULL;
         }
     }
@@ -118,7 +124,7 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     if (!m) DIE("out of host memory");
     m->cfg = *cfg;
     m->lay = param_layout_make(cfg);
-    if (flat == FLAT_GIVEN && flat_total < m->lay.total) {
+    if ((flat == FLAT_GIVEN || flat == FLAT_PARAMS) && flat_total < m->lay.total) {
         set_err(err, errlen, "flat buffers of %zu elements are shorter than the layout's %zu", flat_total, m->lay.total);
         model_gpu_destroy(m);
         return NULL;
@@ -167,14 +173,15 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     const size_t total = m->lay.total;
     // The flat buffers' length: the layout's, or the caller's padded one from the start, so that
     // a sharded trainer never holds the unpadded buffers and their padded copies at once.
-    const size_t ftotal = flat == FLAT_GIVEN ? flat_total : total;
+    const size_t ftotal = flat == FLAT_GIVEN || flat == FLAT_PARAMS ? flat_total : total;
     int ok = 1;
     if (flat != FLAT_NONE)
-        m->params = try_alloc(ftotal * 4, MEM_PARAMS, flat == FLAT_GIVEN ? "padded parameters" : "parameters", &ok,
+        m->params = try_alloc(ftotal * 4, MEM_PARAMS, flat == FLAT_LAZY ? "parameters" : "padded parameters", &ok,
                               err, errlen);
     if (flat != FLAT_LAZY) {
         if (flat == FLAT_GIVEN) m->grads = try_alloc(ftotal * 4, MEM_GRADS, "padded gradients", &ok, err, errlen);
         m->flat_freed = flat == FLAT_NONE;  // set before a failure's model_gpu_destroy (it frees what exists)
+        m->grads_freed = flat == FLAT_PARAMS;
     }
     if (prec == MP_BF16)
         m->params_lp = try_alloc(total * 2, MEM_PARAMS, "bf16 weights", &ok, err, errlen);
@@ -251,7 +258,7 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
         // training footprint less the optimizer. mg_alloc_backward (model_gpu_pass.c) would
         // also allocate a gradient buffer of the layout's length; it skips it when the flat
         // buffers are absent (as for ZeRO-3's windows), so it is told that while it runs: the
-        // padded buffer is already here (FLAT_GIVEN), or there is none (FLAT_NONE). On
+        // padded buffer is already here (FLAT_GIVEN), or there is none (FLAT_NONE, FLAT_PARAMS). On
         // failure it frees what it made, the padded gradient buffer included (NULL then).
         m->flat_freed = 1;
         const int rc = mg_alloc_backward(m, err, errlen);
@@ -278,8 +285,14 @@ model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, mode
 model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, size_t flat_total, char* err,
                                    size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 0, 0, flat_total == MODEL_GPU_NO_FLAT ? FLAT_NONE : FLAT_GIVEN,
-                  flat_total, err, errlen);
+    const int no_grads = (flat_total & MODEL_GPU_NO_FLAT_GRADS) != 0;
+    flat_total &= ~MODEL_GPU_NO_FLAT_GRADS;
+    if (no_grads && flat_total == MODEL_GPU_NO_FLAT) {
+        set_err(err, errlen, "MODEL_GPU_NO_FLAT_GRADS needs a parameter length (it keeps the flat parameters)");
+        return NULL;
+    }
+    const flat_mode_t mode = flat_total == MODEL_GPU_NO_FLAT ? FLAT_NONE : no_grads ? FLAT_PARAMS : FLAT_GIVEN;
+    return create(cfg, B, T, prec, attn, seed, 0, 0, mode, flat_total, err, errlen);
 }
 int model_gpu_ckpt(const model_gpu_t* m) { return m->ckpt; }
 model_gpu_t* model_gpu_create_ranges(const model_config_t* cfg, int B, int T, model_precision_t prec,
@@ -406,6 +419,7 @@ int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* e
 // still covers the layout's total only: the padding is not a parameter.
 int model_gpu_pad_flat(model_gpu_t* m, size_t total, char* err, size_t errlen) {
     if (m->flat_freed) DIE("model_gpu_pad_flat: the flat buffers were freed (ZeRO-3); model_gpu_restore_flat gives them back");
+    if (m->grads_freed) DIE("model_gpu_pad_flat: the model has no flat gradient buffer (ZeRO-2); model_gpu_restore_flat_grads gives it back");
     if (!m->grads) DIE("model_gpu_pad_flat before the first backward: no gradient buffer yet");
     if (m->adam_m) DIE("model_gpu_pad_flat after model_gpu_adamw: pad before the first step");
     if (total < m->lay.total) DIE("model_gpu_pad_flat: %zu elements < the layout's %zu", total, m->lay.total);
@@ -473,5 +487,32 @@ int model_gpu_restore_flat(model_gpu_t* m, size_t total, char* err, size_t errle
     m->params = p;
     m->grads = g;
     m->flat_freed = 0;
+    m->grads_freed = 0;
+    return 0;
+}
+
+// ---- ZeRO-2: only the flat gradient buffer freed and given back
+void model_gpu_free_flat_grads(model_gpu_t* m) {
+    if (m->prec != MP_FP32)
+        fail("freeing the flat gradient buffer (ZeRO-2) supports fp32 only: its gradients then need windows, which are fp32 only");
+    if (m->flat_freed) DIE("model_gpu_free_flat_grads: the flat buffers were freed already (ZeRO-3)");
+    if (m->adam_m) DIE("model_gpu_free_flat_grads after model_gpu_adamw: the model's own AdamW needs the flat buffers");
+    // Nothing in flight may still write it: the caller's contract, checked cheaply here.
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    mem_free(m->grads);
+    m->grads = NULL;
+    m->grads_freed = 1;
+}
+
+int model_gpu_restore_flat_grads(model_gpu_t* m, size_t total, char* err, size_t errlen) {
+    if (!m->grads_freed) DIE("model_gpu_restore_flat_grads: the flat gradient buffer was not freed");
+    if (total < m->lay.total) DIE("model_gpu_restore_flat_grads: %zu elements < the layout's %zu", total, m->lay.total);
+    int ok = 1;
+    float* g = try_alloc(total * 4, MEM_GRADS, "gradients", &ok, err, errlen);
+    if (!ok) return -1;
+    CUDA_CHECK(cudaMemsetAsync(g, 0, total * 4, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    m->grads = g;
+    m->grads_freed = 0;
     return 0;
 }

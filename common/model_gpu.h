@@ -58,12 +58,17 @@ int model_gpu_ckpt(const model_gpu_t* m);  // K (0 none)
 //       elements zero) and gradients (zero) of flat_total elements each;
 //   MODEL_GPU_NO_FLAT: no flat parameter or gradient buffer at all, as after
 //       model_gpu_free_flat (fp32 only): the model runs only through windows (the ZeRO-3 hooks
-//       set them) and the caller makes the parameters (model_init_params_range).
+//       set them) and the caller makes the parameters (model_init_params_range);
+//   flat_total | MODEL_GPU_NO_FLAT_GRADS (flat_total >= the layout's): the parameters as in the
+//       first case, NO flat gradient buffer, as after model_gpu_free_flat_grads (fp32 only):
+//       the backward writes gradients only through the gradient window (ZeRO-2's hooks set it
+//       to a unit-sized working buffer), so the 4Ψ gradient buffer never exists.
 // Either way the gradient buffer and the backward scratch are allocated now (model_gpu_create
 // does it at the first backward), so the allocator's peak after creation is the training
 // footprint less the optimizer. Returns NULL with a reason (as model_gpu_create; also: a
 // length below the layout's, bf16 without flat buffers, an attention without a backward).
 #define MODEL_GPU_NO_FLAT ((size_t)0)
+#define MODEL_GPU_NO_FLAT_GRADS ((size_t)1 << 62)  // a flag OR'd into flat_total (no length reaches it)
 model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, size_t flat_total, char* err,
                                    size_t errlen);
@@ -137,6 +142,11 @@ void model_gpu_set_windows(model_gpu_t* m, float* params, float* grads, size_t l
 void model_gpu_free_flat(model_gpu_t* m);
 // Allocates them again, `total` (>= layout total) zeroed elements each; 0, or -1 on OOM.
 int model_gpu_restore_flat(model_gpu_t* m, size_t total, char* err, size_t errlen);
+// ZeRO-2 (07_zero/zero3.h, level 2): frees only the flat gradient buffer (the parameters stay;
+// gradients then go through the window only), and gives it back (`total` zeroed elements; 0, or
+// -1 on OOM). fp32 only; nothing may be in flight that writes the gradients.
+void model_gpu_free_flat_grads(model_gpu_t* m);
+int model_gpu_restore_flat_grads(model_gpu_t* m, size_t total, char* err, size_t errlen);
 
 // ---- a range of blocks (stage 08): model_cpu.h's range seam on the GPU (model_gpu_range.c) --
 // The same contract as model_cpu_range_*: blocks [l0, l1) with the embedding and/or the head,

@@ -76,6 +76,8 @@ struct model_gpu {
     model_window_t pwin, gwin;  // where parameters are read and gradients written
     model_unit_hooks_t hooks;
     int flat_freed;             // model_gpu_free_flat: params and grads are NULL
+    int grads_freed;            // ZeRO-2 (MODEL_GPU_NO_FLAT_GRADS, model_gpu_free_flat_grads): grads is
+                                // NULL, params is not; gradients go through the window only
 
     // Stage 08 (model_gpu_range.c)
     int ckpt;              // activation checkpointing K (0 none): the per-layer arrays above

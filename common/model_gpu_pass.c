@@ -124,7 +124,7 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
 int mg_alloc_backward(model_gpu_t* m, char* err, size_t errlen) {
     const size_t N = m->N, C = m->C, F = m->F, es = m->asz, total = m->lay.total;
     struct { void** p; size_t bytes; mem_tag_t tag; const char* what; } want[] = {
-        {(void**)&m->grads, m->flat_freed ? 0 : total * 4, MEM_GRADS, "gradients"},  // ZeRO-3: windows
+        {(void**)&m->grads, m->flat_freed || m->grads_freed ? 0 : total * 4, MEM_GRADS, "gradients"},  // ZeRO-2/3: windows
         {(void**)&m->dres, N * C * 4, MEM_WORKSPACE, "residual gradient"},
         {&m->dres_lp, m->prec == MP_BF16 ? N * C * es : 0, MEM_WORKSPACE, "residual gradient"},
         {&m->dln, N * C * es, MEM_WORKSPACE, "norm gradient"},
