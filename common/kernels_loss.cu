@@ -18,21 +18,46 @@ __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tok, const floa
 // runs (or a run and its resume from a checkpoint) give the same bits. One block per position
 // n; only the block of a token's FIRST position writes its row, adding the rows of all its
 // positions in increasing n — the CPU reference's order, so a zeroed dE gets the CPU's bits.
-// The first-position test and the walk read the N token ids (cached); work ~ N x (N + unique
-// tokens x C / blockDim), small beside the step for the batches this repo trains.
+// The block walks positions n..N-1 in chunks of blockDim: each thread tests one position, an
+// ordered compaction (warp ballots, then the warps' counts in order) lists the chunk's hits in
+// shared memory, and each thread then adds those rows for its columns. Work per distinct token
+// ~ N token reads spread over the block + its hits x C adds. (The first version had every
+// thread re-read the token ids for each of its columns, ~ N x C per distinct token: 1.8 ms at
+// N 2048, C 1600 on an H100, 0.7 % of its bandwidth bound, found by the roofline.)
+// Launch with EMB_BWD_THREADS threads (a multiple of 32).
+#define EMB_BWD_THREADS 256
 __global__ void embedding_bwd_kernel(const int32_t* __restrict__ tok, const float* __restrict__ dx,
                                      float* __restrict__ dE, int N, int C, int V) {
+    __shared__ int pos[EMB_BWD_THREADS];
+    __shared__ int warp_hits[EMB_BWD_THREADS / 32];
     const int n = blockIdx.x;
     const int t = tok[n];
     if (t < 0 || t >= V) return;  // uniform over the block
     int seen = 0;
     for (int j = threadIdx.x; j < n; j += blockDim.x) seen |= tok[j] == t;
     if (__syncthreads_or(seen)) return;  // not this token's first position
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = dE[(size_t)t * C + c];
-        for (int j = n; j < N; j++)
-            if (tok[j] == t) acc += dx[(size_t)j * C + c];
-        dE[(size_t)t * C + c] = acc;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    float* row = dE + (size_t)t * C;
+    for (int base = n; base < N; base += blockDim.x) {
+        const int j = base + threadIdx.x;
+        const bool hit = j < N && tok[j] == t;
+        const unsigned mask = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) warp_hits[warp] = __popc(mask);
+        __syncthreads();
+        int before = 0, hits = 0;  // hits of the warps before this one, and of the whole chunk
+        for (int w = 0; w < n_warps; w++) {
+            before += w < warp ? warp_hits[w] : 0;
+            hits += warp_hits[w];
+        }
+        if (hit) pos[before + __popc(mask & ((1u << lane) - 1u))] = j;  // increasing j
+        __syncthreads();
+        if (hits > 0)  // uniform: every thread read the same counts
+            for (int c = threadIdx.x; c < C; c += blockDim.x) {
+                float acc = row[c];  // an fp32 store and reload is exact: chunks add up as one loop
+                for (int k = 0; k < hits; k++) acc += dx[(size_t)pos[k] * C + c];
+                row[c] = acc;
+            }
+        __syncthreads();  // pos and warp_hits are rewritten by the next chunk
     }
 }
 
@@ -101,7 +126,7 @@ extern "C" void k_embedding_fwd(const int32_t* tokens, const float* E, float* x,
 }
 extern "C" void k_embedding_bwd(const int32_t* tokens, const float* dx, float* dE, int N, int C,
                                 int V, cudaStream_t s) {
-    if (N > 0) embedding_bwd_kernel<<<N, 256, 0, s>>>(tokens, dx, dE, N, C, V);
+    if (N > 0) embedding_bwd_kernel<<<N, EMB_BWD_THREADS, 0, s>>>(tokens, dx, dE, N, C, V);
     CUDA_CHECK_LAST();
 }
 extern "C" void k_cross_entropy_fwd(dtype_t adt, const void* logits, const int32_t* targets,
