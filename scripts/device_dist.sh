@@ -39,6 +39,11 @@ for s in "$@"; do
       --zero 1 --shard course --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
     step torch_zero_xl 240 $TORCHRUN 2 07_zero/bench_torch_zero.py --model xl --csv results/07_zero/torch.csv
     ;;
+  07gpu)  # stage 07 after ZeRO-2 moved onto the unit engine: the GPU tests, then XL ZeRO-2 alone (its real footprint)
+    step t07_gpu 180 "$B/07_zero/test_07" --jobs 1 --filter 'zero_train_nccl/*'
+    step zero_xl_z2 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
+      --zero 2 --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
+    ;;
   07wall)  # stage 07: the memory wall — 2.7B's width, ever deeper, per level, until one does not fit
     [ -n "${WALL_SKIP_ALL:-}" ] || step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
       --zero all --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
@@ -82,8 +87,8 @@ for s in "$@"; do
     done
     ;;
   08vs)  # issue 14: DDP and ZeRO on the same two GPUs and the same global batch (16 sequences of 512) as pp m = 8
-    step zero_large_b8 200 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model large --context 512 --batch 8 \
-      --zero all --backend nccl --steps 5 --warmup 2 --csv results/08_pipeline/vs_zero.csv
+    step zero_large_b8 150 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model large --context 512 --batch 8 \
+      --zero 0,1,3 --backend nccl --steps 4 --warmup 1 --csv results/08_pipeline/vs_zero.csv
     ;;
   18)  # issue 18 on 2 GPUs: the --pp GPU tests, the small model under every parallel option, XL checkpoints vs dd
     mkdir -p results/09
