@@ -39,6 +39,10 @@ for s in "$@"; do
       --zero 1 --shard course --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
     step torch_zero_xl 240 $TORCHRUN 2 07_zero/bench_torch_zero.py --model xl --csv results/07_zero/torch.csv
     ;;
+  emb)  # the embedding backward after its rewrite: the model's GPU tests (bits vs the CPU) and its roofline row
+    step t01_model_gpu 90 "$B/01_benchmarking/test_01" --jobs 1 --filter 'model_gpu/*'
+    step roofline_emb 60 "$B/04_flashattn_bwd/roofline" --only embed_fwd,embed_bwd,adamw --out results/roofline_emb
+    ;;
   07gpu)  # stage 07 after ZeRO-2 moved onto the unit engine: the GPU tests, then XL ZeRO-2 alone (its real footprint)
     step t07_gpu 180 "$B/07_zero/test_07" --jobs 1 --filter 'zero_train_nccl/*'
     step zero_xl_z2 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
