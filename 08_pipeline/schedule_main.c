@@ -18,7 +18,7 @@ typedef struct {
     int p, m, v;           // v = 0: 2 for interleaved, 1 otherwise
     double f, b, w, comm;  // B is the full backward; ZB-H1 runs BI = B - W and W
     int eager, show_comm, cols;
-    const char *csv, *png;
+    const char *csv, *png, *from_csv, *title;
 } opts_t;
 
 // The simulator's costs. BI and W matter for zbh1 only, where check_opts made both > 0.
@@ -113,6 +113,25 @@ static int run_one(sched_kind_t kind, const opts_t* o, table_t* sum, int rank_ta
     return 0;
 }
 
+// --from-csv: a measured timeline (pp_train --timeline's CSV, written on a GPU machine that has
+// no gnuplot) drawn here, with its makespan and bubble.
+static int replot(const opts_t* o) {
+    if (!o->png[0]) fail("--from-csv needs --png (where to draw it)");
+    if (strchr(o->png, '\'') || strchr(o->png, '\n') || strchr(o->title, '\'') || strchr(o->title, '\n'))
+        fail("--png and --title must not contain a quote or a newline");
+    char err[512];
+    schedule_t s;
+    sim_result_t res;
+    if (sim_read_csv(o->from_csv, &s, &res, err, sizeof err) != 0) fail("--from-csv: %s", err);
+    printf("%s: p %d, m %d, v %d, makespan %.3f, bubble %.3f\n", o->from_csv, s.p, s.m, s.v, res.makespan, res.bubble);
+    if (!gnuplot_available()) fail("--png %s: gnuplot is not installed (scripts/setup.sh installs it)", o->png);
+    if (sim_plot_png_x(&s, &res, o->png, o->title[0] ? o->title : o->from_csv, "time (ms)", err, sizeof err) != 0)
+        fail("--png: %s", err);
+    printf("timeline PNG: %s\n", o->png);
+    sim_result_free(&res), schedule_free(&s);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     opts_t o;
     const char *sched = NULL, *model = NULL;
@@ -131,9 +150,14 @@ int main(int argc, char** argv) {
         {"cols", CLI_INT, &o.cols, "120", "widest ASCII timeline, in columns", NULL},
         {"csv", CLI_STR, &o.csv, "", "write the timeline (start and end of every action) as CSV", NULL},
         {"png", CLI_STR, &o.png, "", "draw the timeline as PNG (needs gnuplot)", NULL},
+        {"from-csv", CLI_STR, &o.from_csv, "",
+         "draw a timeline CSV written elsewhere (this program's --csv, or pp_train --timeline on a GPU machine without "
+         "gnuplot) as --png; times in ms; the other flags are ignored", NULL},
+        {"title", CLI_STR, &o.title, "", "--from-csv: the plot's title (default: the CSV's name)", NULL},
     };
     cli_parse(argc, argv, "Generate a pipeline-parallel schedule, print its action lists and simulate it.", opts,
               CLI_COUNT(opts));
+    if (o.from_csv[0]) return replot(&o);
     o.eager = strcmp(model, "eager") == 0;
     const int all = strcmp(sched, "all") == 0;
     sched_kind_t kind = SCHED_1F1B;

@@ -388,6 +388,83 @@ int sim_write_csv(const schedule_t* s, const sim_result_t* res, const char* path
     return 0;
 }
 
+// The inverse of sim_write_csv, for timelines measured where no gnuplot is (pp_train on a GPU
+// machine writes the same columns): every rank's rows must come in index order 0, 1, ...
+int sim_read_csv(const char* path, schedule_t* s, sim_result_t* res, char* err, size_t errlen) {
+    memset(s, 0, sizeof *s), memset(res, 0, sizeof *res);
+    FILE* f = fopen(path, "r");
+    if (!f) return set_err(err, errlen, "cannot read %s", path);
+    char line[512];
+    if (!fgets(line, sizeof line, f) || strncmp(line, "rank,index,action,mb,chunk,peer,start,end", 41) != 0) {
+        fclose(f);
+        return set_err(err, errlen, "%s: not a timeline CSV (header rank,index,action,mb,chunk,peer,start,end)", path);
+    }
+    s->n_actions = calloc(SCHED_MAX_P, sizeof(int));
+    s->actions = calloc(SCHED_MAX_P, sizeof(action_t*));
+    res->start = calloc(SCHED_MAX_P, sizeof(double*)), res->end = calloc(SCHED_MAX_P, sizeof(double*));
+    s->kind = SCHED_1F1B;
+    int cap[SCHED_MAX_P] = {0}, rc = 0;
+    long ln = 1;
+    if (!s->n_actions || !s->actions || !res->start || !res->end) DIE("out of host memory");
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        int r, i, mb, chunk, peer, k;
+        char name[32];
+        double t0, t1;
+        if (sscanf(line, "%d,%d,%31[^,],%d,%d,%d,%lf,%lf", &r, &i, name, &mb, &chunk, &peer, &t0, &t1) != 8 || r < 0 ||
+            r >= SCHED_MAX_P || i != s->n_actions[r] || mb < 0 || chunk < 0 || !(t1 >= t0)) {
+            rc = set_err(err, errlen, "%s line %ld: expected rank (0..%d), the rank's next index, action, mb, chunk, "
+                         "peer, start <= end", path, ln, SCHED_MAX_P - 1);
+            break;
+        }
+        for (k = 0; k < ACT_NKINDS && strcmp(name, act_name((act_kind_t)k)) != 0; k++) {}
+        if (k == ACT_NKINDS) {
+            rc = set_err(err, errlen, "%s line %ld: unknown action '%s'", path, ln, name);
+            break;
+        }
+        if (i == cap[r]) {
+            cap[r] = cap[r] ? 2 * cap[r] : 64;
+            s->actions[r] = realloc(s->actions[r], (size_t)cap[r] * sizeof(action_t));
+            res->start[r] = realloc(res->start[r], (size_t)cap[r] * sizeof(double));
+            res->end[r] = realloc(res->end[r], (size_t)cap[r] * sizeof(double));
+            if (!s->actions[r] || !res->start[r] || !res->end[r]) DIE("out of host memory");
+        }
+        s->actions[r][i] = (action_t){(act_kind_t)k, mb, chunk, peer};
+        res->start[r][i] = t0, res->end[r][i] = t1;
+        s->n_actions[r]++;
+        if (r + 1 > s->p) s->p = r + 1;
+        if (mb + 1 > s->m) s->m = mb + 1;
+        if (chunk + 1 > s->v) s->v = chunk + 1;
+    }
+    fclose(f);
+    for (int r = 0; rc == 0 && r < s->p; r++)
+        if (!s->n_actions[r]) rc = set_err(err, errlen, "%s: rank %d has no rows", path, r);
+    if (rc == 0 && s->p == 0) rc = set_err(err, errlen, "%s: no rows", path);
+    res->p = s->p;
+    if (rc == 0) {
+        res->busy = calloc((size_t)s->p, sizeof(double)), res->finish = calloc((size_t)s->p, sizeof(double));
+        res->peak_live = calloc((size_t)s->p, sizeof(int));
+        if (!res->busy || !res->finish || !res->peak_live) DIE("out of host memory");
+        double busy = 0;
+        for (int r = 0; r < s->p; r++) {
+            for (int i = 0; i < s->n_actions[r]; i++) {
+                if (!act_is_comm(s->actions[r][i].kind)) res->busy[r] += res->end[r][i] - res->start[r][i];
+                if (res->end[r][i] > res->finish[r]) res->finish[r] = res->end[r][i];
+            }
+            if (res->finish[r] > res->makespan) res->makespan = res->finish[r];
+            res->peak_live[r] = sim_peak_live(s, r);
+            busy += res->busy[r];
+        }
+        res->bubble = res->makespan > 0 ? (s->p * res->makespan - busy) / (s->p * res->makespan) : 0;
+    }
+    if (rc != 0) {
+        for (int r = 0; r < SCHED_MAX_P; r++) free(s->actions[r]), free(res->start[r]), free(res->end[r]);
+        free(s->actions), free(s->n_actions), free(res->start), free(res->end);
+        memset(s, 0, sizeof *s), memset(res, 0, sizeof *res);
+    }
+    return rc;
+}
+
 static char cell_letter(const action_t* a) {
     const char up = a->kind == ACT_F ? 'F' : (a->kind == ACT_W ? 'W' : 'B');
     return a->chunk % 2 ? (char)(up - 'A' + 'a') : up;

@@ -74,6 +74,11 @@ int sim_peak_live(const schedule_t* s, int rank);
 // CSV, one row per action: rank,index,action,mb,chunk,peer,start,end (written atomically).
 // 0, or -1 with the reason in err.
 int sim_write_csv(const schedule_t* s, const sim_result_t* res, const char* path, char* err, size_t errlen);
+// Reads such a CSV back (or pp_train's measured timeline, the same columns) into a schedule
+// (p, m, v from the rows; kind left 1F1B: only the lists are known) and a result (start, end,
+// busy, makespan, bubble, peak live), e.g. to draw a GPU run's timeline where gnuplot is. 0, or
+// -1 with one line (both left empty). Free with schedule_free and sim_result_free.
+int sim_read_csv(const char* path, schedule_t* s, sim_result_t* res, char* err, size_t errlen);
 
 // ASCII timeline: one row per rank, one column per time quantum (the smallest compute cost,
 // coarser if the makespan needs more than max_cols columns). F, B, W (BI is drawn B, as in the

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "08_pipeline/schedule.h"
+#include "08_pipeline/simulate.h"
 #include "common/gnuplot.h"
 #include "tests/harness.h"
 
@@ -198,4 +199,63 @@ Test(timeline, bad_prefix_one_line_exit_2) {
         cr_assert(e && !strstr(e + 1, "pp_train: error:"), "%s:\n%s", cmd, g_out);
         cr_assert(!strstr(g_out, "step "), "%s: it ran:\n%s", cmd, g_out);
     }
+}
+
+// sim_read_csv is sim_write_csv's inverse: every schedule's simulated timeline written and read
+// back gives the same lists, times (to the 9 digits written), makespan, bubble and peak live.
+Test(timeline, csv_round_trip_every_schedule) {
+    const sched_kind_t kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZBH1};
+    sim_costs_t c = sim_unit_costs();
+    c.b = 2;
+    for (int k = 0; k < 4; k++) {
+        schedule_t s, t;
+        sim_result_t a, b;
+        char err[512], path[600];
+        cr_assert_eq(schedule_make(kinds[k], 3, 6, kinds[k] == SCHED_INTERLEAVED ? 2 : 1, &s, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(sim_run(&s, &c, &a, err, sizeof err), 0, "%s", err);
+        snprintf(path, sizeof path, "%s/rt_%s.csv", test_tmpdir(), sched_name(kinds[k]));
+        cr_assert_eq(sim_write_csv(&s, &a, path, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(sim_read_csv(path, &t, &b, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(t.p, s.p);
+        cr_assert_eq(t.m, s.m);
+        cr_assert_eq(t.v, s.v);
+        for (int r = 0; r < s.p; r++) {
+            cr_assert_eq(t.n_actions[r], s.n_actions[r], "%s rank %d", sched_name(kinds[k]), r);
+            for (int i = 0; i < s.n_actions[r]; i++) {
+                cr_assert(!memcmp(&t.actions[r][i], &s.actions[r][i], sizeof(action_t)), "%s rank %d action %d",
+                          sched_name(kinds[k]), r, i);
+                cr_assert_float_eq(b.start[r][i], a.start[r][i], 1e-9);
+                cr_assert_float_eq(b.end[r][i], a.end[r][i], 1e-9);
+            }
+            cr_assert_eq(b.peak_live[r], a.peak_live[r]);
+        }
+        cr_assert_float_eq(b.makespan, a.makespan, 1e-9);
+        cr_assert_float_eq(b.bubble, a.bubble, 1e-9, "%s: read %g, simulated %g", sched_name(kinds[k]), b.bubble, a.bubble);
+        sim_result_free(&a), sim_result_free(&b), schedule_free(&s), schedule_free(&t);
+    }
+}
+
+// schedule --from-csv: a file that is not a timeline, or a row out of order, is one line, exit 2.
+Test(timeline, from_csv_refuses_bad_files) {
+    char bad[600], gap[600], cmd[2048];
+    snprintf(bad, sizeof bad, "%s/not_a_timeline.csv", test_tmpdir());
+    snprintf(gap, sizeof gap, "%s/gap.csv", test_tmpdir());
+    FILE* f = fopen(bad, "w");
+    fputs("a,b,c\n1,2,3\n", f);
+    fclose(f);
+    f = fopen(gap, "w");
+    fputs("rank,index,action,mb,chunk,peer,start,end\n0,0,F,0,0,-1,0,1\n0,2,B,0,0,-1,1,3\n", f);
+    fclose(f);
+    const char* files[2] = {bad, gap};
+    const char* want[2] = {"not a timeline CSV", "line 3: expected rank"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s/08_pipeline/schedule --from-csv %s --png %s/x.png 2>&1", build_dir(), files[k],
+                 test_tmpdir());
+        cr_assert_eq(run_capture(cmd, g_out, sizeof g_out), 2, "%s", g_out);
+        cr_assert(strstr(g_out, want[k]), "%s", g_out);
+        cr_assert_eq(strchr(g_out, '\n'), g_out + strlen(g_out) - 1, "one line: %s", g_out);
+    }
+    snprintf(cmd, sizeof cmd, "%s/08_pipeline/schedule --from-csv %s 2>&1", build_dir(), bad);
+    cr_assert_eq(run_capture(cmd, g_out, sizeof g_out), 2, "%s", g_out);
+    cr_assert(strstr(g_out, "--from-csv needs --png"), "%s", g_out);
 }
