@@ -13,7 +13,14 @@
 // --check-single rank 0 also trains one model on the whole global batch and compares.
 //
 // Backends: the CPU model over MPI (host memory), or the CUDA model over NCCL (one GPU a rank).
+//
+// --zero K / --shard course: optimizer-state sharding is stage 07's, and a stage links only the
+// stages before it, so ddp_train hands such a run to 07's zero_train (execv before MPI starts,
+// the same flags; every rank does it, so mpirun sees one program throughout). Flags zero_train
+// does not have (--variant, --timeline, --nvtx, --check-single) are refused with one line.
+#include <errno.h>
 #include <math.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,7 +192,49 @@ static int check_single(trainer_t* t, int steps, uint64_t seed) {
     return bad ? 1 : 0;
 }
 
+// The hand-off above. Returns if argv has neither --zero nor --shard; else execs zero_train or
+// exits 2 with one line (rank 0's, or every process's outside mpirun).
+static void hand_to_zero_train(int argc, char** argv) {
+    static const char* const ddp_only[] = {"--variant", "--timeline", "--nvtx", "--check-single"};
+    int zero = 0;
+    const char* bad = NULL;
+    for (int i = 1; i < argc; i++) {
+        const size_t n = strcspn(argv[i], "=");
+        if ((n == 6 && !strncmp(argv[i], "--zero", 6)) || (n == 7 && !strncmp(argv[i], "--shard", 7))) zero = 1;
+        for (size_t k = 0; k < sizeof ddp_only / sizeof *ddp_only; k++)
+            if (strlen(ddp_only[k]) == n && !strncmp(argv[i], ddp_only[k], n)) bad = ddp_only[k];
+    }
+    if (!zero) return;
+    const char* r = getenv("OMPI_COMM_WORLD_RANK");
+    const int talk = !r || !strcmp(r, "0");  // one line from the job, not one per rank
+    if (bad) {
+        if (talk) fprintf(stderr, "ddp_train: %s is not a flag of stage 07's zero_train, which runs --zero/--shard (its own flags: zero_train --help)\n", bad);
+        exit(EXIT_BAD_INPUT);
+    }
+    char self[4096], path[4200];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        if (talk) fprintf(stderr, "ddp_train: --zero: cannot find this program's path (/proc/self/exe): %s\n", strerror(errno));
+        exit(EXIT_BAD_INPUT);
+    }
+    self[len] = '\0';
+    char* slash = strrchr(self, '/');
+    *slash = '\0';  // .../06_ddp
+    snprintf(path, sizeof path, "%s/../07_zero/zero_train", self);
+    if (access(path, X_OK) != 0) {
+        if (talk) fprintf(stderr, "ddp_train: --zero/--shard run stage 07's zero_train, which is not built at %s (make build-07)\n", path);
+        exit(EXIT_BAD_INPUT);
+    }
+    if (talk) printf("ddp_train: --zero/--shard: optimizer-state sharding is stage 07's; running %s with the same flags\n", path);
+    fflush(stdout);
+    argv[0] = path;
+    execv(path, argv);
+    if (talk) fprintf(stderr, "ddp_train: cannot run %s: %s\n", path, strerror(errno));
+    exit(EXIT_BAD_INPUT);
+}
+
 int main(int argc, char** argv) {
+    hand_to_zero_train(argc, argv);  // --zero / --shard: stage 07's program takes the run
     const char* model_s = "tiny";
     const char* variant_s = "bucketed";
     const char* bucket_s = "25";
@@ -194,6 +243,7 @@ int main(int argc, char** argv) {
     const char* attn_s = "naive";
     const char* csv = "";
     const char* timeline = "";
+    const char *zero_s = "", *shard_s = "";  // never set here: hand_to_zero_train has taken any run that gives them
     int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1, nvtx = 0;
     double lr = 1e-3, timeout_s = 0;
     cli_opt_t opts[] = {
@@ -214,6 +264,8 @@ int main(int argc, char** argv) {
         {"timeline", CLI_STR, &timeline, "", "GPU: after each run, profile one more step on rank 0 and draw its per-stream kernel timeline into this directory (CSV + PNG)", NULL},
         {"nvtx", CLI_FLAG, &nvtx, "0", "NVTX ranges around forward, backward, the gradient wait and the optimizer (for nsys)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
+        {"zero", CLI_STR, &zero_s, "", "ZeRO levels 0|1|2|3 (comma list, or all): hands the run to stage 07's zero_train with the same flags", NULL},
+        {"shard", CLI_STR, &shard_s, "", "course: the course's sharded optimizer (stage 07's zero_train, as --zero)", NULL},
     };
     comm_cli_parse(argc, argv, "Data-parallel training of the Transformer LM (run under mpirun).", opts, CLI_COUNT(opts));
 #define BAD(...) comm_bad_input(__VA_ARGS__)

@@ -4,6 +4,7 @@
 // 4 ranks (CPU model over MPI), and on 2 GPUs over NCCL where there are 2 GPUs.
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/gpu.h"
 #include "tests/harness.h"
@@ -56,4 +57,25 @@ Test(ddp_train_nccl, every_variant_2_gpus) {
     if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
     const char* variants[] = {"naive", "flat", "overlap", "bucketed"};
     for (int i = 0; i < 4; i++) equal_to_single(2, variants[i], "--backend nccl --bucket-mb 0.05");
+}
+
+// --zero / --shard hand the run to stage 07's zero_train (a stage links only earlier stages):
+// the same flags reach it, its checks run (replicas identical, state == its formula), and a
+// ddp_train-only flag beside --zero is one line, exit 2.
+Test(ddp_train_mpi, zero_and_shard_run_stage_07) {
+    char zt[600];
+    snprintf(zt, sizeof zt, "%s/07_zero/zero_train", build_dir());
+    if (access(zt, X_OK) != 0) cr_skip_test("%s is not built (make build-07): the hand-off has nothing to run", zt);
+    int st = run_train(2, "--zero 1 --model tiny --context 16 --steps 1 --warmup 0");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "running ") && strstr(g_out, "07_zero/zero_train with the same flags"), "%s", g_out);
+    cr_assert(strstr(g_out, "zero1   done:") && strstr(g_out, "replicas bitwise identical on every rank") &&
+                  strstr(g_out, "optimizer state == the formula on every rank"),
+              "%s", g_out);
+    st = run_train(2, "--shard course --model tiny --context 16 --steps 1 --warmup 0");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "course  done:"), "%s", g_out);
+    st = run_train(2, "--zero 1 --variant flat");
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "ddp_train: --variant is not a flag of stage 07's zero_train"), "%s", g_out);
 }
