@@ -185,8 +185,12 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
                 // --scan-variants: every bf16 tile-shape variant, one row each (naive only once)
                 for (int v = scan ? 0 : v0; v < (scan ? nvar : v0 + 1); v++) {
                     if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, v);
+                    // The name comes from the dispatch (flash_fwd_kernel_name), not from the table
+                    // entry asked for: a wgmma variant in a build without sm_90a runs entry 0.
+                    attn_args_t which = {0};
+                    which.dtype = dt, which.d = d;
                     flash_point(t, h, dt, B, H, (int)Ns[ni], d, causal, scan && v > 0 ? 0 : naive_max_N,
-                                vl ? vl[v].name : "-");
+                                flash_fwd_kernel_name(&which));
                 }
             if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, v0);
         }

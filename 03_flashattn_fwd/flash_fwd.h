@@ -31,6 +31,12 @@ int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen);
 // Writes a->o and a->lse (device pointers). Asynchronous on stream. Calls fail() (exit 2)
 // if flash_fwd_supports rejects *a.
 void flash_forward_cuda(const attn_args_t* a, cudaStream_t stream);
+// The kernel flash_forward_cuda runs for *a's dtype and head dim with this process's variant
+// selection: the bf16 variant's name ("w4 mt2 bk64", "wgmma w8 mt1 bk64", ...) or "f32 cuda-core";
+// "unsupported" where flash_fwd_supports would refuse the dtype or head dim. What benchmarks
+// print, so that the name is the dispatch's own answer. Asks the GPU only when the selected
+// variant is the wgmma one (was it built?).
+const char* flash_fwd_kernel_name(const attn_args_t* a);
 // {"flash2_fwd", supports, forward, backward = NULL, bwd_workspace_bytes = NULL}.
 const attention_impl_t* flash_attention_fwd_impl(void);
 

@@ -3,6 +3,8 @@
 // `bench --variant` times them.
 #include <cuda_runtime.h>
 #include "common/check.h"
+#include "common/wgmma.cuh"  // wgmma_built
+#include "03_flashattn_fwd/flash_fwd.h"
 #include "03_flashattn_fwd/flash_fwd_internal.h"
 
 extern "C" {
@@ -37,10 +39,36 @@ extern "C" int flash_fwd_bf16_block_rows(int d) {
     return bq;
 }
 
+extern "C" int flash_fwd_bf16_variant_that_runs(int d, int requested, int wgmma_built) {
+    const flash_variant_t* list;
+    const int n = flash_fwd_bf16_variants(d, &list);
+    if (n == 0) return -1;
+    if (requested < 0 || requested >= n) return 0;  // a variant this d lacks: the default
+    if (list[requested].wgmma && !wgmma_built) return 0;  // what its launcher falls back to
+    return requested;
+}
+
+// The selected variant's index for head dim d; wgmma_built() (a device query) is asked only
+// when that variant is a wgmma one.
+static int variant_now(int d) {
+    const flash_variant_t* list;
+    const int n = flash_fwd_bf16_variants(d, &list);
+    const int v = g_variant[d];
+    const int needs_wgmma = n > 0 && v >= 0 && v < n && list[v].wgmma;
+    return flash_fwd_bf16_variant_that_runs(d, v, needs_wgmma ? (int)wgmma_built() : 1);
+}
+
 extern "C" void flash_fwd_bf16_launch(const attn_args_t* a, cudaStream_t stream) {
     const flash_variant_t* list;
-    const int n = flash_fwd_bf16_variants(a->d, &list);
-    if (n == 0) DIE("flash_fwd_bf16_launch: head dim %d not supported", a->d);
-    const int v = g_variant[a->d];
-    list[v < n ? v : 0].launch(a, stream);  // a variant this d lacks: the default
+    if (flash_fwd_bf16_variants(a->d, &list) == 0) DIE("flash_fwd_bf16_launch: head dim %d not supported", a->d);
+    list[variant_now(a->d)].launch(a, stream);
+}
+
+extern "C" const char* flash_fwd_kernel_name(const attn_args_t* a) {
+    if (!a || (a->d != 16 && a->d != 32 && a->d != 64 && a->d != 128)) return "unsupported";
+    if (a->dtype == DT_F32) return "f32 cuda-core";  // flash_forward_cuda's other branch
+    if (a->dtype != DT_BF16) return "unsupported";
+    const flash_variant_t* list;
+    flash_fwd_bf16_variants(a->d, &list);
+    return list[variant_now(a->d)].name;
 }

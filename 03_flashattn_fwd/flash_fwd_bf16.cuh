@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "common/check.h"
+#include "common/mma_sync.cuh"
 #include "03_flashattn_fwd/flash_fwd_internal.h"
 
 // Included by flash_fwd_bf16_d{16,32,64,128}.cu, each instantiating its variants (Cfg) in
@@ -28,47 +29,8 @@ namespace {
 
 typedef __nv_bfloat16 bf16;
 
-// ---------------------------------------------------------------- PTX wrappers
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-// 16-byte async copy global -> shared; with valid == false the 16 bytes are zero-filled
-// (src-size 0), which is how rows past Nq / Nk become zeros.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-// c += a * b for one 16x8x16 tile: a = 4 regs (16x16 bf16, row), b = 2 regs (16x8 bf16, col).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo: the lower column
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ float fast_exp2(float x) {  // 2^x; ex2.approx(-inf) = 0
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
+// PTX wrappers (cp.async, ldmatrix, mma.sync, pack_bf16, ex2_approx): common/mma_sync.cuh,
+// shared with stage 04's backward.
 
 // ---------------------------------------------------------------- tile shapes
 template <int D_, int WARPS_, int MT_, int BK_, int MINB_>
@@ -130,7 +92,7 @@ __device__ __forceinline__ void load_tile(bf16* s, const bf16* g, int64_t rs, in
         const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
         const bool valid = r0 + r < n;
         const bf16* src = valid ? g + (int64_t)(r0 + r) * rs + col : g;
-        cp_async16(smem_addr(s + r * C::LD + col), src, valid);
+        cp_async16(smem_u32(s + r * C::LD + col), src, valid);
     }
 }
 
@@ -191,7 +153,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_kernel(con
                 for (int ks = 0; ks < C::KS_QK; ks++) {
                     const int r = wrow0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
                     const int c = ks * 16 + 8 * (lane / 16);
-                    ldmatrix_x4(qf[mt][ks], smem_addr(sQ + r * C::LD + c));
+                    ldmatrix_x4(qf[mt][ks], smem_u32(sQ + r * C::LD + c));
                 }
         }
 
@@ -218,11 +180,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_kernel(con
                     uint32_t kb[4];
                     const int r = np * 16 + (lane % 8) + 8 * (lane / 16);
                     const int c = ks * 16 + 8 * ((lane / 8) % 2);
-                    ldmatrix_x4(kb, smem_addr(sKj + r * C::LD + c));
+                    ldmatrix_x4(kb, smem_u32(sKj + r * C::LD + c));
     #pragma unroll
                     for (int mt = 0; mt < C::MT; mt++) {
-                        mma_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
-                        mma_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
+                        mma_m16n8k16_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
+                        mma_m16n8k16_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
                     }
                 }
             }
@@ -256,13 +218,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_kernel(con
                     // mx is -inf only if this row has seen no key yet; cannot happen (key 0 is in
                     // tile 0 and visible to every row) but keeps 2^(-inf - -inf) = NaN out regardless.
                     const float mbase = (mx == -INFINITY) ? 0.0f : mx * p.scale_log2;
-                    const float alpha = fast_exp2(m[mt][hf] * p.scale_log2 - mbase);
+                    const float alpha = ex2_approx(m[mt][hf] * p.scale_log2 - mbase);
                     float rs = 0.0f;
     #pragma unroll
                     for (int nt = 0; nt < C::NT_S; nt++)
     #pragma unroll
                         for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                            const float pe = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -mbase));
+                            const float pe = ex2_approx(fmaf(s[mt][nt][e], p.scale_log2, -mbase));
                             s[mt][nt][e] = pe;
                             rs += pe;
                         }
@@ -293,11 +255,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_kernel(con
                     uint32_t vb[4];
                     const int r = ks * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
                     const int c = np * 16 + 8 * (lane / 16);
-                    ldmatrix_x4_trans(vb, smem_addr(sVj + r * C::LD + c));
+                    ldmatrix_x4_trans(vb, smem_u32(sVj + r * C::LD + c));
     #pragma unroll
                     for (int mt = 0; mt < C::MT; mt++) {
-                        mma_bf16(o[mt][2 * np], pa[mt], vb[0], vb[1]);
-                        mma_bf16(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+                        mma_m16n8k16_bf16(o[mt][2 * np], pa[mt], vb[0], vb[1]);
+                        mma_m16n8k16_bf16(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
                     }
                 }
             }

@@ -26,11 +26,11 @@ __device__ __forceinline__ void qk_pair(float (&s)[C::MT][C::NT_S][4], const uin
         uint32_t kb[4];
         const int r = np * 16 + (lane % 8) + 8 * (lane / 16);
         const int c = ks * 16 + 8 * ((lane / 8) % 2);
-        ldmatrix_x4(kb, smem_addr(sKt + r * C::LD + c));
+        ldmatrix_x4(kb, smem_u32(sKt + r * C::LD + c));
 #pragma unroll
         for (int mt = 0; mt < C::MT; mt++) {
-            mma_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
-            mma_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
+            mma_m16n8k16_bf16(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
+            mma_m16n8k16_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
         }
     }
     // STUDENT-END(03.flash_fwd_pipe_qk)
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_pipe_kerne
         for (int ks = 0; ks < C::KS_QK; ks++) {
             const int r = wrow0 + mt * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
             const int c = ks * 16 + 8 * (lane / 16);
-            ldmatrix_x4(qf[mt][ks], smem_addr(sQ + r * C::LD + c));
+            ldmatrix_x4(qf[mt][ks], smem_u32(sQ + r * C::LD + c));
         }
     float s[C::MT][C::NT_S][4];   // S_j (raw scores, then P~)
     float sn[C::MT][C::NT_S][4];  // S_{j+1}, being computed
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_pipe_kerne
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                     mbase[mt][hf] = (mx == -INFINITY) ? 0.0f : mx * p.scale_log2;
-                    const float alpha = fast_exp2(m[mt][hf] * p.scale_log2 - mbase[mt][hf]);
+                    const float alpha = ex2_approx(m[mt][hf] * p.scale_log2 - mbase[mt][hf]);
                     l[mt][hf] *= alpha;
                     m[mt][hf] = mx;
                     rs[mt][hf] = 0.0f;
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_pipe_kerne
                     for (int nt = 2 * np; nt < 2 * np + 2; nt++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const float pe = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -mbase[mt][e / 2]));
+                            const float pe = ex2_approx(fmaf(s[mt][nt][e], p.scale_log2, -mbase[mt][e / 2]));
                             s[mt][nt][e] = pe;
                             rs[mt][e / 2] += pe;
                         }
@@ -175,11 +175,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_pipe_kerne
                     uint32_t vb[4];
                     const int r = ks * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
                     const int c = np * 16 + 8 * (lane / 16);
-                    ldmatrix_x4_trans(vb, smem_addr(sVj + r * C::LD + c));
+                    ldmatrix_x4_trans(vb, smem_u32(sVj + r * C::LD + c));
 #pragma unroll
                     for (int mt = 0; mt < C::MT; mt++) {
-                        mma_bf16(o[mt][2 * np], pa[mt], vb[0], vb[1]);
-                        mma_bf16(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+                        mma_m16n8k16_bf16(o[mt][2 * np], pa[mt], vb[0], vb[1]);
+                        mma_m16n8k16_bf16(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
                     }
                 }
             }

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(c
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgFwdCfg C;
     extern __shared__ __align__(16) unsigned char smem_wg[];  // 16-byte alignment: all common/wgmma.cuh's layout needs
-    const uint32_t sbase = smem_addr(smem_wg);
+    const uint32_t sbase = smem_u32(smem_wg);
 
     const BlockPos bp = block_pos(p, C::BQ);  // long causal tiles first
     const int bh = bp.bh, b = bp.b, h = bp.h, i0 = bp.i0;
@@ -110,13 +110,13 @@ __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(c
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float mbase = (mx == -INFINITY) ? 0.0f : mx * p.scale_log2;  // a row with no key yet
-                const float alpha = fast_exp2(m[hf] * p.scale_log2 - mbase);
+                const float alpha = ex2_approx(m[hf] * p.scale_log2 - mbase);
                 float rs = 0.0f;
 #pragma unroll
                 for (int n = 0; n < 8; n++)
 #pragma unroll
                     for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        const float pe = fast_exp2(fmaf(s[4 * n + e], p.scale_log2, -mbase));
+                        const float pe = ex2_approx(fmaf(s[4 * n + e], p.scale_log2, -mbase));
                         s[4 * n + e] = pe;
                         rs += pe;
                     }

@@ -22,11 +22,18 @@ typedef struct {
     const char* name;  // "w4 mt2 bk64": warps, 16-row m-tiles per warp, key-tile rows
     int bq;            // query-tile rows
     void (*launch)(const attn_args_t* a, cudaStream_t stream);
+    int wgmma;         // 1: a wgmma kernel, which runs only where the code was built for sm_90a
+                       // (elsewhere its launcher runs entry 0, and so does the dispatch below)
 } flash_variant_t;
 int flash_fwd_bf16_variants(int d, const flash_variant_t** list);  // count; 0 for an unsupported d
 // Selects variant v (an index into the list; out of range: the default) for head dim d.
 // Tests and the bench only; process-wide, not thread-safe.
 void flash_fwd_bf16_set_variant(int d, int v);
+// The dispatch rule, as a pure function (no GPU; tested on the CPU): the index of the variant
+// that runs at head dim d when variant `requested` is selected, in a build with or without the
+// wgmma code. Out of range, or a wgmma variant without it: 0 (the default). -1 for an
+// unsupported d. flash_fwd_bf16_launch and flash_fwd_kernel_name both go through it.
+int flash_fwd_bf16_variant_that_runs(int d, int requested, int wgmma_built);
 void flash_fwd_f32_launch(const attn_args_t* a, cudaStream_t stream);   // fp32 CUDA cores
 
 #ifdef __cplusplus

@@ -124,3 +124,41 @@ Test(api, variant_tables) {
     const flash_variant_t* vl = NULL;
     cr_assert_eq(flash_fwd_bf16_variants(48, &vl), 0);
 }
+
+// The dispatch rule (flash_fwd_bf16_variant_that_runs) against the variant tables: the selected
+// variant runs when it exists, else entry 0; a wgmma variant runs only in a build with its code.
+// flash_fwd_kernel_name, which the bench prints, names what that rule picks.
+Test(api, variant_that_runs_and_its_name) {
+    const int dims[] = {16, 32, 64, 128};
+    int n_wgmma = 0;
+    for (int i = 0; i < 4; i++) {
+        const int d = dims[i];
+        const flash_variant_t* vl = NULL;
+        const int n = flash_fwd_bf16_variants(d, &vl);
+        for (int v = -1; v <= n + 1; v++)
+            for (int built = 0; built <= 1; built++) {
+                int want = (v < 0 || v >= n) ? 0 : v;
+                if (vl[want].wgmma && !built) want = 0;
+                cr_assert_eq(flash_fwd_bf16_variant_that_runs(d, v, built), want, "d %d v %d built %d", d, v, built);
+            }
+        for (int v = 0; v < n; v++) n_wgmma += vl[v].wgmma;
+        // The default is not a wgmma variant, so naming it needs no GPU.
+        cr_assert_eq(vl[0].wgmma, 0);
+        attn_args_t a = valid_args();
+        a.d = d;
+        cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[0].name, "d %d", d);
+        if (n > 1) {  // a selected non-wgmma variant is what the name says, and back
+            const int v = vl[1].wgmma ? 0 : 1;
+            flash_fwd_bf16_set_variant(d, v);
+            cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[v].name, "d %d", d);
+            flash_fwd_bf16_set_variant(d, 0);
+        }
+    }
+    cr_assert_eq(n_wgmma, 1, "one wgmma variant (d 64's last), as flash_fwd_bf16_d64.cu says");
+    cr_assert_eq(flash_fwd_bf16_variant_that_runs(48, 0, 1), -1);
+    attn_args_t a = valid_args();
+    a.dtype = DT_F32;
+    cr_assert_str_eq(flash_fwd_kernel_name(&a), "f32 cuda-core");
+    a.d = 48;
+    cr_assert_str_eq(flash_fwd_kernel_name(&a), "unsupported");
+}

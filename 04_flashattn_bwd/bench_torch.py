@@ -8,6 +8,13 @@ flushed before each run, median), for
 Writes a CSV: dtype, d, N, impl, fwd_ms, fwdbwd_ms.
 
     python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --reps 100   (leaderboard)
+
+--do-bench also times each SDPA backend's forward+backward with the course leaderboard's own
+statistic, triton.testing.do_bench(fn, rep=10000, warmup=1000) (its default return_mode, "mean":
+the mean of every run that fits in `rep` ms after `warmup` ms, the 256 MB cache zeroed before
+each run), printed and written as a second CSV (<csv>_dobench.csv). Needs triton (PyTorch ships
+it on Linux); without it the line says so and the median table is unaffected. The C side's same
+statistic: `build/04_flashattn_bwd/bench --mode leaderboard` (04_flashattn_bwd/dobench.h).
 """
 import argparse
 import csv
@@ -48,10 +55,14 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-ms", type=float, default=1000)
     ap.add_argument("--csv", default="results/04_torch.csv")
+    ap.add_argument("--do-bench", action="store_true",
+                    help="also triton.testing.do_bench (mean) of each SDPA backend's forward+backward")
+    ap.add_argument("--do-bench-rep", type=float, default=10000, help="do_bench rep, ms (the course: 10000)")
+    ap.add_argument("--do-bench-warmup", type=float, default=1000, help="do_bench warmup, ms (the course: 1000)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_torch.py: needs a CUDA GPU")
-    rows = []
+    rows, db_rows = [], []
     print(f"# GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
     print(f"# batch {a.B}, {a.H} heads, {'causal' if a.causal else 'non-causal'}; fwd+bwd = backward of o.sum()")
     print("| dtype | d | N | impl | fwd ms | fwd+bwd ms |\n|---|---|---|---|---|---|")
@@ -92,6 +103,9 @@ def main():
                             res.append("skipped" if "skipped" in str(e) else "n/a")
                         q.grad = k.grad = v.grad = None
                         torch.cuda.empty_cache()
+                    if a.do_bench and impl in BACKENDS and res[1] not in ("OOM", "n/a", "skipped"):
+                        db_rows.append([dts, d, n, impl, do_bench_fwd_bwd(q, k, v, impl, bool(a.causal), a)])
+                        q.grad = k.grad = v.grad = None
                     rows.append([dts, d, n, impl] + res)
                     write_csv(a.csv, rows)  # after every point: a run cut short keeps what it measured
                     if res[0] != "skipped":
@@ -99,6 +113,31 @@ def main():
                 del q, k, v
                 torch.cuda.empty_cache()
     write_csv(a.csv, rows)
+    if a.do_bench:
+        path = a.csv[:-4] + "_dobench.csv" if a.csv.endswith(".csv") else a.csv + "_dobench.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["dtype", "d", "N", "impl", "fwdbwd_do_bench_mean_ms"])
+            w.writerows(db_rows)
+
+
+def do_bench_fwd_bwd(q, k, v, impl, causal, a):
+    """triton.testing.do_bench of one SDPA backend's forward+backward, as the course times the
+    leaderboard (the mean; gradients accumulate across runs there too: no grad_to_none)."""
+    try:
+        import triton.testing
+    except ImportError as e:
+        print(f"# do_bench {impl}: triton is not importable ({e}); no do_bench statistic")
+        return "no triton"
+
+    def fn():
+        with sdpa_kernel(BACKENDS[impl]):
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal).sum().backward()
+
+    ms = triton.testing.do_bench(fn, rep=a.do_bench_rep, warmup=a.do_bench_warmup)
+    print(f"# do_bench {impl} fwd+bwd: {ms:.4f} ms (triton {triton.__version__}, "
+          f"do_bench(fn, rep={a.do_bench_rep:g}, warmup={a.do_bench_warmup:g}), return_mode mean)", flush=True)
+    return f"{ms:.4f}"
 
 
 if __name__ == "__main__":

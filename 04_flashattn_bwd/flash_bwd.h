@@ -1,6 +1,16 @@
 // Stage 04: FlashAttention-2 backward. CPU references (naive and tiled Algorithm 2, fp32) and the
-// CUDA kernels (two-pass without atomics, and Algorithm 2's single pass with an atomic dQ),
-// behind common/attention.h's attention_impl_t together with stage 03's forward.
+// CUDA kernels behind common/attention.h's attention_impl_t together with stage 03's forward.
+//
+// Where the kernels are (the full table with measured times: NOTES.md, "Version table"):
+//   DEFAULT: version 19 (FLASH_BWD_DEFAULT_VERSION below) = flash_bwd_wgmma.cu, the single pass
+//            on Hopper's wgmma, for bf16, d = 64, 16-byte rows, in sm_90a builds; the other bf16
+//            head dims 16 and 32 (and d 64 without sm_90a) run version 10 of flash_bwd_fa2.cu.
+//   versions 1-5   two-pass mma.sync kernels: flash_bwd_mma.cu (5's dK/dV: flash_bwd_dkdv_mt2.cu);
+//                  d = 128 (any version) runs these (version 1's two-pass kernels)
+//   versions 6-15  single-pass mma.sync kernels laid out as FlashAttention-2: flash_bwd_fa2.cu
+//   versions 16-19 single pass on wgmma, d 64: flash_bwd_wgmma.cu
+//   fp32, unaligned rows: the SIMT kernels, flash_bwd_simt.cu
+//   the choice: flash_bwd_plan() (flash_bwd_dispatch.c); the launches: flash_bwd_cuda.cu
 //
 // Conventions (the same as stage 03's flash_fwd.h): S = scale * Q K^T; causal is top-left
 // aligned (query i sees keys j <= i, also when Nq != Nk); L_i = log sum_j exp(S_ij) (natural
@@ -40,7 +50,7 @@ size_t flash_bwd_workspace_bytes(const attn_args_t* a);
 size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a);
 // The backward. Versions 1-5 (and every version where the single-pass kernels do not apply):
 // two passes, no atomics: D pre-pass, a key-tile-parallel kernel for dK and dV, a
-// query-tile-parallel kernel for dQ (P recomputed in each). Versions 6-15 for bf16, d <= 64:
+// query-tile-parallel kernel for dQ (P recomputed in each). Versions 6-19 for bf16, d <= 64:
 // the single pass of flash_backward_atomic_cuda (dQ run-to-run nondeterministic in the last
 // bits). Reads q, k, v, o, dout, lse; writes dq, dk, dv. Asynchronous on stream; fail()
 // (exit 2) if flash_bwd_supports rejects *a.
@@ -48,12 +58,38 @@ void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream);
 // Algorithm 2 as written: one key-tile-parallel kernel that also adds its share of dQ into an
 // fp32 accumulator with atomicAdd, then a pass that scales and casts it into dq.
 void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream);
-// Which kernels flash_backward_cuda picks for *a: "mma-bf16" (tensor cores) or "simt".
+// Which family of kernels flash_backward_cuda picks for *a: "mma-bf16" (tensor cores) or "simt".
 const char* flash_bwd_kernel_name(const attn_args_t* a);
+
+// The dispatch as data. flash_bwd_plan is a pure function (no GPU): for *a (dtype, d, pointer
+// alignment and strides), the requested version, the single pass (atomic = 1, as
+// flash_backward_atomic_cuda) or not, and whether the build has the wgmma kernels, it says
+// which kernels run. flash_backward_cuda and flash_backward_atomic_cuda launch what it says,
+// and benchmarks print its name, so the printed name is the kernel that ran.
+typedef enum {
+    FLASH_BWD_PATH_SIMT,           // flash_bwd_simt.cu (fp32, or rows the tensor cores cannot take)
+    FLASH_BWD_PATH_MMA_TWO_PASS,   // flash_bwd_mma.cu (+ flash_bwd_dkdv_mt2.cu for version 5)
+    FLASH_BWD_PATH_MMA_SINGLE,     // flash_bwd_mma.cu, dQ by atomics / bulk reduce (versions 1-5)
+    FLASH_BWD_PATH_FA2,            // flash_bwd_fa2.cu (versions 6-15; 10 stands in for 16-19)
+    FLASH_BWD_PATH_WGMMA,          // flash_bwd_wgmma.cu (versions 16-19, d 64, sm_90a)
+} flash_bwd_path_t;
+typedef struct {
+    flash_bwd_path_t path;
+    int version;      // the version whose kernels run (0: SIMT, which has no versions)
+    int single_pass;  // 1: one kernel adds dQ into the fp32 accumulator, then a cast; 0: two passes
+    const char* file; // where the kernels are
+    char name[96];    // "v19 wgmma single pass (flash_bwd_wgmma.cu)": what benchmarks print
+} flash_bwd_plan_t;
+flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, int wgmma_built);
+// The plan for this process's version (flash_bwd_set_version) and build; asks the GPU whether
+// the wgmma kernels were built (so it needs one).
+flash_bwd_plan_t flash_bwd_current_plan(const attn_args_t* a, int atomic);
+// 1 if the tensor-core kernels take *a (bf16, d in {16, 32, 64, 128}, 16-byte aligned rows).
+int flash_bwd_mma_ok(const attn_args_t* a);
 // Benchmark knobs (process-wide, not thread-safe; the defaults are what ships):
 // version of the tensor-core kernels, 1 to FLASH_BWD_MAX_VERSION (flash_bwd_mma.cu,
 // flash_bwd_fa2.cu, flash_bwd_wgmma.cu and NOTES.md say what changed): 1-5 two-pass, 6-19
-// single-pass (16-19: wgmma, d 64, sm_90a builds; for bf16,
+// single-pass (16-19: wgmma, d 64, sm_90a builds, version 10 at other d; for bf16,
 // d <= 64 with 16-byte rows flash_backward_cuda is then the single pass too; elsewhere they
 // run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
 // kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel

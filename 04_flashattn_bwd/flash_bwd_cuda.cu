@@ -1,6 +1,6 @@
-// The host side of the CUDA backward: argument checks, the workspace layout, the choice between
-// the tensor-core kernels (flash_bwd_mma.cu) and the SIMT ones (flash_bwd_simt.cu), and the
-// attention_impl_t that pairs stage 03's forward with this backward.
+// The host side of the CUDA backward: argument checks, the workspace layout, the launches of the
+// kernels that flash_bwd_plan (flash_bwd_dispatch.c) chooses, and the attention_impl_t that
+// pairs stage 03's forward with this backward.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,7 +31,7 @@ extern "C" size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a) {
     return d_bytes(a) + sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
 }
 
-// Versions 6-16 make flash_backward_cuda itself single-pass, and the version is a
+// Versions 6-19 make flash_backward_cuda itself single-pass, and the version is a
 // process-wide switch that may change after the caller allocated: always room for the
 // accumulator.
 extern "C" size_t flash_bwd_workspace_bytes(const attn_args_t* a) { return flash_bwd_atomic_workspace_bytes(a); }
@@ -66,22 +66,14 @@ extern "C" int flash_bwd_supports(const attn_args_t* a, char* err, size_t errlen
     return bwd_check(a, err, errlen, 1);
 }
 
-// The tensor-core path wants bf16, a head dim it was built for, and 16-byte aligned rows (for
-// cp.async): every base pointer 16-byte aligned and every stride a multiple of 8 elements.
-static int mma_ok(const attn_args_t* a) {
-    if (a->dtype != DT_BF16) return 0;
-    if (a->d != 16 && a->d != 32 && a->d != 64 && a->d != 128) return 0;
-    const void* ptrs[] = {a->q, a->k, a->v, a->dout, a->dq, a->dk, a->dv};
-    for (int i = 0; i < 7; i++)
-        if ((uintptr_t)ptrs[i] % 16) return 0;
-    const int64_t* strides[] = {a->sq, a->sk, a->sv, a->sdo, a->sdq, a->sdk, a->sdv};
-    for (int i = 0; i < 7; i++)
-        for (int x = 0; x < 3; x++)
-            if (strides[i][x] % 8) return 0;
-    return 1;
-}
+extern "C" const char* flash_bwd_kernel_name(const attn_args_t* a) { return flash_bwd_mma_ok(a) ? "mma-bf16" : "simt"; }
 
-extern "C" const char* flash_bwd_kernel_name(const attn_args_t* a) { return mma_ok(a) ? "mma-bf16" : "simt"; }
+// flash_bwd_plan (flash_bwd_dispatch.c) with this process's version; the device is asked whether
+// the wgmma kernels exist only when the plan could use them.
+extern "C" flash_bwd_plan_t flash_bwd_current_plan(const attn_args_t* a, int atomic) {
+    const int could_use_wgmma = g_version >= 16 && a->d == 64 && flash_bwd_mma_ok(a);
+    return flash_bwd_plan(a, g_version, atomic, could_use_wgmma ? (int)bwd_wgmma_available() : 0);
+}
 
 static BwdParams make_params(const attn_args_t* a) {
     BwdParams p;
@@ -107,40 +99,42 @@ static void check_args(const attn_args_t* a, const char* who) {
     if (!a->workspace) fail("%s: workspace is NULL (allocate the bytes the workspace function returns)", who);
 }
 
-// Versions 6-16 have kernels for bf16, d <= 64 only; elsewhere they run version 1's kernels.
-static int fa2_ok(const attn_args_t* a) { return g_version >= 6 && mma_ok(a) && a->d <= 64; }
-static int legacy_version(void) { return g_version >= 6 ? 1 : g_version; }
-
-static void backward_single_pass(const attn_args_t* a, cudaStream_t stream) {
+// The single pass: the fp32 dQ accumulator zeroed, the D pre-pass, the kernel the plan names,
+// the cast of the accumulator into dq.
+static void backward_single_pass(const attn_args_t* a, const flash_bwd_plan_t& plan, cudaStream_t stream) {
     BwdParams p = make_params(a);
     p.dq_accum = (float*)((char*)a->workspace + d_bytes(a));
     const size_t accum_bytes = sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
     CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream));
     bwd_launch_prepass(p, a->dtype, stream);
-    if (fa2_ok(a)) {
-        bwd_launch_fa2(p, g_version, stream);  // the kernel, then the cast into dq
+    switch (plan.path) {
+    case FLASH_BWD_PATH_FA2:
+    case FLASH_BWD_PATH_WGMMA:
+        bwd_launch_fa2(p, plan.version, stream);  // the kernel, then the cast into dq
         return;
+    case FLASH_BWD_PATH_MMA_SINGLE: bwd_launch_mma(p, true, plan.version, 3, stream); break;
+    case FLASH_BWD_PATH_SIMT: bwd_launch_simt(p, a->dtype, true, stream); break;
+    default: DIE("backward_single_pass: plan %d is not a single pass", (int)plan.path);
     }
-    if (mma_ok(a)) bwd_launch_mma(p, true, legacy_version(), 3, stream);
-    else bwd_launch_simt(p, a->dtype, true, stream);
     bwd_launch_dq_convert(p, a->dtype, stream);  // fp32 accumulator -> dq (its dtype, strides)
 }
 
 extern "C" void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream) {
     check_args(a, "flash_backward_cuda");
-    if (fa2_ok(a)) {  // versions 6-16: the single pass is the fast one
-        backward_single_pass(a, stream);
+    const flash_bwd_plan_t plan = flash_bwd_current_plan(a, 0);
+    if (plan.single_pass) {  // versions 6-19 on bf16, d <= 64: the single pass is the fast one
+        backward_single_pass(a, plan, stream);
         return;
     }
     BwdParams p = make_params(a);
     bwd_launch_prepass(p, a->dtype, stream);  // D = rowsum(dO o O)
-    if (mma_ok(a)) bwd_launch_mma(p, false, legacy_version(), g_parts, stream);
+    if (plan.path == FLASH_BWD_PATH_MMA_TWO_PASS) bwd_launch_mma(p, false, plan.version, g_parts, stream);
     else bwd_launch_simt(p, a->dtype, false, stream);
 }
 
 extern "C" void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream) {
     check_args(a, "flash_backward_atomic_cuda");
-    backward_single_pass(a, stream);
+    backward_single_pass(a, flash_bwd_current_plan(a, 1), stream);
 }
 
 // The table the model takes: the forward must take *a too.

@@ -87,22 +87,22 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mt2_kernel(BwdParams p) {
             uint32_t ak[MT][4], av[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                ldsm_x4(ak[mt], Ks + (kw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-                ldsm_x4(av[mt], Vs + (kw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(ak[mt], Ks + (kw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(av[mt], Vs + (kw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
             }
 #pragma unroll
             for (int np = 0; np < BQ / 16; np++) {
                 const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
                 uint32_t bq[4], bo[4];
-                ldsm_x4(bq, Qb + n * LD + kk);
-                ldsm_x4(bo, dOb + n * LD + kk);
+                ldmatrix_x4(bq, Qb + n * LD + kk);
+                ldmatrix_x4(bo, dOb + n * LD + kk);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma_16816(S[mt][2 * np], ak[mt], bq[0], bq[1]);
-                    mma_16816(S[mt][2 * np + 1], ak[mt], bq[2], bq[3]);
-                    mma_16816(dP[mt][2 * np], av[mt], bo[0], bo[1]);
-                    mma_16816(dP[mt][2 * np + 1], av[mt], bo[2], bo[3]);
+                    mma_m16n8k16_bf16(S[mt][2 * np], ak[mt], bq[0], bq[1]);
+                    mma_m16n8k16_bf16(S[mt][2 * np + 1], ak[mt], bq[2], bq[3]);
+                    mma_m16n8k16_bf16(dP[mt][2 * np], av[mt], bo[0], bo[1]);
+                    mma_m16n8k16_bf16(dP[mt][2 * np + 1], av[mt], bo[2], bo[3]);
                 }
             }
         }
@@ -142,14 +142,14 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mt2_kernel(BwdParams p) {
                 const int kr = kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int nc = dn * 16 + (lane >> 4) * 8;
                 uint32_t bo[4], bq[4];
-                ldsm_x4_trans(bo, dOb + kr * LD + nc);
-                ldsm_x4_trans(bq, Qb + kr * LD + nc);
+                ldmatrix_x4_trans(bo, dOb + kr * LD + nc);
+                ldmatrix_x4_trans(bq, Qb + kr * LD + nc);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma_16816(dV[mt][2 * dn], ap[mt], bo[0], bo[1]);
-                    mma_16816(dV[mt][2 * dn + 1], ap[mt], bo[2], bo[3]);
-                    mma_16816(dK[mt][2 * dn], as[mt], bq[0], bq[1]);
-                    mma_16816(dK[mt][2 * dn + 1], as[mt], bq[2], bq[3]);
+                    mma_m16n8k16_bf16(dV[mt][2 * dn], ap[mt], bo[0], bo[1]);
+                    mma_m16n8k16_bf16(dV[mt][2 * dn + 1], ap[mt], bo[2], bo[3]);
+                    mma_m16n8k16_bf16(dK[mt][2 * dn], as[mt], bq[0], bq[1]);
+                    mma_m16n8k16_bf16(dK[mt][2 * dn + 1], as[mt], bq[2], bq[3]);
                 }
             }
         }

@@ -1,4 +1,4 @@
-// Versions 6 to 13: the single-pass backward (FlashAttention-2's Algorithm 2) laid out for the
+// Versions 6 to 15: the single-pass backward (FlashAttention-2's Algorithm 2) laid out for the
 // tensor cores the way FlashAttention-2 itself is; bf16, d in {16, 32, 64}:
 //   block (bh, j) owns BK = 16 W keys (W = 8 or 4 warps of 16 key rows): K_j and V_j in shared
 //   memory (CACHE_KV: also as A fragments in registers), dK_j and dV_j as fp32 accumulators in
@@ -12,7 +12,7 @@
 //   and adds it into the fp32 accumulator p.dq_accum with vector reductions: one 16-byte
 //   red.global.add.v4.f32 per 4 floats (sm_90), after a lane-pair shuffle that turns the mma's
 //   C fragment (2 floats of a row per thread) into 4 consecutive floats.
-//   PIPE (versions 10-13): one barrier per step instead of two. Tile i-1's dQ share is computed
+//   PIPE (versions 10-15): one barrier per step instead of two. Tile i-1's dQ share is computed
 //   right after tile i's barrier (its dS^T was written before that barrier, into the other
 //   buffer), so the warps never wait between writing dS^T and reading it, and the reductions of
 //   tile i-1 leave while tile i's products run.
@@ -25,7 +25,8 @@
 //      7     8  64     no           1       no   252
 //      8     8  32     no           2       no   128, 124-byte spill
 //      9     4  64     no           2       no   243
-//     10     8  64     yes          1       yes  249           <- default (fastest measured)
+//     10     8  64     yes          1       yes  249           <- the fastest mma.sync version: the
+//                                                                 default where 19 cannot run (d 16, 32)
 //     11     8  32     no           2       yes  128, 52-byte spill
 //     12     4  64     no           3       yes  168, 4-byte spill
 //     13     4  32     no           4       yes  128, 32-byte spill
@@ -34,6 +35,7 @@
 //  16-19     version 10's schedule on wgmma (flash_bwd_wgmma.cu), d 64; other d: version 10
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
+#include "common/gpu.h"
 
 namespace {
 
@@ -60,18 +62,6 @@ __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int64_t rs
     }
 }
 
-__device__ __forceinline__ float ex2(float x) {  // 2^x; ex2.approx(-inf) = 0
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-// global[0..3] += v, one 16-byte reduction (no return value: RED, not ATOM).
-__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
-                 : "memory");
-}
-
 // The 8x8 b16 block a thread holds as an mma fragment (row lane/4, columns 2(lane%4), +1),
 // transposed across the warp: what ldmatrix .trans of the same block would have given, from
 // registers instead of shared memory (version 15).
@@ -87,7 +77,7 @@ __device__ __forceinline__ uint32_t movm_trans(uint32_t a) {
 // ldmatrix and their transposes for dK/dV come from movmatrix (see the loop).
 template <int D, int BQ, bool CACHE_KV, int MINB, int kW, bool PIPE, bool DQH = false, bool MOVM = false>
 __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.fa2_kernel): FlashAttention-2's single pass (versions 6-15): a block of W warps owns 128 keys and walks the query tiles from the diagonal down (Q_i, dO_i, L_i, D_i double-buffered by cp.async); per tile S^T, dP^T, P^T, dS^T per warp, dV and dK by mma, dS^T to shared memory, dQ_i's share by mma into the fp32 accumulator (red.global.add.v4.f32, scale folded in) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[0-5] test_04 bwd_cuda/*version[6-9] | uses: ex2 red_add_v4 movm_trans
+    // STUDENT-BEGIN(04.fa2_kernel): FlashAttention-2's single pass (versions 6-15): a block of W warps owns 128 keys and walks the query tiles from the diagonal down (Q_i, dO_i, L_i, D_i double-buffered by cp.async); per tile S^T, dP^T, P^T, dS^T per warp, dV and dK by mma, dS^T to shared memory, dQ_i's share by mma into the fp32 accumulator (red.global.add.v4.f32, scale folded in) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[0-5] test_04 bwd_cuda/*version[6-9] | uses: ex2_approx red_add_v4_f32 movm_trans
     typedef Fa2Cfg<D, BQ, kW> C;
     constexpr int kT = kW * 32, kBK = kW * 16;
     constexpr int LD = C::LD, LDS = C::LDS;
@@ -157,15 +147,15 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
             // A = dS (m = query, k = key) read from dS^T (key rows): ldmatrix .trans.
             const int mi = lane >> 3, kb = ks0 + kc * 16;
             uint32_t a[4];
-            ldsm_x4_trans(a, dSb + (kb + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + (mi & 1) * 8);
+            ldmatrix_x4_trans(a, dSb + (kb + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + (mi & 1) * 8);
 #pragma unroll
             for (int dn = 0; dn < DW / 16; dn++) {
                 const int kr = kb + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int nc = n0 + dn * 16 + (lane >> 4) * 8;
                 uint32_t b[4];
-                ldsm_x4_trans(b, Ks + kr * LD + nc);
-                mma_16816(acc[2 * dn], a, b[0], b[1]);
-                mma_16816(acc[2 * dn + 1], a, b[2], b[3]);
+                ldmatrix_x4_trans(b, Ks + kr * LD + nc);
+                mma_m16n8k16_bf16(acc[2 * dn], a, b[0], b[1]);
+                mma_m16n8k16_bf16(acc[2 * dn + 1], a, b[2], b[3]);
             }
         }
         // Lanes t and t^1 swap halves: even t ends with row g, columns 2t..2t+3; odd t with
@@ -179,8 +169,8 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
             const int c = n0 + n * 8 + 2 * (t & 2);
             if (row < p.Nq) {
                 float* dst = dQacc + (int64_t)row * D + c;
-                if (odd) red_add_v4(dst, r0 * p.scale, r1 * p.scale, acc[n][2] * p.scale, acc[n][3] * p.scale);
-                else red_add_v4(dst, acc[n][0] * p.scale, acc[n][1] * p.scale, r0 * p.scale, r1 * p.scale);
+                if (odd) red_add_v4_f32(dst, r0 * p.scale, r1 * p.scale, acc[n][2] * p.scale, acc[n][3] * p.scale);
+                else red_add_v4_f32(dst, acc[n][0] * p.scale, acc[n][1] * p.scale, r0 * p.scale, r1 * p.scale);
             }
         }
     };
@@ -195,8 +185,8 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
         const int c = c0 + 2 * (t & 2);
         if (row < p.Nq) {
             float* dst = dQacc + (int64_t)row * D + c;
-            if (odd) red_add_v4(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
-            else red_add_v4(dst, a[0] * p.scale, a[1] * p.scale, x0 * p.scale, x1 * p.scale);
+            if (odd) red_add_v4_f32(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
+            else red_add_v4_f32(dst, a[0] * p.scale, a[1] * p.scale, x0 * p.scale, x1 * p.scale);
         }
     };
     // DQH: dQ_i (BQ x D) over all kBK keys by the first kW/2 warps, each MG2 x WG2 grid cell a
@@ -221,17 +211,17 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
             uint32_t a[2][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
-                ldsm_x4_trans(a[mt], dSb + (kb + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + mt * 16 + (mi & 1) * 8);
+                ldmatrix_x4_trans(a[mt], dSb + (kb + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + mt * 16 + (mi & 1) * 8);
 #pragma unroll
             for (int dn = 0; dn < DW2 / 16; dn++) {
                 const int kr = kb + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int nc = n0 + dn * 16 + (lane >> 4) * 8;
                 uint32_t b[4];
-                ldsm_x4_trans(b, Ks + kr * LD + nc);
+                ldmatrix_x4_trans(b, Ks + kr * LD + nc);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    mma_16816(acc[mt][2 * dn], a[mt], b[0], b[1]);
-                    mma_16816(acc[mt][2 * dn + 1], a[mt], b[2], b[3]);
+                    mma_m16n8k16_bf16(acc[mt][2 * dn], a[mt], b[0], b[1]);
+                    mma_m16n8k16_bf16(acc[mt][2 * dn + 1], a[mt], b[2], b[3]);
                 }
             }
         }
@@ -272,8 +262,8 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
         if (CACHE_KV && i == i_start) {
 #pragma unroll
             for (int kc = 0; kc < KC_D; kc++) {
-                ldsm_x4(kf[CACHE_KV ? kc : 0], Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-                ldsm_x4(vf[CACHE_KV ? kc : 0], Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(kf[CACHE_KV ? kc : 0], Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(vf[CACHE_KV ? kc : 0], Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
             }
         }
 
@@ -295,20 +285,20 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
                 for (int kc = 0; kc < KC_D; kc++) {
                     const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
                     const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
-                    ldsm_x4(bq[kc], Qb + n * LD + kk);
-                    ldsm_x4(bo[kc], dOb + n * LD + kk);
+                    ldmatrix_x4(bq[kc], Qb + n * LD + kk);
+                    ldmatrix_x4(bo[kc], dOb + n * LD + kk);
                     uint32_t ak[4], av[4];
                     if (CACHE_KV) {
 #pragma unroll
                         for (int x = 0; x < 4; x++) ak[x] = kf[CACHE_KV ? kc : 0][x], av[x] = vf[CACHE_KV ? kc : 0][x];
                     } else {
-                        ldsm_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-                        ldsm_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                        ldmatrix_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                        ldmatrix_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
                     }
-                    mma_16816(S2[0], ak, bq[kc][0], bq[kc][1]);
-                    mma_16816(S2[1], ak, bq[kc][2], bq[kc][3]);
-                    mma_16816(dP2[0], av, bo[kc][0], bo[kc][1]);
-                    mma_16816(dP2[1], av, bo[kc][2], bo[kc][3]);
+                    mma_m16n8k16_bf16(S2[0], ak, bq[kc][0], bq[kc][1]);
+                    mma_m16n8k16_bf16(S2[1], ak, bq[kc][2], bq[kc][3]);
+                    mma_m16n8k16_bf16(dP2[0], av, bo[kc][0], bo[kc][1]);
+                    mma_m16n8k16_bf16(dP2[1], av, bo[kc][2], bo[kc][3]);
                 }
 #pragma unroll
                 for (int nn = 0; nn < 2; nn++) {
@@ -316,7 +306,7 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
-                        float pr = ex2(fmaf(S2[nn][e], sl2, -Lb[ql]));
+                        float pr = ex2_approx(fmaf(S2[nn][e], sl2, -Lb[ql]));
                         if (need_mask) {
                             const int kg = k0 + kl, qg = q0 + ql;
                             if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
@@ -341,10 +331,10 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
                     const uint32_t to2 = movm_trans(bo[dn][1]), to3 = movm_trans(bo[dn][3]);
                     const uint32_t tq0 = movm_trans(bq[dn][0]), tq1 = movm_trans(bq[dn][2]);
                     const uint32_t tq2 = movm_trans(bq[dn][1]), tq3 = movm_trans(bq[dn][3]);
-                    mma_16816(dV[2 * dn], ap, to0, to1);
-                    mma_16816(dV[2 * dn + 1], ap, to2, to3);
-                    mma_16816(dK[2 * dn], as, tq0, tq1);
-                    mma_16816(dK[2 * dn + 1], as, tq2, tq3);
+                    mma_m16n8k16_bf16(dV[2 * dn], ap, to0, to1);
+                    mma_m16n8k16_bf16(dV[2 * dn + 1], ap, to2, to3);
+                    mma_m16n8k16_bf16(dK[2 * dn], as, tq0, tq1);
+                    mma_m16n8k16_bf16(dK[2 * dn + 1], as, tq2, tq3);
                 }
             }
             if (!PIPE) {
@@ -365,20 +355,20 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
 #pragma unroll
                     for (int x = 0; x < 4; x++) ak[x] = kf[CACHE_KV ? kc : 0][x], av[x] = vf[CACHE_KV ? kc : 0][x];
                 } else {
-                    ldsm_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-                    ldsm_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                    ldmatrix_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                    ldmatrix_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
                 }
 #pragma unroll
                 for (int np = 0; np < BQ / 16; np++) {
                     const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
                     const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
                     uint32_t bq[4], bo[4];
-                    ldsm_x4(bq, Qb + n * LD + kk);
-                    ldsm_x4(bo, dOb + n * LD + kk);
-                    mma_16816(S[2 * np], ak, bq[0], bq[1]);
-                    mma_16816(S[2 * np + 1], ak, bq[2], bq[3]);
-                    mma_16816(dP[2 * np], av, bo[0], bo[1]);
-                    mma_16816(dP[2 * np + 1], av, bo[2], bo[3]);
+                    ldmatrix_x4(bq, Qb + n * LD + kk);
+                    ldmatrix_x4(bo, dOb + n * LD + kk);
+                    mma_m16n8k16_bf16(S[2 * np], ak, bq[0], bq[1]);
+                    mma_m16n8k16_bf16(S[2 * np + 1], ak, bq[2], bq[3]);
+                    mma_m16n8k16_bf16(dP[2 * np], av, bo[0], bo[1]);
+                    mma_m16n8k16_bf16(dP[2 * np + 1], av, bo[2], bo[3]);
                 }
             }
             // P^T = 2^(S^T scale log2e - L log2e); masks only where this warp's 16 keys meet the
@@ -388,7 +378,7 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
-                    float pr = ex2(fmaf(S[n][e], sl2, -Lb[ql]));
+                    float pr = ex2_approx(fmaf(S[n][e], sl2, -Lb[ql]));
                     if (need_mask) {
                         const int kg = k0 + kl, qg = q0 + ql;
                         if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
@@ -416,12 +406,12 @@ __global__ void __launch_bounds__(kW * 32, MINB) bwd_fa2_kernel(BwdParams p) {
                     const int kr = kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                     const int nc = dn * 16 + (lane >> 4) * 8;
                     uint32_t bo[4], bq[4];
-                    ldsm_x4_trans(bo, dOb + kr * LD + nc);
-                    ldsm_x4_trans(bq, Qb + kr * LD + nc);
-                    mma_16816(dV[2 * dn], ap, bo[0], bo[1]);
-                    mma_16816(dV[2 * dn + 1], ap, bo[2], bo[3]);
-                    mma_16816(dK[2 * dn], as, bq[0], bq[1]);
-                    mma_16816(dK[2 * dn + 1], as, bq[2], bq[3]);
+                    ldmatrix_x4_trans(bo, dOb + kr * LD + nc);
+                    ldmatrix_x4_trans(bq, Qb + kr * LD + nc);
+                    mma_m16n8k16_bf16(dV[2 * dn], ap, bo[0], bo[1]);
+                    mma_m16n8k16_bf16(dV[2 * dn + 1], ap, bo[2], bo[3]);
+                    mma_m16n8k16_bf16(dK[2 * dn], as, bq[0], bq[1]);
+                    mma_m16n8k16_bf16(dK[2 * dn + 1], as, bq[2], bq[3]);
                 }
             }
             if (!PIPE) {
@@ -488,7 +478,11 @@ void launch_fa2(const BwdParams& p, cudaStream_t s) {
 template <int D>
 void launch_dq_convert(const BwdParams& p, cudaStream_t s) {
     const int64_t n = (int64_t)p.B * p.H * p.Nq * (D / 8);
-    const unsigned blocks = (unsigned)((n + 255) / 256 < 132 * 16 ? (n + 255) / 256 : 132 * 16);
+    // A grid-stride loop: 16 blocks of 256 threads per SM (twice the 2048 threads an SM holds),
+    // fewer when the work is smaller. The SM count is the device's (it was 132, one H100's,
+    // hard-coded: the same grid there).
+    const int64_t full = (int64_t)gpu_sm_count() * 16;
+    const unsigned blocks = (unsigned)((n + 255) / 256 < full ? (n + 255) / 256 : full);
     fa2_dq_convert_kernel<D><<<blocks, 256, 0, s>>>(p);
     CUDA_CHECK_LAST();
 }

@@ -1,4 +1,5 @@
 // fa_fwd_bwd_gpu: stage 03's forward and this stage's backward on host arrays (see the header).
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
@@ -84,6 +85,7 @@ void fa_fwd_bwd_gpu(const float* q, const float* k, const float* v, const float*
         timing->fwd_ms = stats_compute(tf, reps).median;
         timing->bwd_ms = stats_compute(tb, reps).median;
         timing->kernel = flash_bwd_kernel_name(&a);
+        snprintf(timing->plan, sizeof timing->plan, "%s", flash_bwd_current_plan(&a, atomic).name);
     }
     free(tf);
     free(tb);

@@ -10,6 +10,7 @@ extern "C" {
 typedef struct {
     double fwd_ms, bwd_ms;  // medians over the repetitions (CUDA events)
     const char* kernel;     // the backward kernels used ("mma-bf16" or "simt")
+    char plan[96];          // which ones exactly: flash_bwd_plan's name ("v19 wgmma single pass (...)")
 } fa_timing_t;
 
 // q, dout, o, dq: contiguous fp32 [B*H, Nq, d]; k, v, dk, dv: [B*H, Nk, d]; lse: [B*H, Nq].

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "common/attention.h"
 #include "common/kernels_util.cuh"
+#include "common/mma_sync.cuh"
 
 // What every backward kernel reads: the attn_args_t views, plus the workspace split into
 // D [B*H*Nq] and (single-pass variant only) the fp32 dQ accumulator [B*H*Nq, d].
@@ -30,44 +31,8 @@ __device__ __forceinline__ int64_t view_off(const int64_t s[3], int bh, int H, i
 
 #define LOG2E_F 1.4426950408889634f
 
-// ---------------------------------------------------------------- PTX wrappers (sm_80+)
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-// Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m. Thread `lane`
-// gets row lane/4, columns 2(lane%4) and +1 of each matrix (.trans: the transposed element).
-__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-// C (16x8 fp32) += A (16x16 bf16, row) * B (16x8 bf16, col).
-__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// 16-byte global -> shared copy that bypasses registers; valid == false writes 16 zero bytes
-// (src-size 0), which is how rows past the end of the sequence become zeros.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
-    return *reinterpret_cast<uint32_t*>(&h);
-}
+// PTX wrappers (smem_u32, cp.async, ldmatrix, mma.sync, pack_bf16, ex2_approx, red_add_v4_f32):
+// common/mma_sync.cuh, shared with stage 03's forward.
 
 // ---------------------------------------------------------------- tensor-core kernels' helpers
 constexpr int kMmaWarps = 4, kMmaThreads = kMmaWarps * 32;  // every tensor-core block: 4 warps
@@ -88,14 +53,15 @@ __device__ __forceinline__ void load_rows_async(__nv_bfloat16* dst, const __nv_b
 // Launchers (flash_bwd_simt.cu, flash_bwd_mma.cu), called by flash_bwd_cuda.cu.
 void bwd_launch_prepass(const BwdParams& p, dtype_t dt, cudaStream_t s);
 void bwd_launch_simt(const BwdParams& p, dtype_t dt, bool atomic_dq, cudaStream_t s);
-// version: 1 or 2 (NOTES.md); parts: 3 both kernels, 1 only dK/dV, 2 only dQ.
+// version: 1 to 5 (flash_bwd_mma.cu lists them; 6-19 are not passed here); parts: 3 both kernels, 1 only dK/dV, 2 only dQ.
 void bwd_launch_mma(const BwdParams& p, bool atomic_dq, int version, int parts, cudaStream_t s);
 void bwd_launch_dq_convert(const BwdParams& p, dtype_t dt, cudaStream_t s);
 // Version 5's dK/dV kernel (flash_bwd_dkdv_mt2.cu): two m-tiles per warp, d in {16, 32, 64}.
 void bwd_launch_dkdv_mt2(const BwdParams& p, cudaStream_t s);
-// Versions 6-15 (flash_bwd_fa2.cu): the single-pass kernel (8 warps, 128 keys per block,
-// dQ by vector reductions into p.dq_accum, which must be zeroed) and the cast of p.dq_accum
-// into p.dq; bf16, d in {16, 32, 64}.
+// Versions 6-19 (flash_bwd_fa2.cu): the single-pass kernel (8 or 4 warps, 128 or 64 keys per
+// block, dQ by vector reductions into p.dq_accum, which must be zeroed) and the cast of
+// p.dq_accum into p.dq; bf16, d in {16, 32, 64}. 16-19 launch bwd_launch_wgmma's kernel where it
+// was built (d 64, sm_90a), version 10's elsewhere (flash_bwd_plan names the same choice).
 void bwd_launch_fa2(const BwdParams& p, int version, cudaStream_t s);
 // Versions 16-19 (flash_bwd_wgmma.cu): the single pass on wgmma, d = 64 only; the main kernel
 // alone (bwd_launch_fa2 adds the cast). Available where the code was built for sm_90a.

@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
         fwd_ms = t.fwd_ms;
         bwd_ms = t.bwd_ms;
         what = atomic ? "flash (CUDA, single pass, atomic dQ)" : "flash (CUDA, two passes)";
-        printf("backward kernels: %s\n", t.kernel);
+        printf("backward kernels: %s: %s\n", t.kernel, t.plan);  // the dispatch's own name of what ran
     } else {
         what = naive ? "naive (CPU reference)" : "flash tiled Algorithm 2 (CPU reference)";
         double t0 = time_now_s();

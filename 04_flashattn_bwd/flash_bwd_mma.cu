@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
         if (CACHE_KV && i == i_start) {  // K_j and V_j have landed with the first query tile
 #pragma unroll
             for (int kc = 0; kc < KC_D; kc++) {
-                ldsm_x4(kf[CACHE_KV ? kc : 0], Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-                ldsm_x4(vf[CACHE_KV ? kc : 0], Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(kf[CACHE_KV ? kc : 0], Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(vf[CACHE_KV ? kc : 0], Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
             }
         }
 
@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
 #pragma unroll
                 for (int x = 0; x < 4; x++) ak[x] = kf[CACHE_KV ? kc : 0][x], av[x] = vf[CACHE_KV ? kc : 0][x];
             } else {
-                ldsm_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-                ldsm_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(ak, Ks + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(av, Vs + (kw + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
             }
 #pragma unroll
             for (int np = 0; np < BQ / 16; np++) {
@@ -146,12 +146,12 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
                 const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
                 uint32_t bq[4], bo[4];
-                ldsm_x4(bq, Qb + n * LD + kk);
-                ldsm_x4(bo, dOb + n * LD + kk);
-                mma_16816(S[2 * np], ak, bq[0], bq[1]);
-                mma_16816(S[2 * np + 1], ak, bq[2], bq[3]);
-                mma_16816(dP[2 * np], av, bo[0], bo[1]);
-                mma_16816(dP[2 * np + 1], av, bo[2], bo[3]);
+                ldmatrix_x4(bq, Qb + n * LD + kk);
+                ldmatrix_x4(bo, dOb + n * LD + kk);
+                mma_m16n8k16_bf16(S[2 * np], ak, bq[0], bq[1]);
+                mma_m16n8k16_bf16(S[2 * np + 1], ak, bq[2], bq[3]);
+                mma_m16n8k16_bf16(dP[2 * np], av, bo[0], bo[1]);
+                mma_m16n8k16_bf16(dP[2 * np + 1], av, bo[2], bo[3]);
             }
         }
         // P^T = exp(S^T - L) (masked only on diagonal or ragged tiles); dS^T = P^T o (dP^T - D).
@@ -185,12 +185,12 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
                 const int kr = kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int nc = dn * 16 + (lane >> 4) * 8;
                 uint32_t bo[4], bq[4];
-                ldsm_x4_trans(bo, dOb + kr * LD + nc);
-                ldsm_x4_trans(bq, Qb + kr * LD + nc);
-                mma_16816(dV[2 * dn], ap, bo[0], bo[1]);
-                mma_16816(dV[2 * dn + 1], ap, bo[2], bo[3]);
-                mma_16816(dK[2 * dn], as, bq[0], bq[1]);
-                mma_16816(dK[2 * dn + 1], as, bq[2], bq[3]);
+                ldmatrix_x4_trans(bo, dOb + kr * LD + nc);
+                ldmatrix_x4_trans(bq, Qb + kr * LD + nc);
+                mma_m16n8k16_bf16(dV[2 * dn], ap, bo[0], bo[1]);
+                mma_m16n8k16_bf16(dV[2 * dn + 1], ap, bo[2], bo[3]);
+                mma_m16n8k16_bf16(dK[2 * dn], as, bq[0], bq[1]);
+                mma_m16n8k16_bf16(dK[2 * dn + 1], as, bq[2], bq[3]);
             }
         }
         if constexpr (ATOMIC_DQ) {
@@ -217,15 +217,15 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_mma_kernel(BwdParams p) {
                 // A = dS (m = query, k = key) read from dS^T (k rows): ldmatrix .trans.
                 const int mi = lane >> 3;
                 uint32_t a[4];
-                ldsm_x4_trans(a, dSs + (kc * 16 + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + (mi & 1) * 8);
+                ldmatrix_x4_trans(a, dSs + (kc * 16 + (lane & 7) + (mi >> 1) * 8) * LDS + m0 + (mi & 1) * 8);
 #pragma unroll
                 for (int dn = 0; dn < DW / 16; dn++) {
                     const int kr = kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                     const int nc = n0 + dn * 16 + (lane >> 4) * 8;
                     uint32_t b[4];
-                    ldsm_x4_trans(b, Ks + kr * LD + nc);
-                    mma_16816(acc[2 * dn], a, b[0], b[1]);
-                    mma_16816(acc[2 * dn + 1], a, b[2], b[3]);
+                    ldmatrix_x4_trans(b, Ks + kr * LD + nc);
+                    mma_m16n8k16_bf16(acc[2 * dn], a, b[0], b[1]);
+                    mma_m16n8k16_bf16(acc[2 * dn + 1], a, b[2], b[3]);
                 }
             }
 #pragma unroll
@@ -362,8 +362,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
             uint32_t aq[MT][4], ao[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                ldsm_x4(aq[mt], Qs + (qw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
-                ldsm_x4(ao[mt], dOs + (qw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(aq[mt], Qs + (qw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(ao[mt], dOs + (qw + mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
             }
 #pragma unroll
             for (int np = 0; np < BK / 16; np++) {
@@ -371,14 +371,14 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
                 const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
                 uint32_t bk[4], bv[4];
-                ldsm_x4(bk, Kb + n * LD + kk);
-                ldsm_x4(bv, Vb + n * LD + kk);
+                ldmatrix_x4(bk, Kb + n * LD + kk);
+                ldmatrix_x4(bv, Vb + n * LD + kk);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma_16816(S[mt][2 * np], aq[mt], bk[0], bk[1]);
-                    mma_16816(S[mt][2 * np + 1], aq[mt], bk[2], bk[3]);
-                    mma_16816(dP[mt][2 * np], ao[mt], bv[0], bv[1]);
-                    mma_16816(dP[mt][2 * np + 1], ao[mt], bv[2], bv[3]);
+                    mma_m16n8k16_bf16(S[mt][2 * np], aq[mt], bk[0], bk[1]);
+                    mma_m16n8k16_bf16(S[mt][2 * np + 1], aq[mt], bk[2], bk[3]);
+                    mma_m16n8k16_bf16(dP[mt][2 * np], ao[mt], bv[0], bv[1]);
+                    mma_m16n8k16_bf16(dP[mt][2 * np + 1], ao[mt], bv[2], bv[3]);
                 }
             }
         }
@@ -415,11 +415,11 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(BwdParams p) {
                 const int kr = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int nc = dn * 16 + (lane >> 4) * 8;
                 uint32_t b[4];
-                ldsm_x4_trans(b, Kb + kr * LD + nc);
+                ldmatrix_x4_trans(b, Kb + kr * LD + nc);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma_16816(dQ[mt][2 * dn], a[mt], b[0], b[1]);
-                    mma_16816(dQ[mt][2 * dn + 1], a[mt], b[2], b[3]);
+                    mma_m16n8k16_bf16(dQ[mt][2 * dn], a[mt], b[0], b[1]);
+                    mma_m16n8k16_bf16(dQ[mt][2 * dn + 1], a[mt], b[2], b[3]);
                 }
             }
         }

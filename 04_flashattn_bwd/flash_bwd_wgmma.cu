@@ -1,5 +1,5 @@
-// Version 16: the single-pass backward (version 10's schedule) on Hopper's warpgroup MMA
-// (wgmma, sm_90a); bf16, d = 64.
+// Versions 16-19: the single-pass backward (version 10's schedule) on Hopper's warpgroup MMA
+// (wgmma, sm_90a); bf16, d = 64. 19 is the default (flash_bwd.h); 16-18 are kept experiments.
 //
 // Why: versions 6-15 issue mma.sync, whose B operands every warp reads again from shared memory
 // with ldmatrix (NOTES.md: ~59% of the shared-memory budget, the L1 pipe 71% busy in ncu) and
@@ -62,18 +62,9 @@ __device__ __forceinline__ void load_core(unsigned char* dst, uint32_t soff, con
     }
 }
 
-__device__ __forceinline__ float ex2f(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 // 4-byte global -> shared copy; valid == false writes 0.
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void red_v4(float* dst, float a, float b, float c, float d) {
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
-                 : "memory");
 }
 
 // STAGE (version 19): L_i and D_i arrive by cp.async like the tiles (no warp waits on a global
@@ -82,7 +73,7 @@ __device__ __forceinline__ void red_v4(float* dst, float a, float b, float c, fl
 
 template <int NWG, int MINB, bool STAGE>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.wgmma_kernel): version 10's single pass on wgmma (versions 16-19, d = 64, sm_90a): NWG warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices; G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ by 16-byte reductions (STAGE: staged through shared memory, L_i, D_i by cp.async) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] | uses: ex2f cp_async4 red_v4
+    // STUDENT-BEGIN(04.wgmma_kernel): version 10's single pass on wgmma (versions 16-19, d = 64, sm_90a): NWG warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices; G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ by 16-byte reductions (STAGE: staged through shared memory, L_i, D_i by cp.async) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] | uses: ex2_approx cp_async4 red_add_v4_f32
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgCfg<NWG> C;
     constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD;
@@ -172,7 +163,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
                 const int x = it * 32 + lane, r = x / kCh, ch = x % kCh;
                 const float4 v = *(const float4*)(stg + r * kStgLD + ch * 4);
                 const int row = q0 + (warp & 3) * 16 + r;
-                if (row < p.Nq) red_v4(dQacc + (int64_t)row * kD + wg * kDQN + ch * 4, v.x, v.y, v.z, v.w);
+                if (row < p.Nq) red_add_v4_f32(dQacc + (int64_t)row * kD + wg * kDQN + ch * 4, v.x, v.y, v.z, v.w);
             }
             __syncwarp();
             return;
@@ -187,8 +178,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
             const int c = wg * kDQN + n * 8 + 2 * (t & 2);
             if (row < p.Nq) {
                 float* dst = dQacc + (int64_t)row * kD + c;
-                if (odd) red_v4(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
-                else red_v4(dst, a[0] * p.scale, a[1] * p.scale, x0 * p.scale, x1 * p.scale);
+                if (odd) red_add_v4_f32(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
+                else red_add_v4_f32(dst, a[0] * p.scale, a[1] * p.scale, x0 * p.scale, x1 * p.scale);
             }
         }
     };
@@ -235,7 +226,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
                 for (int e = 0; e < 4; e++) {
                     const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
                     const float l = (e & 1) ? l2.y : l2.x;
-                    float pr = ex2f(fmaf(S[4 * n + e], sl2, STAGE ? -l * LOG2E_F : -l));
+                    float pr = ex2_approx(fmaf(S[4 * n + e], sl2, STAGE ? -l * LOG2E_F : -l));
                     if constexpr (decltype(masked)::value) {
                         const int kg = k0 + kl, qg = q0 + ql;
                         if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;

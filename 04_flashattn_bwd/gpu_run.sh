@@ -48,9 +48,11 @@ sanitize() {  # $1 tool, $2 impl, $3 version, rest: shape flags
 }
 
 # One leaderboard process per version given (the summary lines also into lb_summary.txt).
+# Without the do_bench row (DOBENCH_REP_MS=10000 adds it: ~11 s more per version, past the 30 s).
 lb_versions() {
   for v in "$@"; do
-    timeout 30 $B/bench --mode leaderboard --version "$v" --lb-reps "${LB_REPS:-30}" --csv "$OUT/04_leaderboard_v$v.csv" \
+    timeout 30 $B/bench --mode leaderboard --version "$v" --lb-reps "${LB_REPS:-30}" \
+      --dobench-rep-ms "${DOBENCH_REP_MS:-0}" --csv "$OUT/04_leaderboard_v$v.csv" \
       > "$OUT/bench_v$v.log" 2>&1; echo "bench v$v rc $?"
     grep -E "^\| (forward|backward, flash_backward_cuda)" "$OUT/bench_v$v.log" | tee -a "$OUT/lb_summary.txt"
   done

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include "common/check.h"
+#include "common/gpu.h"
 #include "04_flashattn_bwd/roofline.h"
 
 // 16-byte loads and stores, grid-stride: every thread keeps a few loads in flight per trip.
@@ -21,11 +22,8 @@ __global__ void rl_copy1_kernel(float* __restrict__ dst, const float* __restrict
 
 extern "C" void rl_copy_cuda(float* dst, const float* src, size_t n, cudaStream_t stream) {
     if (n == 0) return;
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     // 8 blocks of 256 threads per SM: a full SM (2048 threads) with a grid-stride loop.
-    const unsigned blocks = (unsigned)(sms > 0 ? 8 * sms : 1024);
+    const unsigned blocks = (unsigned)(8 * gpu_sm_count());
     const int aligned = ((uintptr_t)dst % 16 == 0) && ((uintptr_t)src % 16 == 0) && n % 4 == 0;
     if (aligned) rl_copy4_kernel<<<blocks, 256, 0, stream>>>((float4*)dst, (const float4*)src, n / 4);
     else rl_copy1_kernel<<<blocks, 256, 0, stream>>>(dst, src, n);

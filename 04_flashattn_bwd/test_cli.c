@@ -130,6 +130,7 @@ Test(bwd_cli, bench_checks_every_flag_before_the_gpu) {
         {"--dtype f16", "--dtype: 'f16' is not one of bf16|f32"},
         {"--causal 2", "--causal must be 1 (causal) or 0 (not)"},
         {"--budget-ms -1", "--budget-ms must be >= 0"},
+        {"--dobench-rep-ms -5", "--dobench-rep-ms and --dobench-warmup-ms must be finite and >= 0"},
         {"--f32-max-N -1", "--f32-max-N and --naive-max-N must be >= 0"},
         {"--csv x.txt", "--csv x.txt: the name must end in .csv"},
         {"--csv /proc/cs336/x.csv", "cannot create files in /proc"},

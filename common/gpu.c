@@ -12,6 +12,20 @@
 #include "common/check.h"
 
 static int g_count = -1;
+
+enum { kMaxCachedDevices = 64 };
+static int g_sm_count[kMaxCachedDevices];  // 0: not asked yet
+
+int gpu_sm_count(void) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < kMaxCachedDevices && g_sm_count[dev] > 0) return g_sm_count[dev];
+    int n = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    if (n < 1) DIE("gpu_sm_count: device %d reports %d multiprocessors", dev, n);
+    if (dev >= 0 && dev < kMaxCachedDevices) g_sm_count[dev] = n;
+    return n;
+}
 static char g_reason[256] = "";
 
 // Is any trace of the NVIDIA kernel driver here? Its user-space library (libcuda.so.1), its

@@ -1,0 +1,53 @@
+// Which backward kernels run for a call: one pure function (flash_bwd_plan) that both the
+// launch code (flash_bwd_cuda.cu) and everything that prints a kernel name go through, so a
+// benchmark's label is the dispatch's own answer. No GPU here: the CPU tests check it case by case.
+#include <stdint.h>
+#include <stdio.h>
+#include "04_flashattn_bwd/flash_bwd.h"
+
+// The tensor-core kernels want bf16, a head dim they were built for, and 16-byte aligned rows
+// (cp.async moves 16 bytes): every base pointer 16-byte aligned and every stride a multiple of
+// 8 elements. Anything else takes the SIMT kernels.
+int flash_bwd_mma_ok(const attn_args_t* a) {
+    if (a->dtype != DT_BF16) return 0;
+    if (a->d != 16 && a->d != 32 && a->d != 64 && a->d != 128) return 0;
+    const void* ptrs[] = {a->q, a->k, a->v, a->dout, a->dq, a->dk, a->dv};
+    for (int i = 0; i < 7; i++)
+        if ((uintptr_t)ptrs[i] % 16) return 0;
+    const int64_t* strides[] = {a->sq, a->sk, a->sv, a->sdo, a->sdq, a->sdk, a->sdv};
+    for (int i = 0; i < 7; i++)
+        for (int x = 0; x < 3; x++)
+            if (strides[i][x] % 8) return 0;
+    return 1;
+}
+
+flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, int wgmma_built) {
+    flash_bwd_plan_t p = {FLASH_BWD_PATH_SIMT, 0, atomic ? 1 : 0, "flash_bwd_simt.cu", ""};
+    const int mma = flash_bwd_mma_ok(a);
+    if (mma && version >= 6 && a->d <= 64) {
+        // Versions 6-19 have single-pass kernels for d 16, 32, 64 (flash_bwd_fa2.cu); 16-19 are
+        // wgmma kernels for d 64 in sm_90a builds (flash_bwd_wgmma.cu); elsewhere version 10.
+        p.single_pass = 1;
+        if (version >= 16 && a->d == 64 && wgmma_built) {
+            p.path = FLASH_BWD_PATH_WGMMA, p.version = version, p.file = "flash_bwd_wgmma.cu";
+        } else {
+            p.path = FLASH_BWD_PATH_FA2, p.version = version >= 16 ? 10 : version, p.file = "flash_bwd_fa2.cu";
+        }
+    } else if (mma) {
+        // Versions 1-5 (6-19 where their kernels do not apply run version 1). At d = 128 the
+        // two-pass kernels of every version are version 1's (no room for the register cache or
+        // the second m-tile); the single pass still differs by its dQ method (flash_bwd_mma.cu).
+        const int v = version >= 6 ? 1 : version;
+        p.version = (!p.single_pass && a->d == 128) ? 1 : v;
+        p.path = p.single_pass ? FLASH_BWD_PATH_MMA_SINGLE : FLASH_BWD_PATH_MMA_TWO_PASS;
+        p.file = (!p.single_pass && p.version == 5) ? "flash_bwd_dkdv_mt2.cu + flash_bwd_mma.cu" : "flash_bwd_mma.cu";
+    }
+    static const char* const what[] = {"simt", "mma.sync", "mma.sync", "fa2 mma.sync", "wgmma"};
+    if (p.version > 0)
+        snprintf(p.name, sizeof p.name, "v%d %s %s (%s)", p.version, what[p.path],
+                 p.single_pass ? "single pass" : "two-pass", p.file);
+    else
+        snprintf(p.name, sizeof p.name, "%s %s (%s)", what[p.path], p.single_pass ? "single pass" : "two-pass",
+                 p.file);
+    return p;
+}

@@ -1,0 +1,88 @@
+// Stage 04's dispatch, on the CPU: flash_bwd_plan (the one function the launches and the
+// benchmarks' kernel names come from) against the table of versions in flash_bwd.h and
+// NOTES.md, for every dtype x head dim x version x single/two-pass x wgmma built or not.
+#include "04_flashattn_bwd/test_bwd_util.h"
+
+// bf16 (or dt), head dim d, 16-byte aligned fake pointers, contiguous strides: the tensor cores
+// take it exactly when dt is bf16 and d is one of theirs.
+static attn_args_t plan_args(dtype_t dt, int d) {
+    attn_args_t a;
+    memset(&a, 0, sizeof a);
+    a.B = 1; a.H = 2; a.Nq = a.Nk = 256; a.d = d; a.dtype = dt; a.causal = 1; a.scale = 0.125f;
+    int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
+    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, a.Nq, d);
+    a.q = (void*)0x10000; a.k = (void*)0x20000; a.v = (void*)0x30000; a.o = (void*)0x40000;
+    a.dout = (void*)0x50000; a.dq = (void*)0x60000; a.dk = (void*)0x70000; a.dv = (void*)0x80000;
+    a.lse = (float*)0x90000;
+    return a;
+}
+
+// The expected plan, written out from the version table (flash_bwd.h's header) independently of
+// flash_bwd_dispatch.c's code.
+static void expect(const attn_args_t* a, int version, int atomic, int wg, flash_bwd_path_t path, int ran,
+                   int single, const char* file) {
+    const flash_bwd_plan_t p = flash_bwd_plan(a, version, atomic, wg);
+    cr_assert_eq(p.path, path, "%s d %d v%d atomic %d wgmma %d: path %d, want %d", dtype_name(a->dtype), a->d, version,
+                 atomic, wg, (int)p.path, (int)path);
+    cr_assert_eq(p.version, ran, "%s d %d v%d atomic %d wgmma %d: version %d ran, want %d", dtype_name(a->dtype), a->d,
+                 version, atomic, wg, p.version, ran);
+    cr_assert_eq(p.single_pass, single, "d %d v%d atomic %d: single_pass %d", a->d, version, atomic, p.single_pass);
+    cr_assert_str_eq(p.file, file, "d %d v%d atomic %d wgmma %d", a->d, version, atomic, wg);
+    // The printed name carries the version that ran and the file: what a benchmark row shows.
+    char want[32];
+    snprintf(want, sizeof want, "v%d ", ran);
+    if (ran > 0) cr_assert(strncmp(p.name, want, strlen(want)) == 0, "name '%s' lacks '%s'", p.name, want);
+    cr_assert(strstr(p.name, file), "name '%s' lacks the file %s", p.name, file);
+    cr_assert(strstr(p.name, single ? "single pass" : "two-pass"), "name '%s'", p.name);
+}
+
+Test(bwd_api, plan_follows_the_version_table) {
+    const int dims[] = {16, 32, 64, 128};
+    for (int di = 0; di < 4; di++) {
+        const int d = dims[di];
+        const attn_args_t a = plan_args(DT_BF16, d);
+        for (int v = 1; v <= FLASH_BWD_MAX_VERSION; v++)
+            for (int atomic = 0; atomic <= 1; atomic++)
+                for (int wg = 0; wg <= 1; wg++) {
+                    if (v >= 6 && d <= 64) {  // the single-pass kernels, whether atomic was asked or not
+                        if (v >= 16 && d == 64 && wg) expect(&a, v, atomic, wg, FLASH_BWD_PATH_WGMMA, v, 1, "flash_bwd_wgmma.cu");
+                        else expect(&a, v, atomic, wg, FLASH_BWD_PATH_FA2, v >= 16 ? 10 : v, 1, "flash_bwd_fa2.cu");
+                    } else if (atomic) {  // versions 1-5's single pass; d 128 keeps 1-5's dQ methods
+                        expect(&a, v, 1, wg, FLASH_BWD_PATH_MMA_SINGLE, v >= 6 ? 1 : v, 1, "flash_bwd_mma.cu");
+                    } else {
+                        const int ran = (v >= 6 || d == 128) ? 1 : v;
+                        expect(&a, v, 0, wg, FLASH_BWD_PATH_MMA_TWO_PASS, ran, 0,
+                               ran == 5 ? "flash_bwd_dkdv_mt2.cu + flash_bwd_mma.cu" : "flash_bwd_mma.cu");
+                    }
+                }
+    }
+}
+
+Test(bwd_api, plan_of_the_default_is_version_19_on_hopper_builds) {
+    const attn_args_t a = plan_args(DT_BF16, 64);
+    const flash_bwd_plan_t p = flash_bwd_plan(&a, FLASH_BWD_DEFAULT_VERSION, 0, 1);
+    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 19, "flash_bwd.h's header and NOTES.md name version 19 the default");
+    cr_assert_str_eq(p.name, "v19 wgmma single pass (flash_bwd_wgmma.cu)");
+    const flash_bwd_plan_t q = flash_bwd_plan(&a, FLASH_BWD_DEFAULT_VERSION, 0, 0);  // no sm_90a code
+    cr_assert_str_eq(q.name, "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
+}
+
+Test(bwd_api, plan_takes_simt_where_the_tensor_cores_cannot) {
+    for (int v = 1; v <= FLASH_BWD_MAX_VERSION; v++)
+        for (int atomic = 0; atomic <= 1; atomic++) {
+            attn_args_t a = plan_args(DT_F32, 64);
+            expect(&a, v, atomic, 1, FLASH_BWD_PATH_SIMT, 0, atomic, "flash_bwd_simt.cu");
+            a = plan_args(DT_BF16, 48);  // a head dim without tensor-core kernels
+            expect(&a, v, atomic, 1, FLASH_BWD_PATH_SIMT, 0, atomic, "flash_bwd_simt.cu");
+            a = plan_args(DT_BF16, 64);
+            a.sk[2] = 68;  // a row stride that is not a multiple of 8 elements
+            expect(&a, v, atomic, 1, FLASH_BWD_PATH_SIMT, 0, atomic, "flash_bwd_simt.cu");
+            a = plan_args(DT_BF16, 64);
+            a.dv = (char*)a.dv + 8;  // a base pointer not 16-byte aligned
+            expect(&a, v, atomic, 1, FLASH_BWD_PATH_SIMT, 0, atomic, "flash_bwd_simt.cu");
+        }
+    const attn_args_t a = plan_args(DT_BF16, 64);
+    cr_assert_str_eq(flash_bwd_kernel_name(&a), "mma-bf16");
+    const attn_args_t b = plan_args(DT_F32, 64);
+    cr_assert_str_eq(flash_bwd_kernel_name(&b), "simt");
+}
