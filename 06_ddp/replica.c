@@ -8,9 +8,10 @@
 #include "common/check.h"
 
 // flat: 0 for replica_create (the model as model_gpu_create makes it, the warm-up backward),
-// 1 for replica_create_flat (flat_total as model_gpu_create_flat takes it).
+// 1 for replica_create_flat (flat_total as model_gpu_create_flat takes it). ckpt: activation
+// checkpointing K (0 none), passed to the model's create.
 static void create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
-                   const attention_impl_t* attn, int seed, int flat, size_t flat_total) {
+                   const attention_impl_t* attn, int seed, int flat, size_t flat_total, int ckpt) {
     memset(x, 0, sizeof *x);
     x->c = c;
     x->gpu = c->backend == COMM_NCCL;
@@ -25,11 +26,11 @@ static void create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, in
     char err[512];
     if (x->gpu && flat) {
         // Buffers of the caller's length (or none) and the backward's, made at creation.
-        x->m = model_gpu_create_flat(cfg, B, T, prec, attn, (uint64_t)(seed + r), flat_total, err, sizeof err);
+        x->m = model_gpu_create_flat_ckpt(cfg, B, T, prec, attn, (uint64_t)(seed + r), flat_total, ckpt, err, sizeof err);
         if (!x->m) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
         x->lay = model_gpu_layout(x->m);
     } else if (x->gpu) {
-        x->m = model_gpu_create(cfg, B, T, prec, attn, (uint64_t)(seed + r), err, sizeof err);
+        x->m = model_gpu_create_ckpt(cfg, B, T, prec, attn, (uint64_t)(seed + r), ckpt, err, sizeof err);
         if (!x->m) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
         x->lay = model_gpu_layout(x->m);
         // Gradients are allocated at the first backward.
@@ -39,7 +40,7 @@ static void create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, in
         if (model_gpu_backward(x->m, NULL, NULL, err, sizeof err) != 0) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
         comm_stream_sync(c, model_gpu_stream(x->m), "the first backward");
     } else {
-        model_cpu_create(&x->cpu, cfg, B, T, (uint64_t)(seed + r));
+        model_cpu_create_ckpt(&x->cpu, cfg, B, T, (uint64_t)(seed + r), ckpt);
         x->lay = &x->cpu.layout;
         if (flat) {
             // The CPU reference always builds the whole buffer first (host memory: this path is
@@ -77,11 +78,19 @@ static void create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, in
 
 void replica_create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T,
                     model_precision_t prec, const attention_impl_t* attn, int seed) {
-    create(x, c, cfg, B, T, prec, attn, seed, 0, 0);
+    create(x, c, cfg, B, T, prec, attn, seed, 0, 0, 0);
 }
 void replica_create_flat(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
                          const attention_impl_t* attn, int seed, size_t flat_total) {
-    create(x, c, cfg, B, T, prec, attn, seed, 1, flat_total);
+    create(x, c, cfg, B, T, prec, attn, seed, 1, flat_total, 0);
+}
+void replica_create_ckpt(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
+                         const attention_impl_t* attn, int seed, int ckpt) {
+    create(x, c, cfg, B, T, prec, attn, seed, 0, 0, ckpt);
+}
+void replica_create_flat_ckpt(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
+                              const attention_impl_t* attn, int seed, size_t flat_total, int ckpt) {
+    create(x, c, cfg, B, T, prec, attn, seed, 1, flat_total, ckpt);
 }
 
 void replica_batch(replica_t* x, int64_t step, const int32_t** inputs, const int32_t** targets) {

@@ -43,6 +43,12 @@ void replica_create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, i
 // same way (host memory; the CPU path checks bits, not memory). Its own AdamW moments stay.
 void replica_create_flat(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
                          const attention_impl_t* attn, int seed, size_t flat_total);
+// Both with activation checkpointing K (model_cpu.h "activation checkpointing": 0 none, 1
+// block, K every-K) passed to the model's create (stage 07's zero_train --checkpoint).
+void replica_create_ckpt(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
+                         const attention_impl_t* attn, int seed, int ckpt);
+void replica_create_flat_ckpt(replica_t* x, comm_t* c, const model_config_t* cfg, int B, int T, model_precision_t prec,
+                              const attention_impl_t* attn, int seed, size_t flat_total, int ckpt);
 // The global batch of `step` (every rank draws the same), and this rank's (B, T) slice of it.
 void replica_batch(replica_t* x, int64_t step, const int32_t** inputs, const int32_t** targets);
 void replica_destroy(replica_t* x);

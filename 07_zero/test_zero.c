@@ -372,6 +372,87 @@ Test(zero_train_nccl, lean_setup_peak_is_the_levels_own_2_gpus) {
     cr_assert(fabs(after_field(line, "grads ") - 4 * P / MiB) < 0.006, "grads at the setup peak, want %.2f MiB:\n%s", 4 * P / MiB, g_out);
 }
 
+// ------------------------------------------------------------------ activation checkpointing
+// The activation bytes zero_train reports for its policy ("activations on every rank == the acts
+// formula (checkpoint block: N bytes)"), asserting the == (the allocator's acts tag on every rank).
+static size_t run_acts(const char* out, const char* policy) {
+    char key[64];
+    snprintf(key, sizeof key, "(checkpoint %s: ", policy);
+    const char* q = strstr(out, key);
+    cr_assert(q, "no acts line for %s:\n%s", policy, out);
+    cr_assert(!strstr(out, "!= the acts formula"), "%s", out);
+    return (size_t)strtoull(q + strlen(key), NULL, 10);
+}
+
+// ZeRO-3 and ZeRO-2 with --checkpoint block against the same run with none, lean (the level
+// alone), on `np` ranks: the same parameter hash after the steps (the recompute of block l runs
+// inside unit 1 + l's backward window, on the parameters it gathered, with the same operations
+// on the same inputs), and the activations shrunk by exactly (L - 1) blocks' internals, computed
+// here from the shape (CPU: 7BTC + 2BT + 3BTF + B·NH·T² floats a block; GPU fp32: the SwiGLU
+// output is not kept, 7BTC + 2BT + 2BTF + B·NH·T²). tiny with 3 blocks, context 16, batch 2.
+static void ckpt_block_equals_none(int np, const char* level, int gpu) {
+    char a[256], h0[17], h1[17];
+    size_t acts[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(a, sizeof a, "%s--model tiny --layers 3 --context 16 --batch 2 --steps 3 --warmup 1 --zero %s --checkpoint %s",
+                 gpu ? "--backend nccl " : "", level, k ? "block" : "none");
+        const int st = run_prog("zero_train", np, a);
+        cr_assert_eq(st, 0, "%d ranks, %s: exit %d:\n%s", np, a, st, g_out);
+        cr_assert(!strstr(g_out, "DIFFERENT") && !strstr(g_out, "!= "), "%s:\n%s", a, g_out);
+        run_hash(g_out, k ? h1 : h0, sizeof h0);
+        acts[k] = run_acts(g_out, k ? "block" : "none");
+    }
+    cr_assert_str_eq(h0, h1, "%d ranks, --zero %s: --checkpoint block %s, none %s", np, level, h1, h0);
+    model_config_t cfg;
+    cr_assert_eq(model_config_by_name("tiny", 16, &cfg), 0);
+    const size_t B = 2, T = 16, BT = B * T, C = (size_t)cfg.d_model, F = (size_t)cfg.d_ff, NH = (size_t)cfg.n_heads;
+    const size_t slot = 4 * (7 * BT * C + 2 * BT + (gpu ? 2 : 3) * BT * F + B * NH * T * T);
+    cr_assert_eq(acts[0] - acts[1], 2 * slot, "%d ranks, --zero %s: acts %zu -> %zu, want %zu less", np, level, acts[0], acts[1],
+                 2 * slot);
+}
+
+Test(zero_train_mpi, checkpoint_block_equals_none_zero3_zero2_2_3_ranks) {
+    for (int np = 2; np <= 3; np++) {
+        ckpt_block_equals_none(np, "3", 0);
+        ckpt_block_equals_none(np, "2", 0);
+    }
+    // Every level with block checkpointing against DDP with it (one shared model, --check-ddp).
+    against_ddp(2, "--zero all --checkpoint block --bucket-mb 0.05");
+    cr_assert(strstr(g_out, "check-ddp: zero1: 0 of") && strstr(g_out, "check-ddp: zero2: 0 of") &&
+                  strstr(g_out, "check-ddp: zero3: 0 of"), "%s", g_out);
+    cr_assert_eq(count(g_out, "activations on every rank == the acts formula (checkpoint block"), 4, "%s", g_out);
+}
+
+// What is not supported is refused in one line, exit 2: every-K (K > 1) with the unit hooks of
+// ZeRO-2/3 (a segment's recompute would need K units gathered at once), a bad policy. Without
+// hooks (DDP, ZeRO-1, the staging ZeRO-2) every-K runs, and the acts follow its formula.
+Test(zero_train_mpi, checkpoint_every_k_refused_with_unit_hooks) {
+    const char* cases[][2] = {
+        {"--zero 3 --checkpoint every-2", "supports block or none only"},
+        {"--zero 2 --checkpoint every-3", "supports block or none only"},
+        {"--zero all --checkpoint every-2", "--checkpoint every-2 with --zero 2 or 3"},
+        {"--zero 3 --checkpoint half", "--checkpoint: checkpoint policy 'half' is not one of"},
+        {"--zero 1 --checkpoint every-0", "--checkpoint"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int st = run_prog("zero_train", 2, cases[i][0]);
+        cr_assert_eq(st, 2, "%s: exit %d:\n%s", cases[i][0], st, g_out);
+        cr_assert(strstr(g_out, cases[i][1]), "%s:\n%s", cases[i][0], g_out);
+        cr_assert_eq(count(g_out, "error:"), 1, "%s: one line:\n%s", cases[i][0], g_out);
+    }
+    const int st = run_prog("zero_train", 2, "--context 16 --layers 3 --zero 0,1 --zero2 staging --steps 1 --warmup 0 --checkpoint every-2");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert_eq(count(g_out, "activations on every rank == the acts formula (checkpoint every-2"), 2, "%s", g_out);
+}
+
+// Block checkpointing under ZeRO-3's (and ZeRO-2's) unit hooks on the GPUs: the same parameter
+// hash as without it, the acts tag shrunk by exactly two blocks' internals (ckpt_block_equals_none).
+Test(zero_train_nccl, checkpoint_block_equals_none_2_gpus) {
+    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
+    ckpt_block_equals_none(2, "3", 1);
+    ckpt_block_equals_none(2, "2", 1);
+}
+
 // ------------------------------------------------------------------ ZeRO-3's plan and windows
 Test(zero3_plan, units_split_in_equal_aligned_pieces) {
     const size_t bounds[] = {0, 640, 704, 10000 * 64, 10000 * 64 + 1000};  // 4 units, odd lengths
@@ -400,7 +481,12 @@ typedef struct {
     float* grads_out;     // (total) assembled from the units
     float *pw, *gw;       // (total) the window buffers (a unit at their start)
     int calls[3];
+    int log[256], nlog;   // every hook call in order: 1000 x kind (0 fwd, 1 bwd, 2 after) + unit
 } win_ctx_t;
+static void win_log(win_ctx_t* w, int kind, int u) {
+    cr_assert(w->nlog < 256);
+    w->log[w->nlog++] = 1000 * kind + u;
+}
 
 static void win_set(win_ctx_t* w, int u, int bwd) {
     size_t b, e;
@@ -413,11 +499,12 @@ static void win_set(win_ctx_t* w, int u, int bwd) {
         w->m->gwin = (model_window_t){w->gw, b, e};
     }
 }
-static void win_fwd(void* ctx, int u) { win_ctx_t* w = ctx; w->calls[0]++; win_set(w, u, 0); }
-static void win_bwd(void* ctx, int u) { win_ctx_t* w = ctx; w->calls[1]++; win_set(w, u, 1); }
+static void win_fwd(void* ctx, int u) { win_ctx_t* w = ctx; w->calls[0]++; win_log(w, 0, u); win_set(w, u, 0); }
+static void win_bwd(void* ctx, int u) { win_ctx_t* w = ctx; w->calls[1]++; win_log(w, 1, u); win_set(w, u, 1); }
 static void win_after(void* ctx, int u) {
     win_ctx_t* w = ctx;
     w->calls[2]++;
+    win_log(w, 2, u);
     size_t b, e;
     model_unit_span(&w->m->layout, &w->m->c, u, &b, &e);
     memcpy(w->grads_out + b, w->gw, (e - b) * sizeof(float));
@@ -437,7 +524,7 @@ Test(zero3_window, cpu_model_through_windows_is_bitwise_the_model) {
     model_cpu_backward(&a, NULL, NULL);
 
     float* params = malloc(total * sizeof(float));
-    win_ctx_t w = {&m, params, calloc(total, sizeof(float)), malloc(total * sizeof(float)), malloc(total * sizeof(float)), {0}};
+    win_ctx_t w = {&m, params, calloc(total, sizeof(float)), malloc(total * sizeof(float)), malloc(total * sizeof(float)), {0}, {0}, 0};
     cr_assert(params && w.grads_out && w.pw && w.gw);
     memcpy(params, m.params, total * sizeof(float));
     for (size_t i = 0; i < total; i++) m.params[i] = m.grads[i] = NAN;  // the model's own buffers are never read
@@ -460,4 +547,72 @@ Test(zero3_window, cpu_model_through_windows_is_bitwise_the_model) {
     free(w.gw);
     model_cpu_destroy(&a);
     model_cpu_destroy(&m);
+}
+
+// Activation checkpointing under the unit hooks (`block`): the model made with K = 1, run through
+// the same poisoned windows, must give the loss, logits and every gradient of the model with
+// neither checkpointing nor hooks, bit for bit, with the hooks called in exactly the sequence
+// of the unhooked-checkpoint-free run (so the recompute of block l ran inside unit 1 + l's
+// backward window: any read of a parameter outside the window dies, and everything else in the
+// window buffer is NaN). Tiny with 4 blocks (more than one checkpoint between units). every-2
+// with hooks is refused (zero_train_mpi/checkpoint_* checks the one-line exit 2).
+static void hooked_run(model_cpu_t* m, const float* init, const int32_t* in, const int32_t* tg, int B, int T,
+                       float* loss, float* grads_out, win_ctx_t* w) {
+    const size_t total = m->layout.total;
+    *w = (win_ctx_t){m, init, grads_out, malloc(total * sizeof(float)), malloc(total * sizeof(float)), {0}, {0}, 0};
+    cr_assert(w->pw && w->gw);
+    for (size_t i = 0; i < total; i++) m->params[i] = m->grads[i] = NAN;  // the model's own buffers are never read
+    const model_unit_hooks_t h = {win_fwd, win_bwd, win_after, w};
+    model_cpu_set_unit_hooks(m, &h);
+    *loss = model_cpu_forward(m, in, tg, B, T);
+    model_cpu_backward(m, NULL, NULL);
+    model_cpu_set_unit_hooks(m, NULL);
+    free(w->pw);
+    free(w->gw);
+}
+
+Test(zero3_window, cpu_block_checkpointing_through_windows_is_bitwise_the_model) {
+    model_config_t cfg;
+    cr_assert_eq(model_config_by_name("tiny", 16, &cfg), 0);
+    cfg.n_layers = 4;
+    const int B = 2, T = 11;
+    model_cpu_t a, m0, m1;
+    model_cpu_create(&a, &cfg, B, T, 5);
+    model_cpu_create_ckpt(&m0, &cfg, B, T, 5, 0);
+    model_cpu_create_ckpt(&m1, &cfg, B, T, 5, 1);
+    const size_t total = a.layout.total;
+    int32_t in[2 * 11], tg[2 * 11];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 53 + 1) % cfg.vocab, tg[i] = (i * 29 + 7) % cfg.vocab;
+    const float la = model_cpu_forward(&a, in, tg, B, T);
+    model_cpu_backward(&a, NULL, NULL);
+
+    float* init = malloc(total * sizeof(float));
+    float* g0 = calloc(total, sizeof(float));
+    float* g1 = calloc(total, sizeof(float));
+    cr_assert(init && g0 && g1);
+    memcpy(init, a.params, total * sizeof(float));
+    win_ctx_t w0, w1;
+    float l0, l1;
+    hooked_run(&m0, init, in, tg, B, T, &l0, g0, &w0);
+    hooked_run(&m1, init, in, tg, B, T, &l1, g1, &w1);
+    const int U = model_n_units(&cfg);
+    cr_assert_eq(w1.nlog, 3 * U, "%d hook calls, want %d", w1.nlog, 3 * U);
+    cr_assert_eq(w0.nlog, w1.nlog);
+    for (int i = 0; i < w1.nlog; i++) cr_assert_eq(w0.log[i], w1.log[i], "hook call %d: %d, without checkpointing %d", i, w1.log[i], w0.log[i]);
+    cr_assert_eq(memcmp(&la, &l1, sizeof la), 0, "loss %.9g vs %.9g", la, l1);
+    cr_assert_eq(memcmp(a.a.logits, m1.a.logits, (size_t)B * T * cfg.vocab * sizeof(float)), 0, "logits differ");
+    cr_assert_eq(memcmp(a.grads, g0, total * sizeof(float)), 0, "gradients through windows differ from the model's");
+    for (size_t i = 0; i < total; i++)
+        cr_assert_eq(memcmp(&a.grads[i], &g1[i], sizeof(float)), 0, "checkpointed gradient %zu: %.9g, the model's %.9g", i, g1[i], a.grads[i]);
+    // The activations kept: one block's internals instead of four (model_cpu_acts_bytes, checked
+    // against the allocator's acts tag by zero_train), i.e. 3 slots of 7BTC + 2BT + 3BTF + B·NH·T² floats less.
+    const size_t BT = (size_t)B * T, C = (size_t)cfg.d_model, F = (size_t)cfg.d_ff, NH = (size_t)cfg.n_heads;
+    const size_t slot = 4 * (7 * BT * C + 2 * BT + 3 * BT * F + (size_t)B * NH * T * T);
+    cr_assert_eq(model_cpu_acts_bytes(&cfg, B, T, 0) - model_cpu_acts_bytes(&cfg, B, T, 1), 3 * slot);
+    free(init);
+    free(g0);
+    free(g1);
+    model_cpu_destroy(&a);
+    model_cpu_destroy(&m0);
+    model_cpu_destroy(&m1);
 }

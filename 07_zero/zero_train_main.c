@@ -5,6 +5,7 @@
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --zero 0,1 --shard course               # the course's
 //   scripts/mpirun.sh 4 build/07_zero/zero_train --model tiny --zero 0,3 --check-ddp 1       # ZeRO-3
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --zero 2 --zero2 both    # ZeRO-2 beside the old staging one
+//   scripts/mpirun.sh 2 build/07_zero/zero_train --model xl --context 512 --batch 2 --zero 3 --checkpoint block
 //
 // One run per level in --zero, each from the same initial parameters (rank 0's, broadcast) on
 // the same global batches (batch × ranks rows a step, a pure function of the seed and the step
@@ -37,6 +38,11 @@
 // counted: 4 × the padded flat buffer + 4 × its shard + 8 × owned, its gradient bytes are the
 // shard alone and its working buffers exactly zero3_work_bytes, and with --check-ddp 1
 // (c) every run's parameters equal the ddp run's within rtol 1e-4, atol 1e-5.
+// --checkpoint none|block|every-K: activation checkpointing in the model (model_cpu.h), for
+// every run; the acts column shows what it keeps and a line checks it against the formula
+// (model_cpu_acts_bytes / model_gpu_acts_bytes). ZeRO-2/3 take block or none only: their unit
+// hooks gather one unit at a time, and block's recompute of block l runs inside unit 1 + l's
+// backward window on the parameters that window already holds (no extra collective).
 //
 // Backends: the CPU model over MPI (host memory), or the CUDA model over NCCL (one GPU a rank).
 // The flat buffers are padded to n equal 64-aligned shards (zero_shard_range) for every run.
@@ -461,7 +467,7 @@ typedef struct {
 
 int main(int argc, char** argv) {
     const char *model_s = "tiny", *zero_s = "1", *zero2_s = "units", *shard_s = "zero", *backend_s = "auto", *prec_s = "fp32",
-               *attn_s = "naive", *csv = "";
+               *attn_s = "naive", *csv = "", *ckpt_s = "none";
     int context = 32, B = 2, steps = 5, warmup = 2, check = 0, seed = 1, layers = 0, keep_full = 0;
     double lr = 1e-3, timeout_s = 0, bucket_mb = 25;
     cli_opt_t opts[] = {
@@ -474,6 +480,7 @@ int main(int argc, char** argv) {
         {"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, 3, or all", NULL},
         {"zero2", CLI_CHOICE, &zero2_s, "units", "which ZeRO-2 level 2 runs: units (zero3.h's engine: no flat gradient buffer, fp32), staging (zero.h's, run zero2s: the backward writes the flat 4Psi gradient buffer), or both", "units|staging|both"},
         {"shard", CLI_CHOICE, &shard_s, "zero", "zero: ZeRO proper; course: the course's sharded optimizer in place of levels 1 and 2 (3 stays ZeRO-3)", "zero|course"},
+        {"checkpoint", CLI_STR, &ckpt_s, "none", "activation checkpointing: none, block, or every-K (K >= 1); with --zero 2 or 3 (unit hooks) none or block only", NULL},
         {"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "bucket cap in MiB (DDP's buckets, ZeRO-2's buckets)", NULL},
         {"steps", CLI_INT, &steps, "5", "measured steps per run", NULL},
         {"warmup", CLI_INT, &warmup, "2", "steps before measuring (each run)", NULL},
@@ -507,6 +514,11 @@ int main(int argc, char** argv) {
     if (keep_full != 0 && keep_full != 1) BAD("--keep-full: %d must be 0 or 1", keep_full);
     if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
     if (!(bucket_mb >= 0 && bucket_mb <= 1e6)) BAD("--bucket-mb: %g is out of range [0, 1e6]", bucket_mb);
+    int ckpt = 0;
+    {
+        char why[160];
+        if (model_ckpt_parse(ckpt_s, &ckpt, why, sizeof why) != 0) BAD("--checkpoint: %s", why);
+    }
     const int course = strcmp(shard_s, "course") == 0;
     run_kind_t runs[N_RUN_KINDS];
     int nruns = 0, want[N_RUN_KINDS] = {0};
@@ -541,6 +553,10 @@ int main(int argc, char** argv) {
         BAD("--zero 2 runs fp32 only: its gradients go through the model's windows, which are fp32 only (use --precision fp32, or --zero2 staging)");
     if (want[RUN_ZERO3] && prec != MP_FP32)
         BAD("--zero 3 runs fp32 only: bf16 compute copies of the gathered units are not implemented (use --precision fp32, or levels 0-2)");
+    // ZeRO-2/3's unit hooks hold one unit's parameters at a time (two working buffers): a
+    // segment of K > 1 blocks would need K of them for its recompute (model_cpu.h).
+    if (ckpt > 1 && (want[RUN_ZERO2] || want[RUN_ZERO3]))
+        BAD("--checkpoint %s with --zero 2 or 3: %s (use --checkpoint block)", ckpt_s, MODEL_CKPT_HOOKS_REFUSAL);
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
     const int W = c->world, r = c->rank;
     if (W > 64) comm_fatal(c, EXIT_BAD_INPUT, "at most 64 ranks (got %d)", W);
@@ -560,15 +576,15 @@ int main(int argc, char** argv) {
     t.lean = nruns == 1 && !check && !keep_full;
     const int lean_z3 = t.lean && runs[0] == RUN_ZERO3, lean_z2 = t.lean && runs[0] == RUN_ZERO2;
     if (t.lean) {
-        replica_create_flat(&t.rep, c, &cfg, B, context, prec, attn, seed,
-                            lean_z3 ? MODEL_GPU_NO_FLAT : lean_z2 ? t.P | MODEL_GPU_NO_FLAT_GRADS : t.P);
+        replica_create_flat_ckpt(&t.rep, c, &cfg, B, context, prec, attn, seed,
+                                 lean_z3 ? MODEL_GPU_NO_FLAT : lean_z2 ? t.P | MODEL_GPU_NO_FLAT_GRADS : t.P, ckpt);
         if (!t.rep.gpu) {  // the CPU model's own AdamW moments: the optimizer lives outside it
             mem_free(t.rep.cpu.adam_m);
             mem_free(t.rep.cpu.adam_v);
             t.rep.cpu.adam_m = t.rep.cpu.adam_v = NULL;
         }
     } else {
-        replica_create(&t.rep, c, &cfg, B, context, prec, attn, seed);
+        replica_create_ckpt(&t.rep, c, &cfg, B, context, prec, attn, seed, ckpt);
     }
     t.dev = t.rep.gpu ? DEV_CUDA : DEV_CPU;
     if (t.rep.gpu) {
@@ -584,6 +600,8 @@ int main(int argc, char** argv) {
     }
     t.total = t.rep.lay->total;
     const size_t psi = param_count(t.rep.lay);
+    // What the model's acts tag must hold with this checkpointing policy (the same on every rank).
+    const size_t acts_formula = t.rep.gpu ? model_gpu_acts_bytes(t.rep.m) : model_cpu_acts_bytes(&cfg, B, context, ckpt);
 
     // Rank 0's parameters everywhere (the whole padded buffer), kept as every run's start
     // (lean: not kept; lean ZeRO-3: no buffer, each rank makes its shard from rank 0's seed).
@@ -615,8 +633,11 @@ int main(int argc, char** argv) {
                4e-9 * (double)psi);
         printf("# shards: %d x %zu elements, padded total %zu (layout %zu, padding %zu); %d shard boundar%s cut%s through a parameter\n",
                W, s1, t.P, t.total, t.P - t.total, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
-        printf("# per run: %d warm-up steps, then the median of %d; bucket cap %g MiB; every run starts from the same parameters\n\n",
+        printf("# per run: %d warm-up steps, then the median of %d; bucket cap %g MiB; every run starts from the same parameters\n",
                warmup, steps, bucket_mb);
+        char kn[32];
+        printf("# activation checkpointing: %s (activations a rank by the formula: %zu bytes = %.2f MiB)\n\n",
+               model_ckpt_name(ckpt, kn, sizeof kn), acts_formula, acts_formula / 1048576.0);
     }
 
     int status = 0;
@@ -761,6 +782,15 @@ int main(int argc, char** argv) {
             fflush(stdout);
         }
         if (!same || !optim_ok) status = 1;
+        {  // the activations every rank keeps, against the formula for the policy
+            int acts_ok = 1;
+            for (int k = 0; k < W; k++) acts_ok &= R->after[k][MEM_ACTS] == (long long)acts_formula;
+            char kn[32];
+            if (r == 0)
+                printf("  %-7s activations on every rank %s the acts formula (checkpoint %s: %zu bytes)\n", run_names[runs[ri]],
+                       acts_ok ? "==" : "!=", model_ckpt_name(ckpt, kn, sizeof kn), acts_formula);
+            if (!acts_ok) status = 1;
+        }
         if (check && r == 0) {
             if (runs[ri] == RUN_DDP) {
                 memcpy(ref, got, t.total * sizeof(float));

@@ -41,6 +41,18 @@ double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt) {
     return floats * 4.0;
 }
 
+// The acts-tagged allocations of model_cpu_create_ckpt below, exactly (keep the two together):
+// R residual slices (B, T, C); per slot (Lk of them) ln1, atty, res_mid, ln2 (B, T, C) each, two
+// rstds (B, T), qkv (B, T, 3C), h13 and gate (B, T, 3F) together, probabilities (B, NH, T, T);
+// then lnf (B, T, C), lnf_rstd and lse (B, T), logits (B, T, V).
+size_t model_cpu_acts_bytes(const model_config_t* c, int B, int T, int ckpt) {
+    const size_t R = (size_t)model_ckpt_res_slices(c->n_layers, ckpt), Lk = (size_t)model_ckpt_slots(c->n_layers, ckpt);
+    const size_t C = (size_t)c->d_model, F = (size_t)c->d_ff, V = (size_t)c->vocab, NH = (size_t)c->n_heads;
+    const size_t BT = (size_t)B * T;
+    const size_t slot = 7 * BT * C + 2 * BT + 3 * BT * F + (size_t)B * NH * T * T;
+    return (R * BT * C + Lk * slot + BT * C + 2 * BT + BT * V) * sizeof(float);
+}
+
 int model_ckpt_parse(const char* s, int* k, char* err, size_t errlen) {
     char* end = NULL;
     long v = -1;

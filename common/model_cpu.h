@@ -108,9 +108,16 @@ void model_cpu_destroy(model_cpu_t* m);
 // bit-for-bit those of `none` (01_benchmarking/test_checkpoint.c). Memory: S + min(K, L)
 // residual slices (B, T, C) and min(K, L) blocks of internals, instead of L + 1 and L;
 // compute: one more forward of every block but the last W2 product of each segment.
-// Not with unit hooks (ZeRO-3) or the split backward (one clear DIE); the range functions
-// (stage 08) run without it.
+// With unit hooks (ZeRO-2/3, "units and windows" below) `block` only: a segment is then one
+// block = one unit, and the backward calls before_bwd(1 + l) BEFORE recomputing block l, so the
+// recompute reads the parameters the hook gathered for the backward (no extra all-gather) and
+// after_bwd(1 + l) after its backward; the gradients are the bits of `none` under the same
+// hooks (07_zero/test_zero.c). every-K (K > 1) with hooks is refused (MODEL_CKPT_HOOKS_REFUSAL:
+// a segment's recompute would need K units' parameters at once, or a second gather of each).
+// Not with the split backward (one clear DIE); the range functions (stage 08) run without it.
 #define MODEL_CKPT_CHOICES "none|block|every-K (K >= 1)"
+#define MODEL_CKPT_HOOKS_REFUSAL \
+    "activation checkpointing with unit hooks (ZeRO-2/3) supports block or none only: every-K (K > 1) would need K units' parameters gathered at once"
 // "none" -> 0, "block" -> 1, "every-K" -> K. 0, or -1 with why in err (naming the choices).
 int model_ckpt_parse(const char* s, int* k, char* err, size_t errlen);
 const char* model_ckpt_name(int k, char* buf, size_t len);  // "none", "block", "every-4"
@@ -120,6 +127,8 @@ int model_ckpt_res_slices(int nL, int K);  // residual slices: S + slots (nL + 1
 // model_cpu_create with a checkpointing policy (allocates only what the policy keeps).
 void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt);
 double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt);
+// Of those, the activations (the allocator's acts tag) exactly: what checkpointing shrinks.
+size_t model_cpu_acts_bytes(const model_config_t* c, int B, int T, int ckpt);
 
 // Forward over inputs (B, T). With targets (B, T) returns the mean cross-entropy over B·T;
 // with targets NULL returns NAN (logits only). Logits are in m->a.logits (B, T, V).
@@ -234,7 +243,8 @@ void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s,
 // writes gradients (m->gwin): flat element i lives at base[i - lo]; every parameter access is
 // checked to fall inside [lo, hi) (a DIE names the parameter otherwise). With hooks set
 // (model_cpu_set_unit_hooks), model_cpu_forward/backward and the range functions call
-// before_fwd(u) before unit u's forward, before_bwd(u) before its backward and after_bwd(u)
+// before_fwd(u) before unit u's forward, before_bwd(u) before its backward (with `block`
+// checkpointing: before its recompute, which reads the same window) and after_bwd(u)
 // after it, in execution order (forward 0..U-1, backward U-1..0); the hooks point the windows
 // at the unit's gathered parameters and its gradient buffer. With hooks, a WRITE backward
 // zeroes each unit's span (through the gradient window) after before_bwd, not the range's
@@ -244,7 +254,8 @@ void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s,
 int model_n_units(const model_config_t* c);                                  // L + 2
 model_range_t model_unit_range(const model_config_t* c, int u);              // as a range
 void model_unit_span(const param_layout_t* lay, const model_config_t* c, int u, size_t* begin, size_t* end);
-// hooks NULL: back to the default (no hooks, both windows cleared).
+// hooks NULL: back to the default (no hooks, both windows cleared). Hooks on a model made with
+// every-K (K > 1) checkpointing: fail() with MODEL_CKPT_HOOKS_REFUSAL (one line, exit 2).
 void model_cpu_set_unit_hooks(model_cpu_t* m, const model_unit_hooks_t* hooks);
 
 #ifdef __cplusplus

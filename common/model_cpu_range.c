@@ -147,6 +147,7 @@ void model_cpu_set_unit_hooks(model_cpu_t* m, const model_unit_hooks_t* hooks) {
     memset(&m->hooks, 0, sizeof m->hooks);
     memset(&m->pwin, 0, sizeof m->pwin);
     memset(&m->gwin, 0, sizeof m->gwin);
+    if (hooks && m->ckpt > 1) fail("%s (this model was made with every-%d)", MODEL_CKPT_HOOKS_REFUSAL, m->ckpt);
     if (hooks) m->hooks = *hooks;
 }
 
@@ -306,8 +307,9 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
         embedding_fwd_cpu(a->res, inputs, wparam(m, PK_EMBED, -1), N, C);  // x = E[inputs]
     }
     // Else a->res[0] (B, T, C) holds the input the caller received from the stage before.
-    if (s->ckpt > 0 && hooked(m))
-        DIE("model_cpu_range: activation checkpointing and unit hooks (ZeRO-3) do not go together");
+    // Checkpointing with unit hooks: block (K = 1) only (model_cpu.h; set_unit_hooks refuses
+    // the rest with one line, this is the safety net for a caller that set them by hand).
+    if (s->ckpt > 1 && hooked(m)) DIE("model_cpu_range: %s", MODEL_CKPT_HOOKS_REFUSAL);
     for (int li = 0; li < nL; li++) {
         const int l = r->l0 + li;  // block index in the model (parameters)
         unit_hook(m, m->hooks.before_fwd, 1 + l);
@@ -361,7 +363,7 @@ static void ready(gw_t* g, param_kind_t kind, int layer) {
 
 // Block li of the range, in reverse: sc->dres holds the gradient of its output on entry and
 // of its input on exit.
-static void block_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* k, gw_t* gp,
+static void block_backward(model_cpu_t* m, model_cpu_range_acts_t* s, gw_t* gp,
                            int split, int li, const cblk_t* p) {
     const model_config_t* c = &m->c;
     const int B = s->cur_B, T = s->cur_T;
@@ -373,8 +375,9 @@ static void block_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
     const float *atty = p->atty, *mid = p->mid, *ln2 = p->ln2, *ln2_rstd = p->ln2_rstd;
     const float *h13 = p->h13, *gate = p->gate;
     float* dw;
-    // Here sc->dres (B, T, C) is the gradient of this block's output.
-    bwd_unit_begin(m, k, 1 + l);
+    // Here sc->dres (B, T, C) is the gradient of this block's output. The caller opened unit
+    // 1 + l's backward window (bwd_unit_begin): with checkpointing, before the recompute that
+    // reads the same parameters.
 
     // FFN block, in reverse; the skip path passes dres through, the norm adds to it.
     if (split) {
@@ -430,7 +433,6 @@ static void block_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
     rmsnorm_bwd_cpu(sc->dres, dw, sc->dln, x, wparam(m, PK_LN1, l), ln1_rstd, N, C);
     gw_end(gp, PK_LN1, l, (size_t)C);
     ready(gp, PK_LN1, l);
-    bwd_unit_end(m, 1 + l);
 }
 
 // The backward of model_cpu_backward over the range, fused (split = 0) or as the input pass
@@ -482,20 +484,28 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
         memcpy(sc->dres, s->dy, NC * sizeof(float));  // the gradient the next stage sent back
     }
 
-    if (s->ckpt > 0 && (hooked(m) || split))
-        DIE("model_cpu_range: activation checkpointing goes with neither unit hooks (ZeRO-3) nor the split backward");
+    if (s->ckpt > 0 && split)
+        DIE("model_cpu_range: activation checkpointing and the split backward do not go together");
+    if (s->ckpt > 1 && hooked(m)) DIE("model_cpu_range: %s", MODEL_CKPT_HOOKS_REFUSAL);
     if (s->ckpt == 0) {
         for (int li = nL - 1; li >= 0; li--) {
             const cblk_t p = cpu_block(c, s, li, B, T);
-            block_backward(m, s, k, &g, split, li, &p);
+            bwd_unit_begin(m, k, 1 + r->l0 + li);
+            block_backward(m, s, &g, split, li, &p);
+            bwd_unit_end(m, 1 + r->l0 + li);
         }
     } else {
         // Segment by segment from the last: recompute its blocks' internals forward from its
         // saved input (the same operations on the same inputs: the same bits), then backprop
-        // through them.
+        // through them. With unit hooks (ZeRO-2/3) K is 1, so a segment is one block, one
+        // unit: its backward window opens FIRST (before_bwd gathers the block's parameters
+        // and points the windows at them), then the recompute reads those parameters and the
+        // backward follows in the same window — no gather beyond the backward's own. (Without
+        // hooks bwd_unit_begin/end do nothing, so where they stand does not matter.)
         const int K = s->ckpt;
         for (int sg = model_ckpt_segments(nL, K) - 1; sg >= 0; sg--) {
             const int lo = sg * K, hi = lo + K < nL ? lo + K : nL;
+            if (K == 1) bwd_unit_begin(m, k, 1 + r->l0 + lo);
             for (int li = lo; li < hi; li++) {
                 cblk_t p = cpu_block(c, s, li, B, T);
                 if (li == hi - 1) p.out = NULL;  // saved already (a checkpoint or the output)
@@ -503,7 +513,9 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
             }
             for (int li = hi - 1; li >= lo; li--) {
                 const cblk_t p = cpu_block(c, s, li, B, T);
-                block_backward(m, s, k, &g, split, li, &p);
+                if (K > 1) bwd_unit_begin(m, k, 1 + r->l0 + li);
+                block_backward(m, s, &g, split, li, &p);
+                bwd_unit_end(m, 1 + r->l0 + li);
             }
         }
     }

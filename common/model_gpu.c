@@ -285,6 +285,11 @@ model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, mode
 model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, size_t flat_total, char* err,
                                    size_t errlen) {
+    return model_gpu_create_flat_ckpt(cfg, B, T, prec, attn, seed, flat_total, 0, err, errlen);
+}
+model_gpu_t* model_gpu_create_flat_ckpt(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                        const attention_impl_t* attn, uint64_t seed, size_t flat_total, int ckpt,
+                                        char* err, size_t errlen) {
     const int no_grads = (flat_total & MODEL_GPU_NO_FLAT_GRADS) != 0;
     flat_total &= ~MODEL_GPU_NO_FLAT_GRADS;
     if (no_grads && flat_total == MODEL_GPU_NO_FLAT) {
@@ -292,9 +297,21 @@ model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, mode
         return NULL;
     }
     const flat_mode_t mode = flat_total == MODEL_GPU_NO_FLAT ? FLAT_NONE : no_grads ? FLAT_PARAMS : FLAT_GIVEN;
-    return create(cfg, B, T, prec, attn, seed, 0, 0, mode, flat_total, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 0, ckpt, mode, flat_total, err, errlen);
 }
 int model_gpu_ckpt(const model_gpu_t* m) { return m->ckpt; }
+// The acts-tagged allocations of create() above, exactly (keep the two together).
+size_t model_gpu_acts_bytes(const model_gpu_t* m) {
+    if (m->ranges_only) return 0;  // the range sets hold their own
+    const size_t L = (size_t)model_ckpt_slots(m->L, m->ckpt), R = (size_t)model_ckpt_res_slices(m->L, m->ckpt);
+    const size_t N = m->N, C = m->C, F = m->F, V = m->V, NH = m->NH, es = m->asz;
+    const size_t att = m->attn ? L * N * NH * 4 : L * (size_t)m->B * NH * m->T * m->T * es;  // lse or scores
+    return R * N * C * 4 + L * N * C * 4             // resid1 (R slices), resid2
+           + 2 * L * N * C * es + 2 * L * N * 4     // ln1, ln2; rstd1, rstd2
+           + L * N * 3 * C * es + att               // qkv; attention
+           + L * N * C * es + L * N * 2 * F * es    // atty; h13
+           + N * C * es + N * 4 + N * V * es + 2 * N * 4;  // lnf, rstdf, logits, ce_lse + losses
+}
 model_gpu_t* model_gpu_create_ranges(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                      const attention_impl_t* attn, uint64_t seed, char* err, size_t errlen) {
     return create(cfg, B, T, prec, attn, seed, 1, 0, FLAT_LAZY, 0, err, errlen);
@@ -449,6 +466,7 @@ void model_gpu_set_unit_hooks(model_gpu_t* m, const model_unit_hooks_t* hooks) {
     memset(&m->hooks, 0, sizeof m->hooks);
     memset(&m->pwin, 0, sizeof m->pwin);
     memset(&m->gwin, 0, sizeof m->gwin);
+    if (hooks && m->ckpt > 1) fail("%s (this model was made with every-%d)", MODEL_CKPT_HOOKS_REFUSAL, m->ckpt);
     if (hooks) m->hooks = *hooks;
 }
 

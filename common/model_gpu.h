@@ -45,12 +45,15 @@ void model_gpu_destroy(model_gpu_t* m);
 // The same with activation checkpointing K (model_cpu.h "activation checkpointing": 0 none,
 // 1 block, K every-K): only the checkpoints and one segment's activations are allocated; the
 // backward recomputes each segment forward with the same kernels, so the loss and gradients
-// are bit-for-bit those of K = 0 (01_benchmarking/test_checkpoint.c). Not with unit hooks
-// (ZeRO-3; DIE); the range pass (model_gpu_create_ranges) has no checkpointing.
+// are bit-for-bit those of K = 0 (01_benchmarking/test_checkpoint.c). With unit hooks
+// (ZeRO-2/3) `block` only, the recompute of block l inside unit 1 + l's backward window
+// (model_cpu.h "activation checkpointing"; every-K refused with MODEL_CKPT_HOOKS_REFUSAL); the
+// range pass (model_gpu_create_ranges) has no checkpointing.
 model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, int ckpt, char* err,
                                    size_t errlen);
 int model_gpu_ckpt(const model_gpu_t* m);  // K (0 none)
+size_t model_gpu_acts_bytes(const model_gpu_t* m);  // its acts-tagged bytes, exactly (what K shrinks)
 // A model made to train with flat buffers of the caller's length from the start (stage 07), so
 // that setting up a sharded trainer never holds two copies of them (model_gpu_pad_flat's
 // transient) nor, for ZeRO-3, any whole-model buffer:
@@ -72,6 +75,10 @@ int model_gpu_ckpt(const model_gpu_t* m);  // K (0 none)
 model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, size_t flat_total, char* err,
                                    size_t errlen);
+// The same with activation checkpointing K (as model_gpu_create_ckpt): ZeRO-2/3 with `block`.
+model_gpu_t* model_gpu_create_flat_ckpt(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                        const attention_impl_t* attn, uint64_t seed, size_t flat_total, int ckpt,
+                                        char* err, size_t errlen);
 
 const param_layout_t* model_gpu_layout(const model_gpu_t* m);
 const model_config_t* model_gpu_config(const model_gpu_t* m);
@@ -134,7 +141,9 @@ int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* e
 // grads[i - lo] for i in [lo, hi) (grads NULL: keep the gradient window). Every parameter
 // access is checked against the window (DIE with the parameter's name). fp32 only: the bf16
 // path reads a bf16 copy of the whole flat buffer, so windows refuse MP_BF16 (one line).
-// NULL hooks: none, windows cleared (the model reads its flat buffers again).
+// NULL hooks: none, windows cleared (the model reads its flat buffers again). With `block`
+// checkpointing before_bwd(1 + l) comes before block l's recompute (model_gpu_pass.c); hooks on
+// a model made with every-K (K > 1): fail() with MODEL_CKPT_HOOKS_REFUSAL (one line, exit 2).
 void model_gpu_set_unit_hooks(model_gpu_t* m, const model_unit_hooks_t* hooks);
 void model_gpu_set_windows(model_gpu_t* m, float* params, float* grads, size_t lo, size_t hi);
 // Frees the flat parameter and gradient buffers (ZeRO-3 keeps only shards; the model must then

@@ -104,8 +104,10 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
         k_cast_f32_bf16(m->params, m->params_lp, m->lay.total, m->stream);
         m->lp_fresh = 1;
     }
-    if (m->ckpt > 0 && (m->hooks.before_fwd || m->hooks.before_bwd || m->hooks.after_bwd))
-        DIE("model_gpu: activation checkpointing and unit hooks (ZeRO-3) do not go together");
+    // Checkpointing with unit hooks: block (K = 1) only (model_cpu.h; model_gpu_set_unit_hooks
+    // refuses the rest with one line, this is the safety net).
+    if (m->ckpt > 1 && (m->hooks.before_fwd || m->hooks.before_bwd || m->hooks.after_bwd))
+        DIE("model_gpu: %s", MODEL_CKPT_HOOKS_REFUSAL);
     mg_unit_hook(m, m->hooks.before_fwd, 0);  // ZeRO-3 (unit 0: the embedding)
     mg_embed_forward(m, d_inputs, m->resid1);
     for (int l = 0; l < L; l++) {
@@ -315,10 +317,16 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
     } else {
         // Checkpointing: segment by segment from the last, recompute the segment's blocks
         // forward from its saved input (the same kernels on the same inputs: the same bits),
-        // then backprop through them. (No unit hooks here: the forward refused them.)
+        // then backprop through them. With unit hooks (ZeRO-2/3) K is 1 (the forward refused
+        // the rest), a segment is one block = one unit, and its backward window opens FIRST:
+        // before_bwd(1 + l) makes the compute stream wait for the unit's all-gather and points
+        // the windows at it, so the recompute's kernels read the parameters the backward's
+        // gather brought (no extra collective), as model_cpu_range.c does. Without hooks
+        // mg_unit_hook does nothing, so where the calls stand does not matter.
         const int K = m->ckpt;
         for (int sg = model_ckpt_segments(L, K) - 1; sg >= 0; sg--) {
             const int lo = sg * K, hi = lo + K < L ? lo + K : L;
+            if (K == 1) mg_unit_hook(m, m->hooks.before_bwd, 1 + lo);
             nvtx_push("recompute");
             for (int l = lo; l < hi; l++) {
                 mg_block_t b = whole_block(m, l);
@@ -328,7 +336,9 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
             nvtx_pop();
             for (int l = hi - 1; l >= lo; l--) {
                 const mg_block_t b = whole_block(m, l);
+                if (K > 1) mg_unit_hook(m, m->hooks.before_bwd, 1 + l);
                 mg_block_backward(m, l, &b, NULL, 0.0f, hook, ctx);
+                mg_unit_hook(m, m->hooks.after_bwd, 1 + l);
             }
         }
     }

@@ -48,6 +48,13 @@ for s in "$@"; do
     step zero_xl_z2 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
       --zero 2 --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
     ;;
+  07ckpt)  # stage 07: activation checkpointing under ZeRO-2/3's unit hooks: the GPU tests, XL ZeRO-3 and ZeRO-2 with block
+    step t07_ckpt 120 "$B/07_zero/test_07" --jobs 1 --filter 'zero_train_nccl/checkpoint*'
+    step zero_xl_z3_block 150 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
+      --zero 3 --checkpoint block --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
+    step zero_xl_z2_block 150 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
+      --zero 2 --checkpoint block --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
+    ;;
   07wall)  # stage 07: the memory wall — 2.7B's width, ever deeper, per level, until one does not fit
     [ -n "${WALL_SKIP_ALL:-}" ] || step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
       --zero all --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
