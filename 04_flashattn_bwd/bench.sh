@@ -23,8 +23,9 @@ if [ "${SKIP_LB:-0}" != 1 ]; then
   "$BUILD/04_flashattn_bwd/bench" --mode leaderboard --lb-reps "${LB_REPS:-100}" --version "$VERSION" \
     $([ "${VERSIONS:-0}" = 1 ] && echo --versions)
   if have_torch; then
+    # --do-bench: SDPA's fwd+bwd under triton's do_bench too, the statistic `bench` prints beside ours
     python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
-      --reps "${LB_REPS:-100}" --budget-ms 100000 --csv results/04_leaderboard_torch.csv
+      --reps "${LB_REPS:-100}" --budget-ms 100000 --do-bench --csv results/04_leaderboard_torch.csv
   fi
 fi
 echo "## sweep"

@@ -17,7 +17,8 @@
 # in "_GLOBAL__N__<id>_<file>_<hash>" change from one compile of the same file to the next (seen
 # here: HEAD against an unchanged copy of itself), so they are masked; nothing else is. What is
 # compared: the text of `cuobjdump -sass`, one section per kernel ("Function : <mangled name>"). A kernel that exists on one side only is a
-# difference too. Prints one line per kernel (same / DIFFERENT / only in A|B) and a summary;
+# difference too. Prints a line per kernel that differs (DIFFERENT / only in A|B; VERBOSE=1: also
+# "same" for each identical one), one per file and a summary;
 # exit 0 only when every kernel of every file is identical.
 #
 # Needs: git, nvcc and cuobjdump (no GPU). ARCH (default sm_90a) and NVCC_FLAGS as in the
@@ -124,6 +125,7 @@ for f in "${FILES[@]}"; do
     if [ ! -f "$da/$k" ]; then echo "only in B  $f  ${k%.sass}"; bad=$((bad + 1))
     elif [ ! -f "$db/$k" ]; then echo "only in A  $f  ${k%.sass}"; bad=$((bad + 1))
     elif cmp -s "$da/$k" "$db/$k"; then same=$((same + 1)); ns=$((ns + 1))
+      [ "${VERBOSE:-0}" = 0 ] || echo "same       $f  ${k%.sass}"
     else echo "DIFFERENT  $f  ${k%.sass}  (diff $da/$k $db/$k)"; bad=$((bad + 1)); fi
   done
   ni=0; [ "$nk" -eq 0 ] || ni=$(cat "$da"/*.sass | grep -c '/\*[0-9a-f]\{4\}\*/' || true)
