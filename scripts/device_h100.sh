@@ -18,6 +18,8 @@
 #             naive attention eager and compiled over the same grid (torch_compile (a))
 #   flash     flash_benchmarking: the whole grid, fp32 to N 65536, ours and PyTorch's
 #   roofline  every kernel against the measured peaks (04's roofline)
+#   lb        the leaderboard point: our median and the course's do_bench mean, PyTorch's SDPA with do_bench
+#   flashbig  fp32 d 128 at N 32768 and 65536 (cut off by the flash part's limit on 2026-11-23)
 #   train1    issue 18: the small model on real text, one GPU, fp32 and bf16
 #   compile   torch_compile (b): the whole model compiled vs eager beside ours
 set -u
@@ -87,6 +89,15 @@ for s in "$@"; do
       --warmup 2 --reps 10 --budget-ms 400 --csv $R/flash/03_flash.csv
     [ -n "${FLASH_TORCH:-}" ] && step flash_torch 200 python3 04_flashattn_bwd/bench_torch.py --f32-max-N 65536 --naive-max-N 65536 \
       --warmup 2 --reps 10 --budget-ms 400 --csv $R/flash/04_torch.csv
+    ;;
+  lb)  # the leaderboard point with the course's statistic (do_bench's mean) beside our median, and PyTorch's
+    step lb_ours 120 "$B/04_flashattn_bwd/bench" --mode leaderboard --lb-reps 100 --csv $R/lb/04_leaderboard.csv
+    step lb_torch 180 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
+      --reps 100 --budget-ms 100000 --do-bench --csv $R/lb/04_leaderboard_torch.csv
+    ;;
+  flashbig)  # the fp32 d 128 points the flash part's time limit cut off
+    step flash_f32_d128 420 "$B/04_flashattn_bwd/bench" --mode sweep --dtype f32 --d 128 --N 32768,65536 \
+      --f32-max-N 65536 --naive-max-N 65536 --warmup 1 --reps 3 --budget-ms 400 --csv $R/flash/04_sweep_f32_d128.csv
     ;;
   roofline)
     step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline
