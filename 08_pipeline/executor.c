@@ -22,7 +22,8 @@ struct pp_exec {
     act_pools_t pools;    // the activation sets of each chunk (act_pool.h)
     int live, peak_live;  // micro-batch-chunks between F and B/W
     long actions_done;    // for die_after
-    comm_req_t** reqs;    // [longest group]
+    comm_req_t** reqs;    // [n_reqs] one per operation of the longest group run so far
+    int n_reqs;
     double *t_start, *t_end;  // [n_actions] the last step's times of every action (seconds
                               // since its start; a group's operations: posted -> finished)
     double t0;                // the last step's start on CLOCK_MONOTONIC (time_now_s)
@@ -103,6 +104,7 @@ void pp_exec_schedule_changed(pp_exec_t* x) {
     }
     free(x->reqs);
     x->reqs = calloc((size_t)longest, sizeof(comm_req_t*));
+    x->n_reqs = longest;
     free(x->t_start);
     free(x->t_end);
     const size_t na = (size_t)s->n_actions[x->cfg.rank] + 1;
@@ -213,14 +215,15 @@ static void compute(pp_exec_t* x, const action_t* a, const int32_t* inputs, cons
     // STUDENT-END(08.compute)
 }
 
-double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets, float loss_scale, pp_timing_t* t) {
-    const schedule_t* s = x->cfg.sched;
+// Runs this rank's list of `s` once (the training lists or the forward-only ones: the same loop;
+// compute() reads only p and the stages from cfg.sched, which both lists share).
+// record: keep the timeline (the training lists'; t_start / t_end are sized for them).
+static double run_list(pp_exec_t* x, const schedule_t* s, const int32_t* inputs, const int32_t* targets,
+                       float loss_scale, pp_timing_t* t, int record) {
     const int r = x->cfg.rank, n = s->n_actions[r];
     const action_t* acts = s->actions[r];
-    model_cpu_t* m = x->cfg.m;
     pp_timing_t tm;
     memset(&tm, 0, sizeof tm);
-    for (int c = 0; c < x->v; c++) memset(m->grads + x->span_b[c], 0, (x->span_e[c] - x->span_b[c]) * sizeof(float));
     act_pools_reset(&x->pools);
     x->live = x->peak_live = 0;
     double loss_sum = 0;
@@ -236,6 +239,12 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
         } else {
             act_pools_release_deferred(&x->pools);
             compute(x, &acts[i], inputs, targets, loss_scale, &loss_sum);
+            // Forward-only (evaluation): no backward will read the set. Given back now, it is
+            // released at the next compute, after the group right after this F (its SEND_ACT).
+            if (s->forward_only) {
+                pool_release_later(x, acts[i].chunk, acts[i].mb);
+                x->live--;
+            }
             a1 = time_now_s();
             const double dt = a1 - a0;
             tm.busy += dt;
@@ -243,19 +252,42 @@ double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets,
             tm.n_kind[acts[i].kind]++;
         }
         const int done = g > 0 ? g : 1;
-        for (int j = i; j < i + done; j++) x->t_start[j] = a0 - t0, x->t_end[j] = a1 - t0;  // the timeline
+        for (int j = i; record && j < i + done; j++) x->t_start[j] = a0 - t0, x->t_end[j] = a1 - t0;  // the timeline
         pp_die_point(x->cfg.die_after, x->cfg.c->rank, &x->actions_done, done);
         i += done;
     }
     act_pools_release_deferred(&x->pools);
     tm.wall = time_now_s() - t0;
-    x->t0 = t0;
-    x->n_times = n;
+    if (record) x->t0 = t0, x->n_times = n;
     tm.peak_live = x->peak_live;
     tm.pool_slots = act_pools_slots(&x->pools);
     if (x->live != 0) DIE("executor rank %d: %d micro-batch-chunks still live after the list (bad list)", r, x->live);
     if (t) *t = tm;
     return loss_sum;
+}
+
+double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets, float loss_scale, pp_timing_t* t) {
+    model_cpu_t* m = x->cfg.m;
+    for (int c = 0; c < x->v; c++) memset(m->grads + x->span_b[c], 0, (x->span_e[c] - x->span_b[c]) * sizeof(float));
+    return run_list(x, x->cfg.sched, inputs, targets, loss_scale, t, 1);
+}
+
+double pp_exec_forward(pp_exec_t* x, const schedule_t* fwd, const int32_t* inputs, const int32_t* targets,
+                       float loss_scale, pp_timing_t* t) {
+    char err[256];
+    if (!fwd->forward_only || fwd->p != x->p || fwd->m != x->m || fwd->v != x->v)
+        fail("executor: pp_exec_forward needs schedule_make_forward's lists for p %d, m %d, v %d (got %s p %d, m %d, v %d)",
+             x->p, x->m, x->v, fwd->forward_only ? "forward-only" : "training", fwd->p, fwd->m, fwd->v);
+    if (schedule_check_structure(fwd, err, sizeof err) != 0) fail("executor: %s", err);
+    for (int i = 0; i < fwd->n_actions[x->cfg.rank]; i++) {  // room for its longest group
+        const int g = schedule_group_len(fwd, x->cfg.rank, i);
+        if (g > x->n_reqs) {
+            free(x->reqs);
+            if (!(x->reqs = calloc((size_t)g, sizeof(comm_req_t*)))) DIE("out of host memory");
+            x->n_reqs = g;
+        }
+    }
+    return run_list(x, fwd, inputs, targets, loss_scale, t, 0);
 }
 
 int pp_exec_last_times(const pp_exec_t* x, const double** start, const double** end, double* t0) {

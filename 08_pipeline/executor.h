@@ -73,6 +73,15 @@ void pp_exec_destroy(pp_exec_t* x);
 double pp_exec_step(pp_exec_t* x, const int32_t* inputs, const int32_t* targets, float loss_scale,
                     pp_timing_t* t);
 
+// Forward-only (evaluation): runs `fwd` (schedule_make_forward's lists for this executor's p, m,
+// v and kind) once over the micro-batches of inputs/targets, as pp_exec_step would run its F
+// actions, and returns Σ loss_scale·loss over the micro-batches whose loss this rank computed.
+// No gradient is read or written (m->grads keeps its bits), no message but the activations'
+// is sent, and each activation set goes back to the pool once its output is sent. The timeline
+// of pp_exec_last_times stays the last training step's. t (may be NULL): its host times.
+double pp_exec_forward(pp_exec_t* x, const schedule_t* fwd, const int32_t* inputs, const int32_t* targets,
+                       float loss_scale, pp_timing_t* t);
+
 // The timeline of the last pp_exec_step: for every action i of this rank's list, when it
 // started and ended, in seconds since that step's start (a compute action: the call; every
 // operation of a communication group: the group's posting to the end of its wait). *t0 is the
@@ -120,6 +129,12 @@ void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end);
 //             ends the job). The streams run the groups in list order, which is the CPU
 //             executor's order with fewer waits, so the schedule's grouping rule keeps it
 //             deadlock-free.
+//             Forward-only lists (pp_exec_gpu_forward) break the reuse argument above: there
+//             is no B, and a set given back after its F's SEND_ACT is taken again by the next F
+//             (stage 0 writes it with no receive before). So there the compute stream also waits
+//             for every group that sends: each F after a send starts once that send is done.
+//             The sends then no longer overlap the next forward; an activation is B_mb·T·C
+//             floats against a whole stage's forward, and the sets stay one or two per chunk.
 //   timing    per rank: wall = event at the step's start to event at its end on the compute
 //             stream; busy = Σ compute actions (events); comm = Σ group spans on the
 //             communication stream; measured bubble = 1 − busy / wall.
@@ -148,6 +163,11 @@ void pp_exec_gpu_destroy(pp_exec_gpu_t* x);
 // timing is the CUDA events' (comm: Σ group spans on the communication stream).
 double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* targets, float loss_scale,
                         pp_timing_t* t);
+// Forward-only, as pp_exec_forward: `fwd` is schedule_make_forward's lists; no gradient is
+// read or written, no event timing; returns Σ loss_scale·loss of this rank's micro-batches
+// (summed in micro-batch order, as pp_exec_gpu_step) after both streams are synchronised.
+double pp_exec_gpu_forward(pp_exec_gpu_t* x, const schedule_t* fwd, const int32_t* inputs, const int32_t* targets,
+                           float loss_scale);
 // AdamW over this rank's slices (k_adamw, the bits of model_gpu_adamw element for element).
 void pp_exec_gpu_adamw(pp_exec_gpu_t* x, const adamw_config_t* cfg);
 void pp_exec_gpu_schedule_changed(pp_exec_gpu_t* x);

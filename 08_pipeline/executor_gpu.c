@@ -22,7 +22,8 @@ struct pp_exec_gpu {
     act_pools_t pools;           // the activation sets of each chunk (act_pool.h)
     int live, peak_live;
     long actions_done;
-    comm_req_t** reqs;           // [longest group]
+    comm_req_t** reqs;           // [n_reqs] one per operation of the longest group run so far
+    int n_reqs;
     cudaStream_t cs, ks;         // compute (the model's) and communication (the communicator's)
     cudaEvent_t ev_ready;        // compute -> communication, before each group
     cudaEvent_t ev_recvd;        // communication -> compute, after a group that receives
@@ -176,6 +177,7 @@ void pp_exec_gpu_schedule_changed(pp_exec_gpu_t* x) {
     }
     free(x->reqs);
     x->reqs = calloc((size_t)longest, sizeof(comm_req_t*));
+    x->n_reqs = longest;
     free(x->t_start);
     free(x->t_end);
     x->t_start = calloc((size_t)s->n_actions[r] + 1, sizeof(double));
@@ -220,14 +222,16 @@ void pp_exec_gpu_span(const pp_exec_gpu_t* x, int chunk, size_t* begin, size_t* 
     *end = x->span_e[chunk];
 }
 
-// One group on the communication stream; k = the group's index (its timing events).
-static void run_group(pp_exec_gpu_t* x, const action_t* acts, int n, int k) {
+// One group on the communication stream; k = the group's index (its timing events; -1: none,
+// the forward-only lists). fwd: the compute stream also waits for a group that only sends
+// (executor.h: a forward-only set is reused by the next F as soon as it is sent).
+static void run_group(pp_exec_gpu_t* x, const action_t* acts, int n, int k, int fwd) {
     comm_t* c = x->cfg.c;
     const size_t count = (size_t)x->cfg.Bmb * x->cfg.T * model_gpu_config(x->cfg.m)->d_model;  // (B_mb, T, C)
-    int receives = 0;
+    int receives = 0, sends = 0;
     CUDA_CHECK(cudaEventRecord(x->ev_ready, x->cs));  // what the group sends is computed
     CUDA_CHECK(cudaStreamWaitEvent(x->ks, x->ev_ready, 0));
-    CUDA_CHECK(cudaEventRecord(x->ev_grp[2 * k], x->ks));
+    if (k >= 0) CUDA_CHECK(cudaEventRecord(x->ev_grp[2 * k], x->ks));
     comm_group_start(c);
     for (int j = 0; j < n; j++) {
         const action_t* a = &acts[j];
@@ -237,6 +241,7 @@ static void run_group(pp_exec_gpu_t* x, const action_t* acts, int n, int k) {
         case ACT_SEND_ACT:
             s = pool_get(x, a->chunk, a->mb, "SEND_ACT");
             x->reqs[j] = comm_isend(c, s->res + (size_t)s->nL * count, count, COMM_F32, peer, x->ks);
+            sends = 1;
             break;
         case ACT_RECV_ACT:
             s = pool_take(x, a->chunk, a->mb);
@@ -261,8 +266,8 @@ static void run_group(pp_exec_gpu_t* x, const action_t* acts, int n, int k) {
         comm_detach(c, x->reqs[j]);
         x->reqs[j] = NULL;
     }
-    CUDA_CHECK(cudaEventRecord(x->ev_grp[2 * k + 1], x->ks));
-    if (receives) {  // the next compute reads what arrived
+    if (k >= 0) CUDA_CHECK(cudaEventRecord(x->ev_grp[2 * k + 1], x->ks));
+    if (receives || (fwd && sends)) {  // the next compute reads what arrived (or, fwd, reuses what was sent)
         CUDA_CHECK(cudaEventRecord(x->ev_recvd, x->ks));
         CUDA_CHECK(cudaStreamWaitEvent(x->cs, x->ev_recvd, 0));
     }
@@ -314,6 +319,23 @@ static void compute(pp_exec_gpu_t* x, const action_t* a, float loss_scale) {
     }
 }
 
+// The losses of the micro-batches whose head is here (d_losses, written by their F), summed
+// in micro-batch order; 0 on the other ranks. After the step's stream synchronisation.
+static double head_losses(pp_exec_gpu_t* x, float loss_scale) {
+    double loss_sum = 0;
+    int head_here = 0;
+    for (int c = 0; c < x->v; c++) head_here |= x->cfg.ranges[c].head;
+    if (head_here) {
+        float* h = malloc((size_t)x->m * sizeof(float));
+        if (!h) DIE("out of host memory");
+        CUDA_CHECK(cudaMemcpyAsync(h, x->d_losses, (size_t)x->m * sizeof(float), cudaMemcpyDeviceToHost, x->cs));
+        CUDA_CHECK(cudaStreamSynchronize(x->cs));
+        for (int mb = 0; mb < x->m; mb++) loss_sum += (double)loss_scale * h[mb];
+        free(h);
+    }
+    return loss_sum;
+}
+
 static float ms_between(cudaEvent_t a, cudaEvent_t b) {
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -347,7 +369,7 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
     for (int i = 0; i < n;) {
         const int g = schedule_group_len(s, r, i);
         if (g > 0) {
-            run_group(x, acts + i, g, kg++);
+            run_group(x, acts + i, g, kg++, 0);
         } else {
             act_pools_release_deferred(&x->pools);
             CUDA_CHECK(cudaEventRecord(x->ev_act[2 * kc], x->cs));
@@ -394,20 +416,57 @@ double pp_exec_gpu_step(pp_exec_gpu_t* x, const int32_t* inputs, const int32_t* 
     for (int k = 0; k < kg; k++) tm.comm += 1e-3 * ms_between(x->ev_grp[2 * k], x->ev_grp[2 * k + 1]);
     tm.peak_live = x->peak_live;
     tm.pool_slots = act_pools_slots(&x->pools);
-    // The losses of the micro-batches whose head is here, summed in micro-batch order.
-    double loss_sum = 0;
-    int head_here = 0;
-    for (int c = 0; c < x->v; c++) head_here |= x->cfg.ranges[c].head;
-    if (head_here) {
-        float* h = malloc((size_t)x->m * sizeof(float));
-        if (!h) DIE("out of host memory");
-        CUDA_CHECK(cudaMemcpyAsync(h, x->d_losses, (size_t)x->m * sizeof(float), cudaMemcpyDeviceToHost, x->cs));
-        CUDA_CHECK(cudaStreamSynchronize(x->cs));
-        for (int mb = 0; mb < x->m; mb++) loss_sum += (double)loss_scale * h[mb];
-        free(h);
-    }
     if (t) *t = tm;
-    return loss_sum;
+    return head_losses(x, loss_scale);
+}
+
+double pp_exec_gpu_forward(pp_exec_gpu_t* x, const schedule_t* fwd, const int32_t* inputs, const int32_t* targets,
+                           float loss_scale) {
+    const int r = x->cfg.rank;
+    char err[256];
+    if (!fwd->forward_only || fwd->p != x->p || fwd->m != x->m || fwd->v != x->v)
+        fail("GPU executor: pp_exec_gpu_forward needs schedule_make_forward's lists for p %d, m %d, v %d (got %s p %d, "
+             "m %d, v %d)", x->p, x->m, x->v, fwd->forward_only ? "forward-only" : "training", fwd->p, fwd->m, fwd->v);
+    if (schedule_check_structure(fwd, err, sizeof err) != 0) fail("GPU executor: %s", err);
+    for (int i = 0; i < fwd->n_actions[r]; i++) {  // room for its longest group
+        const int g = schedule_group_len(fwd, r, i);
+        if (g > x->n_reqs) {
+            free(x->reqs);
+            if (!(x->reqs = calloc((size_t)g, sizeof(comm_req_t*)))) DIE("out of host memory");
+            x->n_reqs = g;
+        }
+    }
+    const int n = fwd->n_actions[r];
+    const action_t* acts = fwd->actions[r];
+    const size_t rows = (size_t)x->m * x->cfg.Bmb * x->cfg.T;
+    // The step's loop without the gradient zeroing and the timing events: same groups, same F.
+    CUDA_CHECK(cudaMemcpyAsync(x->d_in, inputs, rows * sizeof(int32_t), cudaMemcpyHostToDevice, x->cs));
+    CUDA_CHECK(cudaMemcpyAsync(x->d_tg, targets, rows * sizeof(int32_t), cudaMemcpyHostToDevice, x->cs));
+    act_pools_reset(&x->pools);
+    x->live = x->peak_live = 0;
+    for (int i = 0; i < n;) {
+        const int g = schedule_group_len(fwd, r, i);
+        if (g > 0) {
+            run_group(x, acts + i, g, -1, 1);
+        } else {
+            act_pools_release_deferred(&x->pools);
+            compute(x, &acts[i], loss_scale);  // reads p and the stages from cfg.sched: the same as fwd's
+            // As the CPU executor: no backward will read the set; released at the next compute,
+            // after the group right after this F (which the compute stream waits for: run_group).
+            pool_release_later(x, acts[i].chunk, acts[i].mb);
+            x->live--;
+        }
+        const int done = g > 0 ? g : 1;
+        pp_die_point(x->cfg.die_after, x->cfg.c->rank, &x->actions_done, done);
+        i += done;
+    }
+    act_pools_release_deferred(&x->pools);
+    CUDA_CHECK(cudaEventRecord(x->ev_ready, x->ks));
+    CUDA_CHECK(cudaStreamWaitEvent(x->cs, x->ev_ready, 0));
+    comm_stream_sync(x->cfg.c, x->ks, "pipeline sends and receives (forward only)");
+    comm_stream_sync(x->cfg.c, x->cs, "pipeline compute (forward only)");
+    if (x->live != 0) DIE("GPU executor rank %d: %d micro-batch-chunks still live after the forward-only list", r, x->live);
+    return head_losses(x, loss_scale);
 }
 
 int pp_exec_gpu_last_times(const pp_exec_gpu_t* x, const double** start, const double** end) {

@@ -21,6 +21,8 @@
 // formula and the simulator run with the measured mean costs; peak live micro-batch-chunks
 // against the simulator's count. --check-single 1: rank 0 also trains one unpartitioned model
 // on the same global batches, gathers every stage's parameters and compares them all.
+// --check-forward 1: after training, the forward-only lists (evaluation; schedule_make_forward)
+// on a fresh batch leave every gradient bit and give the training flush's loss (check_forward).
 //
 // --backend nccl (one GPU per rank, fp32): the same lists run by the GPU executor
 // (executor.h, executor_gpu.c) on the CUDA model's range pass; the timing lines come from CUDA
@@ -185,6 +187,54 @@ static void replan(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, schedule_t* sched
     if (xg) pp_exec_gpu_schedule_changed(xg);
 }
 
+// --check-forward 1: the forward-only lists (schedule_make_forward, the evaluation's) against
+// the training flush, on one batch no step has seen. Each rank copies its gradient slices
+// (the last step's), runs the forward-only pass, and the slices must keep every bit (an
+// evaluation touches no gradient; the training flush would zero them). Then the training flush
+// on the same batch: its loss must equal the forward-only loss, bitwise on the CPU (the same F
+// actions, the head summing its micro-batches in the same order); on the GPU within rtol 1e-6
+// (the same kernels on the same data, but a kernel's reduction order is not promised across
+// two launches). Returns 0, or 1 after rank 0 printed what differed.
+static int check_forward(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, const schedule_t* sched, model_cpu_t* model,
+                         model_gpu_t* gm, const size_t* sb, const size_t* se, const int32_t* in, const int32_t* tg,
+                         float scale, int wr) {
+    char err[512];
+    schedule_t fwd;
+    if (schedule_make_forward(sched->kind, sched->p, sched->m, sched->v, &fwd, err, sizeof err) != 0)
+        comm_fatal(c, 1, "check-forward: %s", err);
+    const size_t n = model->layout.total;
+    float* before = malloc(n * sizeof(float));
+    float* after = malloc(n * sizeof(float));
+    if (!before || !after) DIE("out of host memory");
+    if (xg) model_gpu_get_grads(gm, before);
+    else memcpy(before, model->grads, n * sizeof(float));
+    double lf = xg ? pp_exec_gpu_forward(xg, &fwd, in, tg, scale) : pp_exec_forward(x, &fwd, in, tg, scale, NULL);
+    if (xg) model_gpu_get_grads(gm, after);
+    else memcpy(after, model->grads, n * sizeof(float));
+    long long differ = 0, nonzero = 0;  // over this rank's slices
+    for (int ch = 0; ch < sched->v; ch++)
+        for (size_t i = sb[ch]; i < se[ch]; i++) {
+            differ += memcmp(&before[i], &after[i], sizeof(float)) != 0;
+            nonzero += before[i] != 0.0f;
+        }
+    double ls = xg ? pp_exec_gpu_step(xg, in, tg, scale, NULL) : pp_exec_step(x, in, tg, scale, NULL);
+    comm_host_allreduce_f64(c, &lf, 1, COMM_SUM);
+    comm_host_allreduce_f64(c, &ls, 1, COMM_SUM);
+    long long cnt[2] = {differ, nonzero};
+    comm_host_allreduce_i64(c, cnt, 2, COMM_SUM);
+    const int loss_ok = xg ? fabs(lf - ls) <= 1e-6 * fabs(ls) : memcmp(&lf, &ls, sizeof lf) == 0;
+    // nonzero: the slices held the last step's gradients, so a zeroing would have shown.
+    const int ok = loss_ok && cnt[0] == 0 && cnt[1] > 0;
+    if (wr == 0)
+        printf("check-forward: loss %.9g forward-only, %.9g training flush (%s); gradient elements changed by the "
+               "forward-only pass: %lld of %lld non-zero (%s)\n", lf, ls, loss_ok ? (xg ? "equal within rtol 1e-6" : "bitwise equal") : "NOT equal",
+               cnt[0], cnt[1], cnt[0] == 0 && cnt[1] > 0 ? "untouched" : "TOUCHED or nothing to compare");
+    free(before);
+    free(after);
+    schedule_free(&fwd);
+    return ok ? 0 : 1;
+}
+
 // --timeline's check, before any work: no quote or newline (gnuplot's strings), an existing
 // directory, a file name part after it. NULL if fine, else why.
 static const char* timeline_prefix_problem(const char* prefix) {
@@ -292,7 +342,7 @@ int main(int argc, char** argv) {
     const char* part_s = "balanced";
     const char* backend_s = "mpi";
     const char* timeline_s = "";
-    int layers = 0, context = 16, Bg = 8, m = 4, v = 0, steps = 3, warmup = 1, check = 0, D = 1, seed = 1;
+    int layers = 0, context = 16, Bg = 8, m = 4, v = 0, steps = 3, warmup = 1, check = 0, D = 1, seed = 1, check_fwd = 0;
     int die_rank = -1;
     double lr = 1e-3, timeout_s = 0;
     cli_opt_t opts[] = {
@@ -309,6 +359,7 @@ int main(int argc, char** argv) {
         {"steps", CLI_INT, &steps, "3", "training steps", NULL},
         {"warmup", CLI_INT, &warmup, "1", "steps left out of the timing averages", NULL},
         {"check-single", CLI_INT, &check, "0", "1: rank 0 also trains one unpartitioned model and compares every parameter", NULL},
+        {"check-forward", CLI_INT, &check_fwd, "0", "1: after training, the forward-only lists (evaluation) leave every gradient bit and give the training flush's loss", NULL},
         {"seed", CLI_INT, &seed, "1", "parameters and data", NULL},
         {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
         {"die-rank", CLI_INT, &die_rank, "-1", "failure test: this world rank exits in the middle of the first step", NULL},
@@ -335,6 +386,7 @@ int main(int argc, char** argv) {
     if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
     if (warmup < 0 || warmup >= steps) BAD("--warmup: %d must be in 0..steps-1 = %d", warmup, steps - 1);
     if (check != 0 && check != 1) BAD("--check-single: %d must be 0 or 1", check);
+    if (check_fwd != 0 && check_fwd != 1) BAD("--check-forward: %d must be 0 or 1", check_fwd);
     if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
     if (die_rank < -1 || die_rank >= world) BAD("--die-rank: %d is not a rank (-1 or 0..%d)", die_rank, world - 1);
     const char* tl_bad = timeline_s[0] ? timeline_prefix_problem(timeline_s) : NULL;
@@ -592,6 +644,12 @@ int main(int argc, char** argv) {
         } else if (d == 0) {
             for (int ch = 0; ch < v; ch++) comm_send(c, model.params + sb[ch], se[ch] - sb[ch], COMM_F32, 0, NULL);
         }
+    }
+    if (check_fwd) {  // after check-single (it compares parameters; this only runs passes)
+        sample_batch(&data, Bg, T, steps, in_all, tg_all);  // the batch a step `steps` would take
+        const float sc = gpu ? 1.0f / (float)m : 1.0f / (float)(m * D);
+        status |= check_forward(c, x, xg, &sched, &model, gm, sb, se, in_all + (gpu ? 0 : (size_t)d * rep_rows),
+                                tg_all + (gpu ? 0 : (size_t)d * rep_rows), sc, wr);
     }
     long long st_all = status;
     comm_host_allreduce_i64(c, &st_all, 1, COMM_MAX);

@@ -214,6 +214,14 @@ static void order_interleaved(eng_t* e, int r) {
     // STUDENT-END(08.order_interleaved)
 }
 
+// Forward-only (evaluation): the v·m forwards of rank r in the virtual-step order above (v = 1:
+// micro-batches 0..m-1 on chunk 0). Each F waits only for the one before it in the pipeline, so
+// the planned run is the textbook staircase: v·m + p - 1 forward times, no backward after it.
+static void order_forward(eng_t* e, int r) {
+    const int p = e->p, v = e->v;
+    for (int k = 0; k < v * e->m; k++) push(e, r, ACT_F, (k / (p * v)) * p + k % p, (k % (p * v)) / p);
+}
+
 // ------------------------------------------------------------------ communication groups
 
 typedef struct {
@@ -334,8 +342,9 @@ int schedule_make(sched_kind_t kind, int p, int m, int v, schedule_t* out, char*
     return schedule_make_planned(kind, p, m, v, NULL, out, err, errlen);
 }
 
-int schedule_make_planned(sched_kind_t kind, int p, int m, int v, const sched_costs_t* plan, schedule_t* out,
-                          char* err, size_t errlen) {
+// The generator of both the training lists (forward_only 0) and the forward-only ones.
+static int make_lists(sched_kind_t kind, int p, int m, int v, const sched_costs_t* plan, int forward_only,
+                      schedule_t* out, char* err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (check_args(kind, p, m, v, err, errlen) != 0) return -1;
     eng_t e = {.p = p, .m = m, .v = v, .S = p * v, .cost = {1.0, 1.0, 1.0, 1.0}};
@@ -365,18 +374,28 @@ int schedule_make_planned(sched_kind_t kind, int p, int m, int v, const sched_co
     for (int r = 0; rc == 0 && r < p; r++)
         if (!(e.list[r] = malloc((size_t)3 * v * m * sizeof(comp_t)))) rc = set_err(err, errlen, "out of memory");
     if (rc == 0) {
-        out->p = p, out->m = m, out->v = v, out->kind = kind;
+        out->p = p, out->m = m, out->v = v, out->kind = kind, out->forward_only = forward_only;
         for (int r = 0; r < p; r++) {
-            if (kind == SCHED_GPIPE) order_gpipe(&e, r);
+            if (forward_only) order_forward(&e, r);
+            else if (kind == SCHED_GPIPE) order_gpipe(&e, r);
             else if (kind == SCHED_1F1B) order_1f1b(&e, r);
             else if (kind == SCHED_INTERLEAVED) order_interleaved(&e, r);
         }
-        rc = run_plan(&e, kind == SCHED_ZBH1, err, errlen);
+        rc = run_plan(&e, kind == SCHED_ZBH1 && !forward_only, err, errlen);  // ZB-H1 places its own Ws
     }
     if (rc == 0) rc = place_comm(&e, out, err, errlen);
     eng_free(&e);
     if (rc != 0) schedule_free(out);
     return rc;
+}
+
+int schedule_make_planned(sched_kind_t kind, int p, int m, int v, const sched_costs_t* plan, schedule_t* out,
+                          char* err, size_t errlen) {
+    return make_lists(kind, p, m, v, plan, 0, out, err, errlen);
+}
+
+int schedule_make_forward(sched_kind_t kind, int p, int m, int v, schedule_t* out, char* err, size_t errlen) {
+    return make_lists(kind, p, m, v, NULL, 1, out, err, errlen);
 }
 
 // ------------------------------------------------------------------ structure check
@@ -420,6 +439,8 @@ int schedule_check_structure(const schedule_t* s, char* err, size_t errlen) {
             if (!act_is_comm(a->kind)) {
                 if (a->peer != -1) rc = set_err(err, errlen, "rank %d action %d (%s): a compute action has peer -1, not %d", r, i, name, a->peer);
                 else cnt[((size_t)st * m + a->mb) * 4 + a->kind]++;
+            } else if (s->forward_only && (a->kind == ACT_SEND_GRAD || a->kind == ACT_RECV_GRAD)) {
+                rc = set_err(err, errlen, "rank %d action %d (%s): a forward-only list has no gradient messages", r, i, name);
             } else {
                 const int want = neighbour(s, a->kind, st);
                 if (want < 0)
@@ -431,10 +452,18 @@ int schedule_check_structure(const schedule_t* s, char* err, size_t errlen) {
             }
         }
     }
-    // Each (stage, mb): one F, and either one B or one BI followed (somewhere) by one W.
+    // Each (stage, mb): one F, and either one B or one BI followed (somewhere) by one W; in a
+    // forward-only list one F and nothing else (an evaluation must not touch a gradient).
     for (size_t i = 0; i < sm && rc == 0; i++) {
         const int* c = &cnt[i * 4];
         const int st = (int)(i / (size_t)m), mb = (int)(i % (size_t)m);
+        if (s->forward_only) {
+            if (c[ACT_F] != 1 || c[ACT_B] || c[ACT_BI] || c[ACT_W])
+                rc = set_err(err, errlen, "stage %d (rank %d chunk %d) mb %d: has %d F, %d B, %d BI, %d W; a forward-only "
+                             "list needs one F and no backward", st, sched_rank_of(s, st), st / s->p, mb,
+                             c[ACT_F], c[ACT_B], c[ACT_BI], c[ACT_W]);
+            continue;
+        }
         const int full = c[ACT_B] == 1 && c[ACT_BI] == 0 && c[ACT_W] == 0;
         const int split = c[ACT_B] == 0 && c[ACT_BI] == 1 && c[ACT_W] == 1;
         if (c[ACT_F] != 1 || !(full || split))

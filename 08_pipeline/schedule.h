@@ -18,6 +18,12 @@
 //   ZBH1         zero bubble H1 (Qi et al. 2024): the backward split into BI (input gradient,
 //                on the critical path) and W (weight gradient, movable); W passes fill the
 //                bubbles, with at most p micro-batches in flight per rank (1F1B's peak).
+//   forward-only (schedule_make_forward; evaluation): the forwards alone, in the virtual-step
+//                order of the training schedule it goes with (v = 1: F0 F1 .. F(m-1); v > 1:
+//                rounds of p micro-batches through the chunks, as interleaved). Only F,
+//                SEND_ACT and RECV_ACT; the last stage computes the loss and nothing comes back.
+//                A micro-batch's activations are needed only until its output is sent, so an
+//                executor gives them back right after (one or two sets per chunk, not p or m).
 //
 // The action list. Compute actions (peer = -1):
 //   F   forward of (mb, chunk). Input: the activation from stage s-1 (stage 0: the batch).
@@ -85,6 +91,8 @@ typedef struct {
     sched_kind_t kind;
     int* n_actions;      // [p] length of each rank's list
     action_t** actions;  // [p][n_actions[r]] each rank's list, in execution order
+    int forward_only;    // 1: schedule_make_forward's lists (no backward); `kind` is the
+                         // training schedule they go with (its checks on p, m, v apply)
 } schedule_t;
 
 // Relative costs the generator plans with (the kinds the schedule runs must be > 0: F and B, or
@@ -108,8 +116,15 @@ int schedule_make_planned(sched_kind_t kind, int p, int m, int v, const sched_co
                           char* err, size_t errlen);
 void schedule_free(schedule_t* s);
 
+// The forward-only lists (evaluation) that go with training schedule `kind` on p ranks, m
+// micro-batches, v chunks: every rank runs F of each of its v·m micro-batch-chunks once, with
+// the activation sends and receives placed by the same rule (and the same proof) as the
+// training lists; no B, BI, W and no gradient message. The same arguments are refused as by
+// schedule_make (so an executor built for `kind` runs both). 0, or -1 with one line in err.
+int schedule_make_forward(sched_kind_t kind, int p, int m, int v, schedule_t* out, char* err, size_t errlen);
+
 // Checks a schedule (generated or written by hand): every action's fields in range, each
-// (stage, mb) computed once on its rank (F, then B or BI+W), sends and receives paired in the
+// (stage, mb) computed once on its rank (F, then B or BI+W; forward_only: F alone), sends and receives paired in the
 // same order per (src, dst), every input present before its action runs, and a simulated run
 // with rendezvous point-to-point (the strictest) ending without deadlock. 0, or -1 and why.
 int schedule_validate(const schedule_t* s, char* err, size_t errlen);

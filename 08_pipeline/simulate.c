@@ -365,6 +365,9 @@ int sim_peak_live(const schedule_t* s, int rank) {
     int live = 0, peak = 0;
     for (int i = 0; i < s->n_actions[rank]; i++) {
         const act_kind_t k = s->actions[rank][i].kind;
+        // Forward-only: a set is needed until its output is sent (the group right after its F),
+        // so at most one is live at a compute.
+        if (s->forward_only && k == ACT_F) live = 0;
         if (k == ACT_F && ++live > peak) peak = live;
         if (k == ACT_B || k == ACT_W) live--;
     }

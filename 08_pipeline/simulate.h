@@ -17,7 +17,8 @@
 // Live activations: a micro-batch-chunk is live on its rank from the start of its F until its
 // B ends, or, split (ZB-H1), until its W ends: W needs the layer inputs saved by F (dW = dYᵀ X),
 // so ZB-H1 frees at W. The unit is one micro-batch through one chunk (1/v of a rank's layers).
-// Counted from the list order alone, so it does not depend on the costs.
+// Counted from the list order alone, so it does not depend on the costs. A forward-only list
+// (evaluation) keeps a set only until its output is sent: peak 1.
 #pragma once
 #include <stdio.h>
 
@@ -65,6 +66,8 @@ int sim_result_from_times(const schedule_t* s, const double* const* start, const
 // The textbook bubble for the schedule's kind (equal costs on every stage, comm 0):
 //   GPipe, 1F1B:  (p−1)/(m+p−1)          interleaved: (p−1)/(v·m+p−1)
 //   ZB-H1:        (p−1)(F+BI−W) / (m(F+BI+W) + (p−1)(F+BI−W))   for m >= p and W <= F+BI
+// (the training lists' formulas: a forward-only list, whatever its kind, is the forwards'
+// staircase, v·m + p − 1 forward times with unit costs; test_schedule checks it by simulation)
 // NAN where no formula applies (ZB-H1 with m < p or W > F+BI).
 double sim_formula_bubble(const schedule_t* s, const sim_costs_t* costs);
 

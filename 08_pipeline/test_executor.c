@@ -248,6 +248,37 @@ Test(pp_train_mpi, pipeline_x_data_parallel_4_ranks) {
     }
 }
 
+// The forward-only lists (evaluation) under mpirun, pp_train --check-forward: after 2 steps,
+// a forward-only pass on a fresh batch leaves every gradient element of every rank with its
+// bits (the slices hold the last step's gradients, not zeros), and its loss equals the training
+// flush's on that batch bit for bit. Every schedule at p = 2 (m = 1, 3, 4), ZB-H1 at p = 3
+// (m = 5), interleaved at p = 4 (v = 2) and at p = 1 (v = 4: every hand-over a local copy), and
+// 2 stages x 2 replicas.
+Test(pp_train_mpi, forward_only_leaves_gradients_and_equals_the_flush_loss, .timeout = 200) {
+    const struct {
+        int np, m;
+        const char* args;
+    } cases[] = {
+        {2, 1, "--schedule gpipe"}, {2, 3, "--schedule 1f1b"}, {2, 4, "--schedule zbh1"},
+        {2, 4, "--schedule interleaved --chunks 2"}, {3, 5, "--schedule zbh1"},
+        {4, 4, "--schedule interleaved --chunks 2"}, {1, 4, "--schedule interleaved --chunks 4"},
+        {4, 2, "--schedule 1f1b --dp 2"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char args[512];
+        const int dp = strstr(cases[k].args, "--dp 2") ? 2 : 1;
+        snprintf(args, sizeof args, "--layers 8 --context 16 --batch %d --micro-batches %d --steps 2 --check-forward 1 %s",
+                 2 * cases[k].m * dp, cases[k].m, cases[k].args);
+        const int st = run_pp(cases[k].np, args);
+        cr_assert_eq(st, 0, "%d ranks %s: exit %d:\n%s", cases[k].np, args, st, g_out);
+        cr_assert(strstr(g_out, "training flush (bitwise equal)"), "%d ranks %s:\n%s", cases[k].np, args, g_out);
+        cr_assert(strstr(g_out, "pass: 0 of ") && strstr(g_out, "non-zero (untouched)"), "%d ranks %s:\n%s", cases[k].np,
+                  args, g_out);
+    }
+    cr_assert_eq(run_pp(2, "--check-forward 2"), 2, "%s", g_out);
+    cr_assert(strstr(g_out, "--check-forward: 2 must be 0 or 1"), "%s", g_out);
+}
+
 // The timing lines: one per rank with busy and idle, the measured bubble beside the formula
 // ((p-1)/(m+p-1) = 1/5 for p 2, m 4) and the simulator, peak live equal to the simulator's.
 Test(pp_train_mpi, timing_lines_and_bubble) {

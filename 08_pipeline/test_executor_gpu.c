@@ -333,6 +333,31 @@ Test(pp_train_nccl, zbh1_equals_single_gpu, .timeout = 300) {
     }
 }
 
+// The forward-only lists on two GPUs (pp_exec_gpu_forward, the trainer's --pp evaluation):
+// pp_train --check-forward after 2 steps: no gradient element changes, and the loss equals the
+// training flush's on the same batch (within rtol 1e-6, pp_train says why). GPipe m = 1 (one
+// send, nothing to reuse), 1F1B m = 4 and 8 (stage 0 reuses a set right after its send: the
+// wait executor.h describes), ZB-H1 (sets made split) and interleaved v = 2 (rank 1 sends to
+// rank 0's next chunk).
+Test(pp_train_nccl, forward_only_leaves_gradients_and_equals_the_flush_loss, .timeout = 300) {
+    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
+    const struct {
+        const char* sched;
+        int m;
+        const char* extra;
+    } cases[] = {{"gpipe", 1, ""}, {"1f1b", 4, ""}, {"1f1b", 8, ""}, {"zbh1", 4, ""}, {"interleaved", 4, "--chunks 2"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char args[512];
+        snprintf(args, sizeof args,
+                 "--backend nccl --layers 8 --context 16 --batch %d --micro-batches %d --schedule %s --steps 2 --check-forward 1 %s",
+                 2 * cases[k].m, cases[k].m, cases[k].sched, cases[k].extra);
+        const int st = run_pp(args);
+        cr_assert_eq(st, 0, "%s: exit %d:\n%s", args, st, g_out);
+        cr_assert(strstr(g_out, "training flush (equal within rtol 1e-6)"), "%s:\n%s", args, g_out);
+        cr_assert(strstr(g_out, "pass: 0 of ") && strstr(g_out, "non-zero (untouched)"), "%s:\n%s", args, g_out);
+    }
+}
+
 // What the GPU executor does not do is refused with one line, before any GPU is touched.
 Test(pp_train_nccl, refusals_one_line_exit_2) {
     const char* cases[][2] = {

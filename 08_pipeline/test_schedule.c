@@ -65,6 +65,81 @@ Test(schedule, every_schedule_is_valid) {
     cr_assert_eq(n, 4 * 72 - 72 + 2 * 29, "cases covered: %d", n);  // gpipe, 1f1b, zbh1: 72 each; interleaved 29 × 2
 }
 
+// ------------------------------------------------------------------ forward-only (evaluation)
+
+static void expect_invalid(schedule_t* s, const char* want);  // below, with the broken schedules
+
+// The forward-only lists of every case (p = 1..6, m = 1..12, so p = 2, 3, 4 with m = 1..8
+// among them): valid (the same validation: inputs before use, sends paired with receives, no
+// deadlock under rendezvous sends); only F and activation messages; each rank's forwards in
+// the order its training list runs them; the unit-cost run is the staircase, v·m + p − 1
+// forward times (no backward hidden in it); one set live at a time; m·(p·v − 1) messages.
+Test(schedule_forward, every_forward_list_is_valid) {
+    int n = 0;
+    FOR_EACH_CASE(kind, p, m, v) {
+        schedule_t f, s = make(kind, p, m, v, NULL);
+        char err[512] = "";
+        cr_assert_eq(schedule_make_forward(kind, p, m, v, &f, err, sizeof err), 0, "%s p %d m %d v %d: %s",
+                     sched_name(kind), p, m, v, err);
+        cr_assert_eq(f.forward_only, 1);
+        cr_assert_eq(schedule_validate(&f, err, sizeof err), 0, "forward %s p %d m %d v %d: %s", sched_name(kind), p, m, v, err);
+        for (int r = 0; r < p; r++) {
+            int nf = 0, k = 0;
+            for (int i = 0; i < f.n_actions[r]; i++) {
+                const action_t* a = &f.actions[r][i];
+                cr_assert(a->kind == ACT_F || a->kind == ACT_SEND_ACT || a->kind == ACT_RECV_ACT,
+                          "forward %s p %d m %d rank %d action %d is %s", sched_name(kind), p, m, r, i, act_name(a->kind));
+                if (a->kind != ACT_F) continue;
+                nf++;
+                while (k < s.n_actions[r] && s.actions[r][k].kind != ACT_F) k++;  // the training list's next F
+                cr_assert(k < s.n_actions[r] && s.actions[r][k].mb == a->mb && s.actions[r][k].chunk == a->chunk,
+                          "forward %s p %d m %d v %d rank %d: F%d c%d is not the training list's next forward",
+                          sched_name(kind), p, m, v, r, a->mb, a->chunk);
+                k++;
+            }
+            cr_assert_eq(nf, v * m, "forward %s p %d m %d rank %d: %d F", sched_name(kind), p, m, r, nf);
+            cr_assert_leq(sim_peak_live(&f, r), 1);
+        }
+        sim_result_t res = run(&f, sim_unit_costs());
+        cr_assert_eq(res.makespan, (double)(v * m + p - 1), "forward %s p %d m %d v %d: makespan %g, not v·m + p − 1",
+                     sched_name(kind), p, m, v, res.makespan);
+        cr_assert_eq(schedule_messages(&f), p > 1 ? (long)m * (p * v - 1) : 0, "forward %s p %d m %d v %d: %ld messages",
+                     sched_name(kind), p, m, v, schedule_messages(&f));
+        sim_result_free(&res);
+        schedule_free(&f);
+        schedule_free(&s);
+        n++;
+    }
+    cr_assert_eq(n, 4 * 72 - 72 + 2 * 29, "cases covered: %d", n);
+}
+
+// The structure check knows which kind of list it holds: a training list marked forward-only
+// is refused (gradient messages, a backward), and so is a forward list read as a training one
+// (no backward) or missing a forward.
+Test(schedule_forward, validate_refuses_backward_in_forward_lists) {
+    schedule_t s, f;
+    char err[512] = "";
+    cr_assert_eq(schedule_make(SCHED_1F1B, 2, 2, 1, &s, err, sizeof err), 0, "%s", err);
+    s.forward_only = 1;
+    expect_invalid(&s, "a forward-only list has no gradient messages");
+    schedule_free(&s);
+    cr_assert_eq(schedule_make(SCHED_GPIPE, 1, 2, 1, &s, err, sizeof err), 0, "%s", err);  // p = 1: no messages
+    s.forward_only = 1;
+    expect_invalid(&s, "has 1 F, 1 B, 0 BI, 0 W; a forward-only list needs one F and no backward");
+    schedule_free(&s);
+    cr_assert_eq(schedule_make_forward(SCHED_1F1B, 2, 3, 1, &f, err, sizeof err), 0, "%s", err);
+    f.forward_only = 0;
+    expect_invalid(&f, "needs one F and either one B or one BI and one W");
+    f.forward_only = 1;
+    f.actions[1][f.n_actions[1] - 1].kind = ACT_B;  // rank 1's last F made a backward
+    expect_invalid(&f, "a forward-only list needs one F and no backward");
+    schedule_free(&f);
+    cr_assert_eq(schedule_make_forward(SCHED_INTERLEAVED, 4, 6, 2, &f, err, sizeof err), -1);
+    cr_assert(strstr(err, "multiple of p = 4"), "%s", err);
+    cr_assert_eq(schedule_make_forward(SCHED_1F1B, 2, 4, 2, &f, err, sizeof err), -1);
+    cr_assert(strstr(err, "only interleaved"), "%s", err);
+}
+
 // The no-deadlock argument (schedule.h) holds for any planning costs: check uneven ones.
 Test(schedule, valid_whatever_the_planning_costs) {
     const sched_costs_t plans[] = {{1, 2, 1, 1}, {2, 3, 2, 1}, {1, 1.7, 0.3, 1.4}, {3, 1, 0.25, 0.75}};
@@ -461,7 +536,7 @@ Test(bad_input, validate_catches_a_deadlock) {
     action_t dead[] = {{ACT_F, 0, 0, -1}, {ACT_RECV_GRAD, 0, 0, 1}, {ACT_B, 0, 0, -1}, {ACT_SEND_ACT, 0, 0, 1}};
     int n[2] = {4, 4};
     action_t* acts[2] = {ok, r1};
-    schedule_t s = {2, 1, 1, SCHED_1F1B, n, acts};
+    schedule_t s = {2, 1, 1, SCHED_1F1B, n, acts, 0};
     char err[512] = "";
     cr_assert_eq(schedule_validate(&s, err, sizeof err), 0, "{RG0<1 SA0>1} as one group is fine: %s", err);
     acts[0] = late;

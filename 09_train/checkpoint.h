@@ -84,16 +84,25 @@ typedef struct {
 #define CKPT_FNV_INIT 1469598103934665603ull
 uint64_t ckpt_fnv(uint64_t h, const void* p, size_t n);
 
+// Where one ckpt_save's time went on this rank (seconds), for the save's log line.
+typedef struct {
+    double checksum;  // FNV-1a over the bytes this rank wrote
+    double write;     // the rest of ckpt_save: writes, fsyncs, renames, and the waits for the
+                      // other ranks' shards (the collectives inside), checksum excluded
+    uint64_t bytes;   // bytes this rank wrote (its files; the manifest not counted)
+} ckpt_save_timing_t;
+
 // Every rank calls it (collective). meta: everything but the file list (filled in here).
 // params (total, host): rank 0's are written. ranges (n_ranges): the flat runs this rank's
 // optimizer owns, in the order of its packed moments m, v (host, Σ numel each); has_state 0:
 // this rank writes no optimizer file. hist: rank 0's history (meta->step · CKPT_HIST floats).
 // Keeps the newest `keep` checkpoints (>= 1). A failed write ends the job (comm_fatal, exit 1,
 // the path and the reason); nothing older is touched before the new one is complete.
-// Returns the checkpoint's directory in out (rank 0; others get it too).
+// Returns the checkpoint's directory in out (rank 0; others get it too). tm (may be NULL): where
+// this rank's time went.
 void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params,
                const ckpt_range_t* ranges, int n_ranges, const float* m, const float* v, int has_state,
-               const float* hist, int keep, char* out, size_t outlen);
+               const float* hist, int keep, char* out, size_t outlen, ckpt_save_timing_t* tm);
 
 // Fully checks the checkpoint in `path` (a step_* directory). 0 and the manifest, or -1 with
 // the reason ("optim_r1.bin: 2048 bytes, the manifest says 4096 (truncated)").
@@ -111,6 +120,9 @@ int ckpt_read_params(const char* path, const ckpt_manifest_t* mf, float* params,
 int ckpt_read_state(const char* path, const ckpt_manifest_t* mf, const ckpt_range_t* ranges, int n_ranges,
                     float* m, float* v, char* err, size_t errlen);
 int ckpt_read_history(const char* path, const ckpt_manifest_t* mf, float* hist, char* err, size_t errlen);
+// Bytes this process has read from checkpoint files so far (ckpt_validate / ckpt_find's full
+// check and the readers): the difference around a resume is what it read.
+uint64_t ckpt_bytes_read(void);
 
 #ifdef __cplusplus
 }

@@ -156,6 +156,53 @@ Test(train_resume, zero3_2_ranks_accum_2_killed_mid_step_is_bitexact, .timeout =
     resume_bitexact(2, "--zero 3 --accum 2 --batch 2", "zero3a");
 }
 
+// The save's and the resume's lines give their times. The save (1 process: rank 0 writes every
+// file): "checkpoint: DIR (N ms: X ms host copy, Y ms checksum, Z ms write+fsync; rank 0 wrote B
+// bytes)" with the parts adding up to the total (each is printed rounded: within 2 ms) and B
+// the sizes of params.bin, history.bin and optim_r0.bin. The resume: "resume: read N bytes in X
+// ms (Y GB/s), checksums verified" where N is exactly what it reads: every file of the
+// checkpoint once for the check (manifest included), then params.bin and history.bin again,
+// then the moments (optim_r0.bin without its 8-byte range count); Y = N / X.
+static long long file_size(const char* d, const char* name) {
+    char p[700];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", d, name);
+    cr_assert_eq(stat(p, &sb), 0, "no %s", p);
+    return (long long)sb.st_size;
+}
+Test(train_resume, checkpoint_and_resume_lines_give_their_times, .timeout = 120) {
+    const char* common = "--context 16 --batch 4 --log-every 100 --eval-every 100 --ckpt-every 2";
+    const char* a = dir("times");
+    int st = train(1, "%s --steps 4 --ckpt-dir %s", common, a);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/step_000000004", a);
+    const long long pb = file_size(ck, "params.bin"), hb = file_size(ck, "history.bin"), ob = file_size(ck, "optim_r0.bin");
+    const long long mb = file_size(ck, "manifest.txt");
+    char want[800];
+    snprintf(want, sizeof want, "checkpoint: %s (", ck);
+    const char* l = strstr(g_out, want);
+    cr_assert_not_null(l, "no line '%s' in:\n%s", want, g_out);
+    double n, x, y, z;
+    long long b;
+    cr_assert(sscanf(l + strlen(want), "%lf ms: %lf ms host copy, %lf ms checksum, %lf ms write+fsync; rank 0 wrote %lld bytes)",
+                     &n, &x, &y, &z, &b) == 5, "%s", l);
+    cr_assert(n >= 0 && x >= 0 && y >= 0 && z >= 0 && fabs(x + y + z - n) <= 2, "the parts %g + %g + %g are not the total %g", x, y, z, n);
+    cr_assert_eq(b, pb + hb + ob, "rank 0 wrote %lld bytes; the files hold %lld", b, pb + hb + ob);
+    st = train(1, "%s --steps 6 --ckpt-dir %s --resume", common, a);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    l = strstr(g_out, "resume: read ");
+    cr_assert_not_null(l, "%s", g_out);
+    double nbytes, ms, gbs;
+    cr_assert(sscanf(l, "resume: read %lf bytes in %lf ms (%lf GB/s), checksums verified", &nbytes, &ms, &gbs) == 3, "%s", l);
+    const long long expect = mb + pb + hb + ob + pb + hb + (ob - 8);
+    cr_assert_eq((long long)nbytes, expect, "read %.0f bytes; the check and the loads read %lld", nbytes, expect);
+    cr_assert(ms > 0 && ms < 60000, "%s", l);
+    // Both printed rounded: GB/s to 0.005, the time to 0.05 ms (a relative error of 0.05 / ms).
+    cr_assert(fabs(gbs - nbytes / (ms * 1e6)) <= 0.006 + gbs * 0.06 / ms, "%.2f GB/s is not %.0f bytes in %.1f ms", gbs,
+              nbytes, ms);
+}
+
 // SIGTERM (sent by rank 0 to itself after step 7): the job saves and stops cleanly (exit 0),
 // and the run resumed from that checkpoint ends where the straight run ends.
 Test(train_resume, sigterm_saves_and_resumes_bitexact, .timeout = 120) {
@@ -563,6 +610,63 @@ Test(train_pp, pp2_killed_mid_step_is_bitexact, .timeout = 120) {
 Test(train_pp, pp2_dp2_killed_mid_step_is_bitexact, .timeout = 120) {
     resume_bitexact(4, "--pp 2 --dp --micro-batches 2", "ppk4");
 }
+// The evaluation under --pp is a forward-only pass (08's schedule_make_forward lists). Its loss
+// equals the single process's on the same held-out windows BITWISE: with --eval-batches 4 and
+// 4 micro-batches the pipeline takes the single process's 4 x 2 windows in its order, each
+// micro-batch's loss is the whole model's forward on its rows (the training tests above show
+// the same losses bit for bit), and the scale 1/4 is a power of two, so Σ l/4 = (Σ l)/4 exactly
+// in double; the CSV prints the float with %.9g (every float exactly). 1F1B, ZB-H1 and
+// interleaved (rank 1 sends to rank 0's second chunk), evaluated after steps 2 and 4.
+// And an evaluation changes nothing that training reads: --eval-every 1 (an evaluation between
+// every two steps) ends with the parameters and moments of a run that evaluates only at the end.
+static double csv_eval(const char* d, int row) {
+    char p[700], l[256];
+    snprintf(p, sizeof p, "%s/train.csv", d);
+    FILE* f = fopen(p, "r");
+    cr_assert_not_null(f, "%s", p);
+    double x[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+    for (int k = 0; k <= row && fgets(l, sizeof l, f); k++)
+        if (k == row) cr_assert(sscanf(l, "%lf,%lf,%lf,%lf,%lf,%lf", &x[0], &x[1], &x[2], &x[3], &x[4], &x[5]) == 6,
+                                "row %d has no eval loss: %s", row, l);
+    fclose(f);
+    return x[5];
+}
+Test(train_pp, pp2_eval_loss_equals_single_process_bitwise, .timeout = 120) {
+    const char* common = "--steps 4 --context 16 --batch 2 --log-every 100 --eval-every 2 --eval-batches 4";
+    const char* cases[][4] = {{"--pp 2 --schedule 1f1b --micro-batches 4", "ev1f1b", "--accum 4", "ev_ref"},
+                              {"--pp 2 --schedule zbh1 --micro-batches 4", "evzb", "--accum 4", "ev_ref"},
+                              {"--pp 2 --schedule interleaved --layers 4 --micro-batches 4", "evint", "--layers 4 --accum 4", "ev_ref4"}};
+    for (int k = 0; k < 3; k++) {
+        char a[512], b[512];
+        snprintf(a, sizeof a, "%s", dir(cases[k][1]));
+        snprintf(b, sizeof b, "%s", dir(cases[k][3]));
+        int st = train(2, "%s %s --out %s", common, cases[k][0], a);
+        cr_assert_eq(st, 0, "%s exited %d:\n%s", cases[k][0], st, g_out);
+        st = train(1, "%s %s --out %s", common, cases[k][2], b);
+        cr_assert_eq(st, 0, "%s exited %d:\n%s", cases[k][2], st, g_out);
+        for (int row = 2; row <= 4; row += 2) {
+            const double ea = csv_eval(a, row), eb = csv_eval(b, row);
+            cr_assert(isfinite(ea) && ea == eb, "after step %d: eval loss %.9g (%s) vs %.9g (%s)", row, ea, cases[k][0], eb,
+                      cases[k][2]);
+        }
+    }
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s", dir("ev_every1"));
+    snprintf(b, sizeof b, "%s", dir("ev_end"));
+    const char* pp = "--steps 4 --context 16 --batch 2 --log-every 100 --pp 2 --micro-batches 4";
+    int st = train(2, "%s --eval-every 1 --ckpt-dir %s", pp, a);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    st = train(2, "%s --eval-every 100 --ckpt-dir %s", pp, b);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    const char* files[] = {"params.bin", "optim_r0.bin", "optim_r1.bin"};
+    for (int k = 0; k < 3; k++) {
+        char pa[700], pb[700];
+        snprintf(pa, sizeof pa, "%s/step_000000004/%s", a, files[k]);
+        snprintf(pb, sizeof pb, "%s/step_000000004/%s", b, files[k]);
+        assert_same_bytes(pa, pb, "--pp 2: --eval-every 1 vs an evaluation at the end only");
+    }
+}
+
 // A --pp 2 checkpoint resumes on 1 process without the pipeline (parameters are whole, moments
 // keyed by the flat layout; the global batch kept): the same bits as the pipeline run going on.
 Test(train_pp, pp2_checkpoint_resumes_on_1_process, .timeout = 120) {
@@ -661,4 +765,27 @@ Test(train_gpu, killed_2_gpus_pp2_gpipe_resumes_bitexact, .timeout = 300) {
 Test(train_gpu, killed_2_gpus_pp2_zbh1_resumes_bitexact, .timeout = 300) {
     NEED_GPUS(2);
     resume_bitexact(2, "--backend nccl --pp 2 --schedule zbh1 --micro-batches 2", "g2ppz");
+}
+// The --pp evaluation on 2 GPUs (pp_exec_gpu_forward) against one GPU's on the same held-out
+// windows (as the CPU test above: --eval-batches 4, 4 micro-batches): within rtol 1e-4, not
+// bitwise, because the two runs evaluate parameters that differ after training (the embedding
+// gradient's atomics sum in an order the GPU decides: 08's GPU tests), not because of the
+// evaluation. (The forward-only pass against the training flush on one batch, bit for bit in
+// what it leaves: 08's pp_train_nccl/forward_only_*; the resume tests above compare the eval
+// losses of two --pp runs on the device digit for digit.)
+Test(train_gpu, pp2_2_gpus_eval_loss_equals_1_gpu, .timeout = 300) {
+    NEED_GPUS(2);
+    const char* common = "--backend nccl --steps 4 --context 16 --batch 2 --log-every 100 --eval-every 2 --eval-batches 4";
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s", dir("gev_pp"));
+    snprintf(b, sizeof b, "%s", dir("gev_1"));
+    int st = train(2, "%s --pp 2 --micro-batches 4 --out %s", common, a);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    st = train(1, "%s --accum 4 --out %s", common, b);
+    cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
+    for (int row = 2; row <= 4; row += 2) {
+        const double ea = csv_eval(a, row), eb = csv_eval(b, row);
+        cr_assert(isfinite(ea) && fabs(ea - eb) <= 1e-4 * fabs(eb), "after step %d: eval loss %.9g (--pp 2) vs %.9g (1 GPU)",
+                  row, ea, eb);
+    }
 }

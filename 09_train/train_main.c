@@ -90,6 +90,7 @@ typedef struct {
     int pp, D, d, pr;
     model_config_t mc;    // the model's config (the stages' spans)
     schedule_t sched;     // the action lists (08's schedule.h)
+    schedule_t fwd;       // the forward-only lists of the same p, m, v: the evaluation's
     partition_t part;     // the blocks of every stage (08's partition.h)
     model_range_t* ranges;  // [v] this rank's chunks
     size_t *stb, *ste;    // [S] flat span of every stage
@@ -260,11 +261,20 @@ static double train_step_pp(trainer_t* t, int64_t step, double lr, double clip, 
     return loss;
 }
 
-// The evaluation under --pp: the same executor flush on held-out windows (K = ceil(nb / A)
-// flushes of A micro-batches a replica; replica d takes windows (d·K + k)·A·B ..), the loss
-// scaled by 1/(K·A·D) and summed over the head ranks. The flush also runs the backward, whose
-// gradients are thrown away (the next step's flush zeroes them first): a forward-only pass
-// would need a schedule of its own; this costs the backward, and reuses 08's code as it is.
+// One forward-only pass of the executor over the A micro-batches in t->in / t->tg (08's
+// schedule_make_forward lists: F and the activations' messages, no backward): Σ scale·loss on
+// the head's ranks, 0 elsewhere; the gradients and the optimizer are not touched.
+static double pp_forward(trainer_t* t, float scale) {
+    return t->gpu ? pp_exec_gpu_forward(t->xg, &t->fwd, t->in, t->tg, scale)
+                  : pp_exec_forward(t->x, &t->fwd, t->in, t->tg, scale, NULL);
+}
+
+// The evaluation under --pp: forward-only passes over held-out windows (K = ceil(nb / A) passes
+// of A micro-batches a replica; replica d takes windows (d·K + k)·A·B ..), the loss scaled by
+// 1/(K·A·D) and summed over the head ranks. With D = 1 and nb a multiple of A these are the
+// single process's nb·B windows in its order, and each micro-batch's loss is the whole model's
+// forward on its B rows (08's ranges: the same kernels in the same order), so the mean is the
+// single process's bit for bit when K·A is a power of two (the scale is then exact).
 static double evaluate_pp(trainer_t* t, int nb) {
     const int K = (nb + t->A - 1) / t->A;
     const size_t w = (size_t)t->T + 1;
@@ -279,7 +289,7 @@ static double evaluate_pp(trainer_t* t, int nb) {
                     t->tg[row * t->T + i] = tokens_at(&t->tok, p + i + 1);
                 }
             }
-        s += pp_flush(t, 1.0f / (float)(K * t->A * t->D));
+        s += pp_forward(t, 1.0f / (float)(K * t->A * t->D));
     }
     comm_host_allreduce_f64(t->c, &s, 1, COMM_SUM);
     return s;
@@ -572,7 +582,7 @@ int main(int argc, char** argv) {
     if (model_config_check(&cfg, err, sizeof err) != 0) BAD("%s", err);
     t.n_train = (size_t)((double)t.tok.n * (1.0 - val_frac));
     const size_t n_val = t.tok.n - t.n_train;
-    // (--pp: evaluation runs whole flushes, ceil(eval-batches / A) of A micro-batches a replica)
+    // (--pp: evaluation runs whole forward passes, ceil(eval-batches / A) of A micro-batches a replica)
     const size_t ev_rows = pp ? (size_t)((eval_batches + A - 1) / A) * A * Dp : (size_t)eval_batches * W;
     if (ev_rows * B * ((size_t)context + 1) > n_val)
         BAD("--data: the held-out split has %zu tokens; --eval-batches %d x --batch %d x %d ranks x %d tokens needs more "
@@ -596,6 +606,9 @@ int main(int argc, char** argv) {
         const int v = chunks ? chunks : kind == SCHED_INTERLEAVED ? 2 : 1;
         if (schedule_make(kind, pp, A, v, &t.sched, err, sizeof err) != 0)
             BAD("--schedule %s --micro-batches %d --chunks %d on %d pipeline ranks: %s", sched_s, A, v, pp, err);
+        if (schedule_make_forward(kind, pp, A, v, &t.fwd, err, sizeof err) != 0)  // same checks: cannot fail here
+            BAD("--schedule %s --micro-batches %d --chunks %d on %d pipeline ranks (forward-only lists): %s", sched_s, A, v,
+                pp, err);
         if (partition_model(&cfg, B, context, pp * v, &t.part, err, sizeof err) != 0)
             BAD("--pp %d: %d stages (%d ranks x %d chunks) over the model's %d blocks: %s; give --layers", pp, pp * v, pp, v,
                 cfg.n_layers, err);
@@ -658,12 +671,18 @@ int main(int argc, char** argv) {
     ckpt_manifest_t mf;
     char path[1100] = "";
     long long found = 0;
+    // The resume's read time (rank 0, which also checks every file): the full check, then the
+    // parameters and history, then (part 2) its moments; the model set-up between is not counted.
+    const uint64_t rb0 = ckpt_bytes_read();
+    double t_verify = 0, t_load = 0;
     if (resume) {
         // Rank 0 checks (every file read once); the others learn the verdict. 1: found; 0: the
         // directory holds no checkpoint (a first run); -1: there were some, all refused.
         if (t.r == 0) {
+            const double tv = time_now_s();
             if (ckpt_find(ckpt_dir, &mf, path, sizeof path, err, sizeof err) == 0) found = 1;
             else found = strstr(err, "no checkpoint in") ? 0 : -1;
+            t_verify = time_now_s() - tv;
         }
         comm_host_allreduce_i64(t.c, &found, 1, COMM_SUM);
         if (found < 0) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s; refusing to start over (remove %s to train from scratch)", err, ckpt_dir);
@@ -683,10 +702,12 @@ int main(int argc, char** argv) {
                            pp ? "replicas" : "ranks", (long long)mf.global_batch);
             if (mf.step > steps) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s is at step %lld, beyond --steps %d", path, (long long)mf.step, steps);
             if (mf.seed != (uint64_t)seed) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s was trained with --seed %llu; give that seed", path, (unsigned long long)mf.seed);
+            const double tl = time_now_s();
             int rc = ckpt_read_params(path, &mf, t.gpu ? pbuf : t.m.params, err, sizeof err);
             if (rc == 0 && t.gpu) model_gpu_set_params(t.gm, pbuf);
             if (rc == 0) rc = ckpt_read_history(path, &mf, hist, err, sizeof err);
             if (rc != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
+            t_load = time_now_s() - tl;
             step = mf.step;
             t.smp.counter = mf.sampler_counter;
         }
@@ -797,7 +818,15 @@ int main(int argc, char** argv) {
 
     // ---- resume, part 2: the moments of the flat ranges this rank's optimizer owns now
     if (found) {
+        const double tl = time_now_s();
         if (load_state(&t, path, &mf, err, sizeof err) != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
+        t_load += time_now_s() - tl;
+        if (t.r == 0) {
+            const double nb = (double)(ckpt_bytes_read() - rb0), sec = t_verify + t_load;
+            printf("resume: read %.0f bytes in %.1f ms (%.2f GB/s), checksums verified (rank 0: %.1f ms checking all %d "
+                   "files, %.1f ms loading parameters, history and its moments)\n", nb, 1e3 * sec,
+                   sec > 0 ? nb / sec / 1e9 : 0.0, 1e3 * t_verify, mf.n_files, 1e3 * t_load);
+        }
         // Another schedule is allowed (training longer is a reason), but never silently.
         if (t.r == 0 && (mf.lr != lr || mf.min_lr != min_lr || mf.warmup != warmup || mf.steps != steps ||
                          mf.clip != clip || mf.wd != wd))
@@ -852,9 +881,14 @@ int main(int argc, char** argv) {
         const float* hp_ = host_params(&t, pbuf);                                                       \
         const float *hm_, *hv_;                                                                         \
         host_moments(&t, &hm_, &hv_);                                                                   \
+        const double copy_ = time_now_s() - t0_; /* gathers and device -> host copies */                \
+        ckpt_save_timing_t st_;                                                                         \
         ckpt_save(t.c, ckpt_dir, &meta, hp_, t.fr, t.nfr, hm_, hv_, has_state, hist, keep,              \
-                  where, sizeof where);                                                                 \
-        if (t.r == 0) printf("checkpoint: %s (%.0f ms)\n", where, 1e3 * (time_now_s() - t0_));          \
+                  where, sizeof where, &st_);                                                           \
+        if (t.r == 0)                                                                                   \
+            printf("checkpoint: %s (%.0f ms: %.0f ms host copy, %.0f ms checksum, %.0f ms write+fsync; "  \
+                   "rank 0 wrote %llu bytes)\n", where, 1e3 * (time_now_s() - t0_), 1e3 * copy_,         \
+                   1e3 * st_.checksum, 1e3 * st_.write, (unsigned long long)st_.bytes);                  \
     } while (0)
 
     const int tty = isatty(STDOUT_FILENO);
@@ -959,6 +993,7 @@ int main(int argc, char** argv) {
     if (pp) {
         partition_free(&t.part);
         schedule_free(&t.sched);
+        schedule_free(&t.fwd);
         free(t.ranges), free(t.stb), free(t.ste);
     }
     free(t.table);
