@@ -59,9 +59,10 @@ for s in "$@"; do
     [ -n "${WALL_SKIP_ALL:-}" ] || step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
       --zero all --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
     # ascending per level; the loop stops at the first failure (sharded construction: a single
-    # level builds only what it keeps, so the walls should sit near 76 / 98 / 86 / 134 blocks)
+    # level builds only what it keeps, so the walls should sit near 76 / 98 / 114 / 134 blocks:
+    # 16, 12, 10 and 8 bytes a parameter + 0.23 GiB of activations a block on 139.8 GiB)
     # WALL_LEVELS: level:L,L,... per level, space-separated
-    for lv in ${WALL_LEVELS:-0:72,76,80 1:92,96,100 2:80,84,88 3:120,128,136,144}; do
+    for lv in ${WALL_LEVELS:-0:72,76,80 1:92,96,100 2:104,112,116 3:120,128,136,144}; do
       for nl in $(tr , " " <<< "${lv#*:}"); do
         step wall_z${lv%%:*}_L$nl 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $nl --context 512 \
           --batch 2 --zero ${lv%%:*} --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
