@@ -152,7 +152,11 @@ static void sweep(cublasHandle_t h, int B, int H, const int64_t* Ns, int nN, con
                 table_cell(t, "%s", dtype_name(dt));
                 table_cell(t, "%d", d);
                 table_cell(t, "%d", N);
-                table_cell(t, "%s", flash_bwd_current_plan(&c.a, 0).name);
+                {
+                    const flash_bwd_plan_t pl = flash_bwd_current_plan(&c.a, 0);
+                    char pn[96];
+                    table_cell(t, "%s", flash_bwd_plan_name(&pl, pn, sizeof pn));
+                }
                 if (ok) {
                     table_cell(t, "%.4f", fwd);
                     table_cell(t, "%.4f", bwd);
@@ -193,9 +197,11 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, int versions, 
     const flash_bwd_plan_t pb = flash_bwd_current_plan(&c.a, 0), pa = flash_bwd_current_plan(&c.a, 1);
     char nf[128], nb[160], na[160], nfb[256];
     snprintf(nf, sizeof nf, "forward (stage 03: %s)", flash_fwd_kernel_name(&c.a));
-    snprintf(nb, sizeof nb, "backward, flash_backward_cuda: %s", pb.name);
-    snprintf(na, sizeof na, "backward, flash_backward_atomic_cuda: %s", pa.name);
-    snprintf(nfb, sizeof nfb, "forward + backward (%s; %s)", flash_fwd_kernel_name(&c.a), pb.name);
+    char pbn[96], pan[96];
+    flash_bwd_plan_name(&pb, pbn, sizeof pbn), flash_bwd_plan_name(&pa, pan, sizeof pan);
+    snprintf(nb, sizeof nb, "backward, flash_backward_cuda: %s", pbn);
+    snprintf(na, sizeof na, "backward, flash_backward_atomic_cuda: %s", pan);
+    snprintf(nfb, sizeof nfb, "forward + backward (%s; %s)", flash_fwd_kernel_name(&c.a), pbn);
     const char* names[4] = {nf, nb, na, nfb};
     const double ms[4] = {fwd, bwd, bwda, fb}, fl[4] = {2 * m, 5 * m, 5 * m, 7 * m};
     for (int i = 0; i < 4; i++) {
@@ -249,7 +255,8 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, int versions, 
         const double va = time_ms(run_bwd_atomic, &c, NULL), vfb = time_ms(run_fwd_bwd, &c, NULL);
         table_row(vt);
         table_cell(vt, "%d", ver);
-        table_cell(vt, "%s", vp.name);
+        char vpn[96];
+        table_cell(vt, "%s", flash_bwd_plan_name(&vp, vpn, sizeof vpn));
         table_cell(vt, "%.3f", vb);
         if (!vp.single_pass) {
             table_cell(vt, "%.3f", vkv);

@@ -78,9 +78,11 @@ typedef struct {
     int version;      // the version whose kernels run (0: SIMT, which has no versions)
     int single_pass;  // 1: one kernel adds dQ into the fp32 accumulator, then a cast; 0: two passes
     const char* file; // where the kernels are
-    char name[96];    // "v19 wgmma single pass (flash_bwd_wgmma.cu)": what benchmarks print
 } flash_bwd_plan_t;
 flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, int wgmma_built);
+// What benchmarks print for a plan, e.g. "v19 wgmma single pass (flash_bwd_wgmma.cu)", into buf
+// (96 bytes are enough); returns buf. Apart from the plan so that a launch formats nothing.
+const char* flash_bwd_plan_name(const flash_bwd_plan_t* p, char* buf, size_t len);
 // The plan for this process's version (flash_bwd_set_version) and build; asks the GPU whether
 // the wgmma kernels were built (so it needs one).
 flash_bwd_plan_t flash_bwd_current_plan(const attn_args_t* a, int atomic);

@@ -22,7 +22,7 @@ int flash_bwd_mma_ok(const attn_args_t* a) {
 }
 
 flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, int wgmma_built) {
-    flash_bwd_plan_t p = {FLASH_BWD_PATH_SIMT, 0, atomic ? 1 : 0, "flash_bwd_simt.cu", ""};
+    flash_bwd_plan_t p = {FLASH_BWD_PATH_SIMT, 0, atomic ? 1 : 0, "flash_bwd_simt.cu"};
     const int mma = flash_bwd_mma_ok(a);
     if (mma && version >= 6 && a->d <= 64) {
         // Versions 6-19 have single-pass kernels for d 16, 32, 64 (flash_bwd_fa2.cu); 16-19 are
@@ -42,12 +42,13 @@ flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, i
         p.path = p.single_pass ? FLASH_BWD_PATH_MMA_SINGLE : FLASH_BWD_PATH_MMA_TWO_PASS;
         p.file = (!p.single_pass && p.version == 5) ? "flash_bwd_dkdv_mt2.cu + flash_bwd_mma.cu" : "flash_bwd_mma.cu";
     }
-    static const char* const what[] = {"simt", "mma.sync", "mma.sync", "fa2 mma.sync", "wgmma"};
-    if (p.version > 0)
-        snprintf(p.name, sizeof p.name, "v%d %s %s (%s)", p.version, what[p.path],
-                 p.single_pass ? "single pass" : "two-pass", p.file);
-    else
-        snprintf(p.name, sizeof p.name, "%s %s (%s)", what[p.path], p.single_pass ? "single pass" : "two-pass",
-                 p.file);
     return p;
+}
+
+const char* flash_bwd_plan_name(const flash_bwd_plan_t* p, char* buf, size_t len) {
+    static const char* const what[] = {"simt", "mma.sync", "mma.sync", "fa2 mma.sync", "wgmma"};
+    const char* pass = p->single_pass ? "single pass" : "two-pass";
+    if (p->version > 0) snprintf(buf, len, "v%d %s %s (%s)", p->version, what[p->path], pass, p->file);
+    else snprintf(buf, len, "%s %s (%s)", what[p->path], pass, p->file);
+    return buf;
 }

@@ -85,7 +85,8 @@ void fa_fwd_bwd_gpu(const float* q, const float* k, const float* v, const float*
         timing->fwd_ms = stats_compute(tf, reps).median;
         timing->bwd_ms = stats_compute(tb, reps).median;
         timing->kernel = flash_bwd_kernel_name(&a);
-        snprintf(timing->plan, sizeof timing->plan, "%s", flash_bwd_current_plan(&a, atomic).name);
+        const flash_bwd_plan_t plan = flash_bwd_current_plan(&a, atomic);
+        flash_bwd_plan_name(&plan, timing->plan, sizeof timing->plan);
     }
     free(tf);
     free(tb);
