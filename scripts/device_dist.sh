@@ -62,13 +62,19 @@ for s in "$@"; do
     # level builds only what it keeps, so the walls should sit near 76 / 98 / 114 / 134 blocks:
     # 16, 12, 10 and 8 bytes a parameter + 0.23 GiB of activations a block on 139.8 GiB)
     # WALL_LEVELS: level:L,L,... per level, space-separated
+    # ZeRO-3's lean construction makes each rank's shard on the host (model_init_params_range, an
+    # OpenMP loop): with mpirun.sh's default of one thread, 6.7 G elements take over two minutes
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / 2 ))}
     for lv in ${WALL_LEVELS:-0:72,76,80 1:92,96,100 2:104,112,116 3:120,128,136,144}; do
       for nl in $(tr , " " <<< "${lv#*:}"); do
-        step wall_z${lv%%:*}_L$nl 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $nl --context 512 \
+        step wall_z${lv%%:*}_L$nl ${WALL_LIMIT:-120} scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --layers $nl --context 512 \
           --batch 2 --zero ${lv%%:*} --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
         last_ok || break
       done
     done
+    ;;
+  08fo)  # issue 14: the forward-only GPU executor (the trainer's --pp evaluation) against the flush loss
+    step t08_fo 150 "$B/08_pipeline/test_08" --jobs 1 --filter 'pp_train_nccl/forward_only*'
     ;;
   gputests)  # every stage's GPU tests after the model's per-block refactor (01, 06, 07, 08, 09)
     step t01_gpu 90 "$B/01_benchmarking/test_01" --jobs 1 --filter 'model_gpu/*'
@@ -102,27 +108,33 @@ for s in "$@"; do
     step zero_large_b8 150 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model large --context 512 --batch 8 \
       --zero 0,1,3 --backend nccl --steps 4 --warmup 1 --csv results/08_pipeline/vs_zero.csv
     ;;
-  18)  # issue 18 on 2 GPUs: the --pp GPU tests, the small model under every parallel option, XL checkpoints vs dd
+  18|18run|18ck)  # issue 18 on 2 GPUs: the --pp GPU tests, the small model under every parallel option (18run);
+    # XL checkpoint writes and resumes vs dd (18ck; the resume asks for the step it holds, so it reads,
+    # checks and stops: its time is the read's)
     mkdir -p results/09
-    step t09_pp 300 "$B/09_train/test_09" --jobs 1 --filter 'train_gpu/*pp2*'
-    "$B/09_train/tokenize" --in /usr/share/common-licenses --out results/09/lic.bin > "$L/tokenize.log" 2>&1
-    for opt in "--dp" "--zero 1" "--zero 2" "--zero 3" "--pp 2 --schedule 1f1b --micro-batches 8" \
-               "--pp 2 --schedule zbh1 --micro-batches 8"; do
-      tag=$(echo "$opt" | tr -d ' -' | cut -c1-20)
-      bpr=8; case $opt in --pp*) bpr=2 ;; esac  # 16 sequences a step in every run (pp: 8 micro-batches of 2)
-      step train2_$tag 120 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
-        --precision fp32 --model small --context 256 --batch $bpr --steps 300 --eval-every 100 --log-every 50 \
-        --peak-tflops 67 $opt --out results/09/gpu2_$tag
-    done
-    step dd_write 90 dd if=/dev/zero of=/tmp/dd.bin bs=64M count=64 oflag=direct conv=fsync
-    rm -f /tmp/dd.bin
-    for z in 1 3; do
-      step ckxl_z${z}_write 240 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
-        --model xl --context 128 --batch 1 --steps 2 --zero $z --ckpt-dir /tmp/ckxl$z --log-every 1
-      step ckxl_z${z}_resume 240 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
-        --model xl --context 128 --batch 1 --steps 3 --zero $z --ckpt-dir /tmp/ckxl$z --resume --log-every 1
-      du -sh /tmp/ckxl$z/* >> "$L/ckxl_sizes.txt" 2>&1; rm -rf /tmp/ckxl$z
-    done
+    [ -s results/09/lic.bin ] || "$B/09_train/tokenize" --in /usr/share/common-licenses --out results/09/lic.bin > "$L/tokenize.log" 2>&1
+    if [ $s != 18ck ]; then
+      step t09_pp 300 "$B/09_train/test_09" --jobs 1 --filter 'train_gpu/*pp2*'
+      for opt in "--dp" "--zero 1" "--zero 2" "--zero 3" "--pp 2 --schedule 1f1b --micro-batches 8" \
+                 "--pp 2 --schedule zbh1 --micro-batches 8"; do
+        tag=$(echo "$opt" | tr -d ' -' | cut -c1-20)
+        bpr=8; case $opt in --pp*) bpr=2 ;; esac  # 16 sequences a step in every run (pp: 8 micro-batches of 2)
+        step train2_$tag 120 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+          --precision fp32 --model small --context 256 --batch $bpr --steps 300 --eval-every 100 --log-every 50 \
+          --peak-tflops 67 $opt --out results/09/gpu2_$tag
+      done
+      step dd_write 90 dd if=/dev/zero of=/tmp/dd.bin bs=64M count=64 oflag=direct conv=fsync
+      rm -f /tmp/dd.bin
+    fi
+    if [ $s != 18run ]; then
+      for z in 1 3; do
+        step ckxl_z${z}_write 240 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+          --model xl --context 128 --batch 1 --steps 2 --zero $z --ckpt-dir /tmp/ckxl$z --log-every 1
+        step ckxl_z${z}_resume 240 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+          --model xl --context 128 --batch 1 --steps 2 --zero $z --ckpt-dir /tmp/ckxl$z --resume --log-every 1
+        du -sh /tmp/ckxl$z/* >> "$L/ckxl_sizes.txt" 2>&1; rm -rf /tmp/ckxl$z
+      done
+    fi
     ;;
   torch06)
     step torch_xl_fp32 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 06_ddp/bench_torch_ddp.py --model xl --csv results/06_ddp/torch.csv

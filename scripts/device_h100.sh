@@ -22,6 +22,8 @@
 #   flashbig  fp32 d 128 at N 32768 and 65536 (cut off by the flash part's limit on 2026-11-23)
 #   train1    issue 18: the small model on real text, one GPU, fp32 and bf16
 #   compile   torch_compile (b): the whole model compiled vs eager beside ours
+#   san       compute-sanitizer memcheck/racecheck over every stage's kernels (scripts/gpu_sanitize.sh)
+#   gpu34     stages 03 and 04's whole test binaries (their GPU tests run, the rest again)
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-results/device_out}
@@ -98,6 +100,13 @@ for s in "$@"; do
   flashbig)  # the fp32 d 128 points the flash part's time limit cut off
     step flash_f32_d128 420 "$B/04_flashattn_bwd/bench" --mode sweep --dtype f32 --d 128 --N 32768,65536 \
       --f32-max-N 65536 --naive-max-N 65536 --warmup 1 --reps 3 --budget-ms 400 --csv $R/flash/04_sweep_f32_d128.csv
+    ;;
+  san)
+    step sanitize 300 env BUILD="$B" scripts/gpu_sanitize.sh
+    ;;
+  gpu34)
+    step t03 200 "$B/03_flashattn_fwd/test_03" --jobs 1
+    step t04 300 "$B/04_flashattn_bwd/test_04" --jobs 1
     ;;
   roofline)
     step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline

@@ -36,5 +36,8 @@ for p in fp32 bf16; do
   run memcheck "$B/01_benchmarking/benchmark" --model tiny --context 33 --batch 2 --mode train \
     --precision $p --warmup 0 --steps 2 --out /tmp/gpu_sanitize
 done
+# the model's block-range path (stage 08): the split backward (ZB-H1's B and W, and their copies)
+# against the fused one, through its GPU tests (one process: Criterion runs them in order)
+[ -x "$B/08_pipeline/test_08" ] && run memcheck "$B/08_pipeline/test_08" --jobs 1 --filter 'model_gpu_range/*'
 echo "sanitizer: $([ $bad = 0 ] && echo clean || echo ERRORS)"
 exit $bad
