@@ -237,6 +237,46 @@ Test(zero_train_mpi, tables_and_bad_flags) {
     }
 }
 
+// The MiB value in column `col` of a run's rank-0 row of zero_train's peaks-by-phase table
+// (1 after init, 2 step 1 before the optimizer step, 3 step 1 optimizer step, 4 step 1 live
+// after, 5 later steps' peak, 6 later steps' live after).
+static double phase_table(const char* out, const char* run, int col) {
+    const char* t = strstr(out, "| after init |");
+    cr_assert(t, "no peaks-by-phase table:\n%s", out);
+    char key[64];
+    snprintf(key, sizeof key, "| %-6s |    0 |", run);
+    const char* q = strstr(t, key);
+    cr_assert(q, "no phase row for %s:\n%s", run, out);
+    for (int k = 0; k < col + 1; k++) {
+        q = strchr(q + 1, '|');
+        cr_assert(q, "%s", out);
+    }
+    return atof(q + 1);
+}
+
+// The handout's peaks "after initialisation, before and after the optimizer step": AdamW's
+// moments appear in the first optimizer step, so that step's peak exceeds the peak before it by
+// exactly the optimizer state of the memory table (DDP 8Psi, ZeRO-1 8Psi/n), and nothing else
+// grows afterwards: the live bytes after step 1 are those after every later step. Tolerance
+// 0.02 MiB: the three numbers are printed rounded to 0.01 MiB (0.005 each).
+Test(zero_train_mpi, peaks_by_phase_show_the_optimizer_state_appear) {
+    const int st = run_prog("zero_train", 2, "--zero 0,1 --steps 2 --warmup 1");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    const char* runs[] = {"ddp", "zero1"};
+    for (int i = 0; i < 2; i++) {
+        const double before = phase_table(g_out, runs[i], 2), opt = phase_table(g_out, runs[i], 3);
+        const double optim = mem_table(g_out, runs[i], 4);
+        cr_assert(optim > 0.1, "%s:\n%s", runs[i], g_out);
+        cr_assert(fabs((opt - before) - optim) < 0.02, "%s: step 1 grew by %.2f MiB, optimizer state %.2f:\n%s", runs[i],
+                  opt - before, optim, g_out);
+        cr_assert(fabs(phase_table(g_out, runs[i], 4) - phase_table(g_out, runs[i], 6)) < 0.006, "%s:\n%s", runs[i], g_out);
+        cr_assert(phase_table(g_out, runs[i], 5) >= phase_table(g_out, runs[i], 6), "%s:\n%s", runs[i], g_out);
+        cr_assert(phase_table(g_out, runs[i], 1) > 0, "%s:\n%s", runs[i], g_out);
+    }
+    // ZeRO-1 keeps half of DDP's moments on 2 ranks
+    cr_assert(fabs(2 * mem_table(g_out, "zero1", 4) - mem_table(g_out, "ddp", 4)) < 0.02, "%s", g_out);
+}
+
 Test(zero_train_nccl, every_level_2_gpus) {
     if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
     against_ddp(2, "--backend nccl --zero all --bucket-mb 0.05");

@@ -331,11 +331,25 @@ static size_t owned_elems(const trainer_t* t, const layer_t* L) {
     }
 }
 
-// One step on this rank's slice of global batch `step`; phase times in ms.
-static float train_step(trainer_t* t, layer_t* L, int64_t step, double* ms) {
+// The counting allocator's peaks by phase of a step (the handout's "after initialisation,
+// before and after the optimizer step"), each the most bytes live at once since the phase before
+// it: the forward, backward and gradient communication up to the optimizer step; the optimizer
+// step itself (AdamW, ZeRO's all-gathers; the moments appear in the first one); and what stays
+// live after it. The allocator counts at allocation time on the host, so these need no sync.
+typedef struct { long long fb, opt, after; } phase_peaks_t;
+static void phase_mark(device_t dev, long long* into) {
+    const long long p = (long long)mem_stats(dev).peak;
+    if (p > *into) *into = p;
+    mem_reset_peak(dev);
+}
+
+// One step on this rank's slice of global batch `step`; phase times in ms; the phase peaks
+// raised to this step's (max over the steps).
+static float train_step(trainer_t* t, layer_t* L, int64_t step, double* ms, phase_peaks_t* pk) {
     const int32_t *in, *tg;
     replica_batch(&t->rep, step, &in, &tg);
     char err[256];
+    mem_reset_peak(t->dev);
     if (t->rep.gpu) {
         cudaEvent_t e[4];
         for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&e[i]));
@@ -346,8 +360,11 @@ static float train_step(trainer_t* t, layer_t* L, int64_t step, double* ms) {
         CUDA_CHECK(cudaEventRecord(e[1], t->cs));
         layer_finish(L);
         CUDA_CHECK(cudaEventRecord(e[2], t->cs));
+        phase_mark(t->dev, &pk->fb);
         layer_update(t, L);
         CUDA_CHECK(cudaEventRecord(e[3], t->cs));
+        phase_mark(t->dev, &pk->opt);
+        pk->after = (long long)mem_stats(t->dev).live;
         comm_stream_sync(t->rep.c, t->cs, "the training step");
         float a = 0, b = 0, c = 0;
         CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[3]));
@@ -363,8 +380,11 @@ static float train_step(trainer_t* t, layer_t* L, int64_t step, double* ms) {
     const double t1 = time_now_s();
     layer_finish(L);
     const double t2 = time_now_s();
+    phase_mark(t->dev, &pk->fb);
     layer_update(t, L);
     const double t3 = time_now_s();
+    phase_mark(t->dev, &pk->opt);
+    pk->after = (long long)mem_stats(t->dev).live;
     ms[0] = 1e3 * (t3 - t0), ms[1] = 1e3 * (t2 - t1), ms[2] = 1e3 * (t3 - t2);
     return loss;
 }
@@ -461,6 +481,8 @@ typedef struct {
     double ms[3];                 // medians: step, grad sync, update
     int n_coll;
     long long after[64][NT + 1];  // per rank: live bytes per tag after the last step's update; [NT] = peak
+    long long phase[64][6];       // per rank: setup peak; the first step's fwd+bwd peak, optimizer-step peak and live
+                                  // after; the later steps' peak and live after (phase_peaks_t)
     long long optim_meas[64], optim_formula[64];
     long long state_meas[64], state_formula[64];  // zero3: params + grads + optim, measured and 8S + 8 x owned
 } result_t;
@@ -658,6 +680,7 @@ int main(int argc, char** argv) {
             long long v[NT + 1];
             for (int g = 0; g < NT; g++) v[g] = (long long)sm.at_peak_by_tag[g];
             v[NT] = (long long)sm.peak;
+            R->phase[r][0] = v[NT];
             long long mx = v[NT];
             comm_host_allreduce_i64(t.rep.c, &mx, 1, COMM_MAX);
             long long who = v[NT] == mx ? r : 64;  // the lowest rank with the largest peak
@@ -689,12 +712,12 @@ int main(int argc, char** argv) {
             printf("  %-7s %d units sharded %d ways: a shard of %zu elements a rank (unit padding %zu); %d piece boundar%s cut%s through a parameter\n",
                    run_names[runs[ri]], U, W, zero3_shard_elems(L.z3), pad, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
         }
-        mem_reset_peak(t.dev);
         double* st = malloc((size_t)steps * 3 * sizeof(double));
         if (!st) DIE("out of host memory");
+        phase_peaks_t pk1 = {0, 0, 0}, pk = {0, 0, 0};  // the first step (the moments appear in it); every later one
         for (int k = 0; k < warmup + steps; k++) {
             double ms[3];
-            const float loss = train_step(&t, &L, k, ms);
+            const float loss = train_step(&t, &L, k, ms, k == 0 ? &pk1 : &pk);
             if (k >= warmup)
                 for (int q = 0; q < 3; q++) st[q * steps + k - warmup] = ms[q];
             if (!isfinite(loss)) comm_fatal(t.rep.c, 1, "%s: loss is %g at step %d", run_names[runs[ri]], loss, k);
@@ -708,7 +731,10 @@ int main(int argc, char** argv) {
         // Memory of every rank, by tag, after the last update; optimizer state vs the formula.
         const mem_stats_t ms = mem_stats(t.dev);
         for (int g = 0; g < NT; g++) R->after[r][g] = (long long)ms.live_by_tag[g];
-        R->after[r][NT] = (long long)ms.peak;
+        const long long p1 = pk1.fb > pk1.opt ? pk1.fb : pk1.opt, p2 = pk.fb > pk.opt ? pk.fb : pk.opt;
+        R->after[r][NT] = p1 > p2 ? p1 : p2;  // the whole step's peak, every step
+        R->phase[r][1] = pk1.fb, R->phase[r][2] = pk1.opt, R->phase[r][3] = pk1.after;
+        R->phase[r][4] = p2, R->phase[r][5] = pk.after;
         R->optim_meas[r] = (long long)(ms.live_by_tag[MEM_OPTIM] - optim0);
         R->optim_formula[r] = (long long)(2 * sizeof(float) * owned_elems(&t, &L));
         int z3_grads_ok = 1, z3_work_ok = 1;  // zero2/3: grads are the shard alone; the working buffers
@@ -730,6 +756,7 @@ int main(int argc, char** argv) {
             z3_grads_ok = (int)f[0], z3_work_ok = (int)f[1];
         }
         comm_host_allreduce_i64(t.rep.c, &R->after[0][0], 64 * (NT + 1), COMM_SUM);
+        comm_host_allreduce_i64(t.rep.c, &R->phase[0][0], 64 * 6, COMM_SUM);
         comm_host_allreduce_i64(t.rep.c, R->state_meas, 64, COMM_SUM);
         comm_host_allreduce_i64(t.rep.c, R->state_formula, 64, COMM_SUM);
         comm_host_allreduce_i64(t.rep.c, R->optim_meas, 64, COMM_SUM);
@@ -858,6 +885,22 @@ int main(int argc, char** argv) {
                "padding), its two one-unit gradient working buffers and one piece are workspace; zero2s's (the older staging "
                "ZeRO-2) = the model's flat gradient buffer, which its backward writes, + the kept %zu-element shard; zero3's "
                "params and grads = its shards alone, the four one-unit working buffers are workspace: see README)\n", t.P, t.P / W);
+        // The peaks by phase (the handout's question): after initialisation (the setup peak); in
+        // the first step, before the optimizer step (forward, backward, gradient sync), during it
+        // (AdamW allocates its moments there) and live after it; then the later steps' peak and
+        // what stays live between them (warm-up steps included: steps >= 1 all look alike).
+        printf("\n| run    | rank | after init | step 1: before optimizer step | step 1: optimizer step | step 1: live after | "
+               "later steps: peak | later steps: live after |\n");
+        printf("|--------|------|------------|-------------------------------|------------------------|--------------------|"
+               "-------------------|-------------------------|\n");
+        for (int ri = 0; ri < nruns; ri++)
+            for (int k = 0; k < W; k++) {
+                const long long* q = res[ri].phase[k];
+                printf("| %-6s | %4d | %10.2f | %29.2f | %22.2f | %18.2f | %17.2f | %23.2f |\n", run_names[runs[ri]], k,
+                       q[0] / MiB, q[1] / MiB, q[2] / MiB, q[3] / MiB, q[4] / MiB, q[5] / MiB);
+            }
+        printf("(MiB, peaks by phase from the counting allocator, per rank: each the most live at once since the phase "
+               "before; after init counts the model's creation%s)\n", t.lean ? "" : " (several levels: the whole model built once, shared)");
     }
     long long st_all = status;
     comm_host_allreduce_i64(t.rep.c, &st_all, 1, COMM_MAX);
