@@ -55,6 +55,12 @@ for s in "$@"; do
     step zero_xl_z2_block 150 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
       --zero 2 --checkpoint block --backend nccl --steps 10 --warmup 3 --csv results/07_zero/ours.csv
     ;;
+  07phase)  # stage 07: each level alone on XL (built sharded), its peaks by phase and its step time
+    for z in 0 1 2 3; do
+      step zero_xl_phase_z$z 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model xl --context 512 --batch 2 \
+        --zero $z --backend nccl --steps 10 --warmup 3 --csv results/07_zero/phase.csv
+    done
+    ;;
   07wall)  # stage 07: the memory wall — 2.7B's width, ever deeper, per level, until one does not fit
     [ -n "${WALL_SKIP_ALL:-}" ] || step zero_27b 120 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 2.7B --context 512 --batch 2 \
       --zero all --backend nccl --steps 2 --warmup 1 --csv results/07_zero/wall.csv
