@@ -891,7 +891,11 @@ int main(int argc, char** argv) {
                    1e3 * st_.checksum, 1e3 * st_.write, (unsigned long long)st_.bytes);                  \
     } while (0)
 
-    const int tty = isatty(STDOUT_FILENO);
+    // The rewritten progress line only on a terminal that can take it: mpirun hands rank 0 a
+    // pseudo-terminal even when its own output goes to a file, so isatty alone is not enough;
+    // a terminal also sets TERM (a batch job's or a script's environment usually does not).
+    const char* term = getenv("TERM");
+    const int tty = isatty(STDOUT_FILENO) && term && *term && strcmp(term, "dumb") != 0;
     const double flops_per_token = 3.0 * model_forward_flops(&cfg, 1, context) / context;
     int stopped = 0;
     double t_log = time_now_s();
