@@ -24,6 +24,8 @@
 #   compile   torch_compile (b): the whole model compiled vs eager beside ours
 #   san       compute-sanitizer memcheck/racecheck over every stage's kernels (scripts/gpu_sanitize.sh)
 #   gpu34     stages 03 and 04's whole test binaries (their GPU tests run, the rest again)
+#   fwdov     issue 15: the overlapped wgmma forward (d 64, 128): its GPU tests, compute-sanitizer,
+#             every variant at N 4096 and 16384 beside SDPA flash and cuDNN in the same call
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-results/device_out}
@@ -107,6 +109,22 @@ for s in "$@"; do
   gpu34)
     step t03 200 "$B/03_flashattn_fwd/test_03" --jobs 1
     step t04 300 "$B/04_flashattn_bwd/test_04" --jobs 1
+    ;;
+  fwdov)
+    step t03_cuda 200 "$B/03_flashattn_fwd/test_03" --jobs 1 --filter 'cuda/*'
+    for vd in 10:64 11:64 7:128; do  # variant:d of the wgmma-ov entries (flash_fwd_bf16_d64.cu, _d128.cu)
+      for tool in memcheck racecheck; do
+        step san_ov_${vd%%:*}_${vd#*:}_$tool 120 compute-sanitizer --tool $tool --error-exitcode 9 \
+          "$B/03_flashattn_fwd/flash_fwd" --device cuda --dtype bf16 --variant ${vd%%:*} --d ${vd#*:} \
+          --B 1 --H 2 --Nq 333 --Nk 201 --causal --check --out ''
+        last_ok || grep -h 'check vs\|SUMMARY' "$L/san_ov_${vd%%:*}_${vd#*:}_$tool.log"
+      done
+    done
+    mkdir -p $R/fwdov
+    step scan_ov 240 "$B/03_flashattn_fwd/bench" --sweep flash --N 4096,16384 --d 64,128 --dtype bf16 --H 16 \
+      --scan-variants --reps 20 --csv $R/fwdov/03_scan.csv
+    step torch_fwd 180 python3 03_flashattn_fwd/bench_torch.py --H 16 --N 4096,16384 --d 64,128 --dtype bf16 \
+      --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/fwdov/03_torch.csv
     ;;
   roofline)
     step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline
