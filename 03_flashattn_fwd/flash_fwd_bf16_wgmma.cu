@@ -8,11 +8,12 @@
 //   O += P~ V_j        4 x wgmma m64n64k16, A = P~ from registers, B = V_j (MN-major: K = keys).
 // No ldmatrix at all; 2 blocks (16 warps) per SM. The accumulator layout of a warpgroup's 64 x 64
 // product is mma.sync's per warp (warp w of the group: rows 16w..16w+15), so the masks, the
-// online softmax and the epilogue are flash_fwd_bf16.cuh's.
+// online softmax and the epilogue are flash_fwd_bf16.cuh's (flash_fwd_bf16_wgmma.cuh holds them,
+// shared with flash_fwd_bf16_wgmma_ov.cu).
 // Measured (H100, N 16384, 16 heads, causal): 2.00 ms against 1.90 for the mma.sync default, so
 // it is the last variant, not the first: within a warpgroup S, softmax and P V run one after
 // another, and nothing but the other block on the SM fills the gaps (NOTES.md).
-#include "03_flashattn_fwd/flash_fwd_bf16.cuh"
+#include "03_flashattn_fwd/flash_fwd_bf16_wgmma.cuh"
 #include "common/wgmma.cuh"
 
 namespace {
@@ -63,9 +64,9 @@ __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(c
     cp_async_commit();
 
     const uint64_t dQ = wg_desc(kDescKMajor, sbase + wg * 8192);  // this warpgroup's 64 rows of Q_i
-    float o[32], s[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[1][32], s[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int e = 0; e < 32; e++) o[e] = 0.0f;
+    for (int e = 0; e < 32; e++) o[0][e] = 0.0f;
 
     for (int j = 0; j < n_tiles; j++) {
         const int stage = j & 1, j0 = j * C::BK;
@@ -91,77 +92,21 @@ __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(c
             wg_wait<0>();
             fence_regs(s);
 
-            // s[4n + e]: row row0 + 8 (e / 2), key j0 + 8n + 2t + e % 2.
-            if ((p.causal && j0 + C::BK - 1 > wrow0) || j0 + C::BK > p.Nk) {
-#pragma unroll
-                for (int n = 0; n < 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int row = row0 + 8 * (e >> 1), col = j0 + 8 * n + 2 * t + (e & 1);
-                        if (col >= p.Nk || (p.causal && col > row)) s[4 * n + e] = -INFINITY;
-                    }
-            }
-            // Online softmax per row (its 16 values of this tile live in the 4 threads of a quad).
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                float mx = m[hf];
-#pragma unroll
-                for (int n = 0; n < 8; n++) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * hf], s[4 * n + 2 * hf + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mbase = (mx == -INFINITY) ? 0.0f : mx * p.scale_log2;  // a row with no key yet
-                const float alpha = ex2_approx(m[hf] * p.scale_log2 - mbase);
-                float rs = 0.0f;
-#pragma unroll
-                for (int n = 0; n < 8; n++)
-#pragma unroll
-                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        const float pe = ex2_approx(fmaf(s[4 * n + e], p.scale_log2, -mbase));
-                        s[4 * n + e] = pe;
-                        rs += pe;
-                    }
-                l[hf] = l[hf] * alpha + rs;
-                m[hf] = mx;
-#pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    o[4 * n + 2 * hf] *= alpha;
-                    o[4 * n + 2 * hf + 1] *= alpha;
-                }
-            }
-            // O += P~ V_j: k-step kq = keys 16kq..16kq+15; two 8-key n-tiles make one A fragment.
+            wg_softmax_tile<1>(p, s, o, m, l, j0, C::BK, wrow0, row0, t);
             uint32_t pa[4][4];
-#pragma unroll
-            for (int kq = 0; kq < 4; kq++)
-#pragma unroll
-                for (int x = 0; x < 4; x++) pa[kq][x] = pack_bf16(s[8 * kq + 2 * x], s[8 * kq + 2 * x + 1]);
+            wg_pack_p(s, pa);  // O += P~ V_j
             const uint64_t dV = wg_desc(kDescMNMajor, sbase + C::kOffV + stage * C::kTileKV);
             wg_fence();
 #pragma unroll
-            for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(o, pa[kq], dV + kq * 128, 1);
+            for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(o[0], pa[kq], dV + kq * 128, 1);
             wg_commit();
             wg_wait<0>();
-            fence_regs(o);
+            fence_regs(o[0]);
         }
         __syncthreads();  // every warpgroup is done with this stage before it is refilled
     }
 
-    // O_i = diag(l)^-1 O_i, L_i = m scale + ln(l)
-    bf16* O = p.o + b * p.so[0] + h * p.so[1];
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        float lt = l[hf];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        const int row = row0 + 8 * hf;
-        if (row < p.Nq) {
-            const float inv = 1.0f / lt;
-            bf16* orow = O + (int64_t)row * p.so[2];
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-                *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t) = pack_bf16(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
-            if (t == 0) p.lse[(int64_t)bh * p.Nq + row] = m[hf] * p.scale + logf(lt);
-        }
-    }
+    wg_epilogue<1>(p, o, m, l, b, h, bh, row0, t);
 #else
     __trap();  // built without sm_90a: flash_fwd_wgmma_launch never launches it
 #endif

@@ -13,9 +13,9 @@
 // memory; the iteration loads K_{j+2} into K_j's buffer (S_j finished in iteration j-1) and
 // V_{j+1} into V_{j-1}'s (P~V_{j-1} finished), so two buffers each suffice and every load has a
 // whole iteration to land. One barrier per key tile.
-// Masks, the online softmax and the epilogue are flash_fwd_bf16_wgmma.cu's (and so
-// flash_fwd_bf16.cuh's); the variant tables (flash_fwd_bf16_d64.cu, _d128.cu) list it.
-#include "03_flashattn_fwd/flash_fwd_bf16.cuh"
+// Masks, the online softmax and the epilogue: flash_fwd_bf16_wgmma.cuh (shared with
+// flash_fwd_bf16_wgmma.cu); the variant tables (flash_fwd_bf16_d64.cu, _d128.cu) list it.
+#include "03_flashattn_fwd/flash_fwd_bf16_wgmma.cuh"
 #include "common/wgmma.cuh"
 
 namespace {
@@ -119,51 +119,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) flash_fwd_wgmma_ov_kernel(const
         if (next) issue_scores<C>(sn, q_base, k_buf(j + 1));  // runs under the softmax below
 
         if (active(j)) {
-            // s[4n + e]: row row0 + 8 (e / 2), key j0 + 8n + 2t + e % 2.
-            if ((p.causal && j0 + C::BK - 1 > wrow0) || j0 + C::BK > p.Nk) {
-#pragma unroll
-                for (int n = 0; n < 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int row = row0 + 8 * (e >> 1), col = j0 + 8 * n + 2 * t + (e & 1);
-                        if (col >= p.Nk || (p.causal && col > row)) s[4 * n + e] = -INFINITY;
-                    }
-            }
-            // Online softmax per row (its 16 values of this tile live in the 4 threads of a quad).
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                float mx = m[hf];
-#pragma unroll
-                for (int n = 0; n < 8; n++) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * hf], s[4 * n + 2 * hf + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mbase = (mx == -INFINITY) ? 0.0f : mx * p.scale_log2;  // a row with no key yet
-                const float alpha = ex2_approx(m[hf] * p.scale_log2 - mbase);
-                float rs = 0.0f;
-#pragma unroll
-                for (int n = 0; n < 8; n++)
-#pragma unroll
-                    for (int e = 2 * hf; e < 2 * hf + 2; e++) {
-                        const float pe = ex2_approx(fmaf(s[4 * n + e], p.scale_log2, -mbase));
-                        s[4 * n + e] = pe;
-                        rs += pe;
-                    }
-                l[hf] = l[hf] * alpha + rs;
-                m[hf] = mx;
-#pragma unroll
-                for (int hh = 0; hh < C::DH; hh++)
-#pragma unroll
-                    for (int n = 0; n < 8; n++) {
-                        o[hh][4 * n + 2 * hf] *= alpha;
-                        o[hh][4 * n + 2 * hf + 1] *= alpha;
-                    }
-            }
-            // O += P~ V_j: k-step kq = keys 16kq..16kq+15; two 8-key n-tiles make one A fragment.
+            wg_softmax_tile<C::DH>(p, s, o, m, l, j0, C::BK, wrow0, row0, t);
             uint32_t pa[4][4];
-#pragma unroll
-            for (int kq = 0; kq < 4; kq++)
-#pragma unroll
-                for (int x = 0; x < 4; x++) pa[kq][x] = pack_bf16(s[8 * kq + 2 * x], s[8 * kq + 2 * x + 1]);
+            wg_pack_p(s, pa);  // O += P~ V_j
             wg_fence();
 #pragma unroll
             for (int hh = 0; hh < C::DH; hh++) {
@@ -186,26 +144,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) flash_fwd_wgmma_ov_kernel(const
         __syncthreads();  // ... for every thread; every warpgroup is done with K_{j+1} and V_j
     }
 
-    // O_i = diag(l)^-1 O_i, L_i = m scale + ln(l)
-    bf16* O = p.o + b * p.so[0] + h * p.so[1];
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        float lt = l[hf];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        const int row = row0 + 8 * hf;
-        if (row < p.Nq) {
-            const float inv = 1.0f / lt;
-            bf16* orow = O + (int64_t)row * p.so[2];
-#pragma unroll
-            for (int hh = 0; hh < C::DH; hh++)
-#pragma unroll
-                for (int n = 0; n < 8; n++)
-                    *reinterpret_cast<uint32_t*>(orow + hh * 64 + n * 8 + 2 * t) =
-                        pack_bf16(o[hh][4 * n + 2 * hf] * inv, o[hh][4 * n + 2 * hf + 1] * inv);
-            if (t == 0) p.lse[(int64_t)bh * p.Nq + row] = m[hf] * p.scale + logf(lt);
-        }
-    }
+    wg_epilogue<C::DH>(p, o, m, l, b, h, bh, row0, t);
 #else
     __trap();  // built without sm_90a: the launchers below never launch it
 #endif
