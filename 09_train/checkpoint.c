@@ -17,8 +17,9 @@
 #include "common/timer.h"
 
 #define ERR(...) (snprintf(err, errlen, __VA_ARGS__), -1)
-#define MANIFEST_MAGIC "cs336-checkpoint 2"
+#define MANIFEST_MAGIC "cs336-checkpoint 3"
 #define MANIFEST_MAGIC_V1 "cs336-checkpoint 1"
+#define MANIFEST_MAGIC_V2 "cs336-checkpoint 2"
 
 // Bytes this process has read from checkpoint files (ckpt_bytes_read): the resume's line.
 static uint64_t g_bytes_read;
@@ -28,6 +29,50 @@ uint64_t ckpt_fnv(uint64_t h, const void* p, size_t n) {
     const unsigned char* b = p;
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
+}
+
+// ckpt_sum (checkpoint.h). K1, K2 odd (multiplication by them is a bijection mod 2^64): the
+// golden ratio's and splitmix64's constants; each lane starts from its own seed.
+#define SUM_K1 0x9E3779B97F4A7C15ull
+#define SUM_K2 0xBF58476D1CE4E5B9ull
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline void sum_stripe(uint64_t v[4], const unsigned char* p) {
+    uint64_t w[4];
+    memcpy(w, p, sizeof w);  // any alignment; the same value on every little-endian machine
+    for (int i = 0; i < 4; i++) v[i] = rotl64(v[i] + w[i] * SUM_K1, 31) * SUM_K2;
+}
+void ckpt_sum_init(ckpt_sum_t* s) {
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < 4; i++) s->v[i] = (SUM_K2 * (uint64_t)(i + 1)) ^ 0x5851F42D4C957F2Dull;
+}
+void ckpt_sum_update(ckpt_sum_t* s, const void* p, size_t n) {
+    const unsigned char* b = p;
+    s->total += n;
+    if (s->fill) {  // complete the stripe a previous call left
+        const size_t k = n < 32 - s->fill ? n : 32 - s->fill;
+        memcpy(s->buf + s->fill, b, k);
+        s->fill += k, b += k, n -= k;
+        if (s->fill < 32) return;
+        sum_stripe(s->v, s->buf);
+        s->fill = 0;
+    }
+    for (; n >= 32; b += 32, n -= 32) sum_stripe(s->v, b);
+    memcpy(s->buf, b, n);
+    s->fill = n;
+}
+uint64_t ckpt_sum_final(const ckpt_sum_t* s) {
+    uint64_t h = s->total * SUM_K1;
+    for (int i = 0; i < 4; i++) h = (h ^ rotl64(s->v[i], 7 + 13 * i)) * SUM_K2;
+    for (size_t i = 0; i < s->fill; i++) h = (h ^ s->buf[i]) * 1099511628211ull;
+    h = (h ^ (h >> 30)) * SUM_K2;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    return h ^ (h >> 31);
+}
+uint64_t ckpt_sum(const void* p, size_t n) {
+    ckpt_sum_t s;
+    ckpt_sum_init(&s);
+    ckpt_sum_update(&s, p, n);
+    return ckpt_sum_final(&s);
 }
 
 // ------------------------------------------------------------------ small file-system helpers
@@ -53,13 +98,14 @@ static int fsync_dir(const char* dir) {
 
 // Writes the parts one after the other to path atomically (afile: temporary, fsync, rename) and
 // returns the checksum of the whole file. Streamed: no copy of the parts is made (an XL
-// optimizer shard is gigabytes). The seconds spent in the checksum are added to *t_fnv (byte
-// at a time FNV-1a: about 1 GB/s, slow enough to show beside the disk in the save's line).
-static int write_parts(const char* path, int np, const void* const* part, const size_t* bytes, uint64_t* fnv,
-                       double* t_fnv, char* err, size_t errlen) {
+// optimizer shard is gigabytes). The seconds spent in the checksum are added to *t_sum (shown
+// beside the disk's in the save's line).
+static int write_parts(const char* path, int np, const void* const* part, const size_t* bytes, uint64_t* sum,
+                       double* t_sum, char* err, size_t errlen) {
     FILE* f = afile_open(path);
     if (!f) return ERR("%s: cannot create: %s", path, strerror(errno));
-    uint64_t h = CKPT_FNV_INIT;
+    ckpt_sum_t h;
+    ckpt_sum_init(&h);
     for (int k = 0; k < np; k++) {
         if (bytes[k] && fwrite(part[k], 1, bytes[k], f) != bytes[k]) {
             int e = errno;
@@ -67,18 +113,18 @@ static int write_parts(const char* path, int np, const void* const* part, const 
             return ERR("%s: write failed: %s", path, strerror(e));
         }
         const double t0 = time_now_s();
-        h = ckpt_fnv(h, part[k], bytes[k]);
-        *t_fnv += time_now_s() - t0;
+        ckpt_sum_update(&h, part[k], bytes[k]);
+        *t_sum += time_now_s() - t0;
     }
     if (afile_commit(f) != 0) return ERR("%s: cannot write (flush, fsync or rename failed): %s", path, strerror(errno));
-    *fnv = h;
+    *sum = ckpt_sum_final(&h);
     return 0;
 }
-static int write_floats(const char* path, const float* a, size_t n, uint64_t* fnv, double* t_fnv, char* err,
+static int write_floats(const char* path, const float* a, size_t n, uint64_t* sum, double* t_sum, char* err,
                         size_t errlen) {
     const void* part[1] = {a};
     const size_t bytes[1] = {n * sizeof *a};
-    return write_parts(path, 1, part, bytes, fnv, t_fnv, err, errlen);
+    return write_parts(path, 1, part, bytes, sum, t_sum, err, errlen);
 }
 
 // ------------------------------------------------------------------ manifest text
@@ -96,8 +142,8 @@ static void manifest_text(const ckpt_manifest_t* m, char* buf, size_t len) {
     if (m->pp > 0) PUT("pipeline pp %d dp %d layout %s\n", m->pp, m->dp, m->layout);
     for (int i = 0; i < m->n_files; i++) {
         const ckpt_file_t* f = &m->files[i];
-        PUT("file %s bytes %llu fnv64 %016llx ranges %llu elems %llu\n", f->name, (unsigned long long)f->bytes,
-            (unsigned long long)f->fnv, (unsigned long long)f->n_ranges, (unsigned long long)f->elems);
+        PUT("file %s bytes %llu sum64 %016llx ranges %llu elems %llu\n", f->name, (unsigned long long)f->bytes,
+            (unsigned long long)f->sum, (unsigned long long)f->n_ranges, (unsigned long long)f->elems);
     }
     const uint64_t h = ckpt_fnv(CKPT_FNV_INIT, buf, k);
     PUT("end fnv64 %016llx\n", (unsigned long long)h);
@@ -111,6 +157,9 @@ static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_
     if (strncmp(text, MANIFEST_MAGIC_V1 "\n", strlen(MANIFEST_MAGIC_V1) + 1) == 0)
         return ERR("manifest.txt: checkpoint format 1 (written before the trainer used stage 07's optimizer ranges); "
                    "this trainer reads format 2: resume it with the trainer that wrote it, or start over");
+    if (strncmp(text, MANIFEST_MAGIC_V2 "\n", strlen(MANIFEST_MAGIC_V2) + 1) == 0)
+        return ERR("manifest.txt: checkpoint format 2 (its files carry byte-wise FNV-1a checksums); this trainer reads "
+                   "format 3 (ckpt_sum): resume it with the trainer that wrote it, or start over");
     if (strncmp(text, MANIFEST_MAGIC "\n", strlen(MANIFEST_MAGIC) + 1) != 0) return ERR("manifest.txt: not a checkpoint manifest");
     if (!end) return ERR("manifest.txt: no final checksum line (truncated)");
     unsigned long long want;
@@ -152,12 +201,12 @@ static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_
         if (m->n_files == CKPT_MAX_FILES) return ERR("manifest.txt: more than %d files", CKPT_MAX_FILES);
         ckpt_file_t* f = &m->files[m->n_files];
         unsigned long long b, h, nr, el;
-        if (sscanf(p, "file %31s bytes %llu fnv64 %llx ranges %llu elems %llu\n%n", f->name, &b, &h, &nr, &el, &n) != 5)
+        if (sscanf(p, "file %31s bytes %llu sum64 %llx ranges %llu elems %llu\n%n", f->name, &b, &h, &nr, &el, &n) != 5)
             return ERR("manifest.txt: unreadable file line");
         if (strchr(f->name, '/') || f->name[0] == '.') return ERR("manifest.txt: bad file name '%s'", f->name);
         if (strncmp(f->name, "optim_r", 7) == 0 && b != 8 + 16 * nr + 8 * el)
             return ERR("manifest.txt: %s: %llu bytes cannot hold %llu ranges and %llu elements", f->name, b, nr, el);
-        f->bytes = b, f->fnv = h, f->n_ranges = nr, f->elems = el;
+        f->bytes = b, f->sum = h, f->n_ranges = nr, f->elems = el;
         m->n_files++;
         p += n;
     }
@@ -203,7 +252,7 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
                const float* hist, int keep, char* out, size_t outlen, ckpt_save_timing_t* tm) {
     const int r = c->rank, W = c->world;
     const double t_start = time_now_s();
-    double t_fnv = 0;
+    double t_sum = 0;
     uint64_t written = 0;
     char tmp[1024], fin[1024], p[1100], err[4096] = "";
     const size_t errlen = sizeof err;  // for ERR()
@@ -217,7 +266,7 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
     }
     check_io(c, rc, err);
 
-    // Each rank's files, and their records: [bytes, fnv, n_ranges, elems] per rank, gathered by
+    // Each rank's files, and their records: [bytes, sum, n_ranges, elems] per rank, gathered by
     // a sum over ranks of arrays that are zero except in the rank's own row (exact for any bits).
     long long* rec = calloc((size_t)W * 4, sizeof *rec);
     if (!rec) DIE("out of host memory");
@@ -228,7 +277,7 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
         const void* part[4] = {&nr, ranges, m, v};
         const size_t bytes[4] = {8, (size_t)n_ranges * sizeof *ranges, el * sizeof(float), el * sizeof(float)};
         uint64_t h = 0;
-        rc = write_parts(p, 4, part, bytes, &h, &t_fnv, err, sizeof err);
+        rc = write_parts(p, 4, part, bytes, &h, &t_sum, err, sizeof err);
         written += 8 + 16 * nr + 8 * el;
         rec[4 * r + 0] = (long long)(8 + 16 * nr + 8 * el);
         rec[4 * r + 1] = (long long)h;
@@ -243,12 +292,12 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
         meta->n_files = 0;
         uint64_t h = 0;
         snprintf(p, sizeof p, "%s/params.bin", tmp);
-        rc = write_floats(p, params, meta->total, &h, &t_fnv, err, sizeof err);
+        rc = write_floats(p, params, meta->total, &h, &t_sum, err, sizeof err);
         written += meta->total * sizeof(float);
         meta->files[meta->n_files++] = (ckpt_file_t){"params.bin", meta->total * sizeof(float), h, 0, 0};
         if (rc == 0) {
             snprintf(p, sizeof p, "%s/history.bin", tmp);
-            rc = write_floats(p, hist, (size_t)meta->step * CKPT_HIST, &h, &t_fnv, err, sizeof err);
+            rc = write_floats(p, hist, (size_t)meta->step * CKPT_HIST, &h, &t_sum, err, sizeof err);
             written += (size_t)meta->step * CKPT_HIST * sizeof(float);
             meta->files[meta->n_files++] = (ckpt_file_t){"history.bin", (uint64_t)meta->step * CKPT_HIST * sizeof(float), h, 0, 0};
         }
@@ -258,7 +307,7 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
             ckpt_file_t* f = &meta->files[meta->n_files++];
             snprintf(f->name, sizeof f->name, "optim_r%d.bin", k);
             f->bytes = (uint64_t)(rec[4 * k] & ~(1ll << 62));
-            f->fnv = (uint64_t)rec[4 * k + 1];
+            f->sum = (uint64_t)rec[4 * k + 1];
             f->n_ranges = (uint64_t)rec[4 * k + 2];
             f->elems = (uint64_t)rec[4 * k + 3];
         }
@@ -305,8 +354,8 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
     free(rec);
     check_io(c, rc, err);
     if (tm) {
-        tm->checksum = t_fnv;
-        tm->write = time_now_s() - t_start - t_fnv;
+        tm->checksum = t_sum;
+        tm->write = time_now_s() - t_start - t_sum;
         tm->bytes = written;
     }
 }
@@ -346,9 +395,11 @@ int ckpt_validate(const char* path, ckpt_manifest_t* out, char* err, size_t errl
         snprintf(p, sizeof p, "%s/%s", path, f->name);
         FILE* fp = fopen(p, "rb");
         if (!fp) return ERR("%s: missing (%s)", f->name, strerror(errno));
-        uint64_t h = CKPT_FNV_INIT;
+        ckpt_sum_t hs;
+        ckpt_sum_init(&hs);
         len = 0;
-        for (size_t k; (k = fread(chunk, 1, sizeof chunk, fp)) > 0;) h = ckpt_fnv(h, chunk, k), len += k;
+        for (size_t k; (k = fread(chunk, 1, sizeof chunk, fp)) > 0;) ckpt_sum_update(&hs, chunk, k), len += k;
+        const uint64_t h = ckpt_sum_final(&hs);
         g_bytes_read += len;
         const int bad = ferror(fp);
         fclose(fp);
@@ -356,9 +407,9 @@ int ckpt_validate(const char* path, ckpt_manifest_t* out, char* err, size_t errl
         if (len != f->bytes)
             return ERR("%s: %zu bytes, the manifest says %llu (%s)", f->name, len, (unsigned long long)f->bytes,
                        len < f->bytes ? "truncated" : "too long");
-        if (h != f->fnv)
+        if (h != f->sum)
             return ERR("%s: checksum %016llx, the manifest says %016llx (damaged)", f->name, (unsigned long long)h,
-                       (unsigned long long)f->fnv);
+                       (unsigned long long)f->sum);
     }
     return 0;
 }
