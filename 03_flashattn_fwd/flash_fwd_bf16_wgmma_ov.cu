@@ -62,7 +62,7 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], uint32_t q_base, ui
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, 1) flash_fwd_wgmma_ov_kernel(const Params p) {
-    // STUDENT-BEGIN(03.flash_fwd_wgmma_ov_kernel): the bf16 forward on wgmma (sm_90a), d 64 and 128, with S_{j+1} = Q K_{j+1}^T issued before tile j's softmax so the two overlap; K one tile ahead of V in two buffers each; masks, online softmax and epilogue as flash_fwd_wgmma_kernel | see 03_flashattn_fwd/NOTES.md | test: test_03 cuda/*bf16*
+    // STUDENT-BEGIN(03.flash_fwd_wgmma_ov_kernel): the bf16 forward on wgmma (sm_90a), d 64 and 128, with S_{j+1} = Q K_{j+1}^T issued before tile j's softmax so the two overlap; K one tile ahead of V in two buffers each; masks, online softmax and epilogue as flash_fwd_wgmma_kernel | see 03_flashattn_fwd/NOTES.md | test: test_03 cuda/*bf16* | uses: C::D C::DH C::BQ C::BK C::kHalfQ C::kHalfKV C::kTileQ C::kTileKV C::kOffK C::kOffV
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) unsigned char smem_ov[];
     const uint32_t sbase = smem_u32(smem_ov);
