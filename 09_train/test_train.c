@@ -265,20 +265,33 @@ Test(checkpoint, file_checksum_splits_flips_truncation_speed, .timeout = 60) {
     for (int n = 0; n < N; n++) cr_assert_neq(ckpt_sum(b, (size_t)n), whole, "truncation to %d bytes not seen", n);
     cr_assert_neq(ckpt_sum(b, 0), ckpt_sum(b, 1));
 
+    // The speed: the best of 3 timings each (a shared CI machine's noise). Not under ASan/UBSan
+    // (the SAN=1 build): the instrumentation slows the word loads of ckpt_sum more than FNV-1a's
+    // byte loads (2.3x apart there), and speed is a property of the optimised build.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+    cr_log_info("speed not checked in a sanitizer build");
+#else
     const size_t big = (size_t)64 << 20;
     unsigned char* m = malloc(big);
     cr_assert_not_null(m);
     for (size_t i = 0; i < big; i++) m[i] = (unsigned char)(i * 2654435761u >> 13);
-    double t0 = time_now_s();
-    volatile uint64_t sink = ckpt_sum(m, big);
-    const double t_sum = time_now_s() - t0;
-    t0 = time_now_s();
-    sink ^= ckpt_fnv(CKPT_FNV_INIT, m, big);
-    const double t_fnv = time_now_s() - t0;
+    double t_sum = 1e30, t_fnv = 1e30;
+    volatile uint64_t sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = time_now_s();
+        sink ^= ckpt_sum(m, big);
+        const double a = time_now_s() - t0;
+        t0 = time_now_s();
+        sink ^= ckpt_fnv(CKPT_FNV_INIT, m, big);
+        const double f = time_now_s() - t0;
+        if (a < t_sum) t_sum = a;
+        if (f < t_fnv) t_fnv = f;
+    }
     (void)sink;
     free(m);
     cr_log_info("ckpt_sum %.2f GB/s, FNV-1a %.2f GB/s", big / t_sum / 1e9, big / t_fnv / 1e9);
     cr_assert(t_fnv > 3 * t_sum, "ckpt_sum %.3f s, FNV-1a %.3f s for 64 MiB: expected at least 3x faster", t_sum, t_fnv);
+#endif
 }
 
 Test(checkpoint, damaged_truncated_or_missing_shards_are_refused, .timeout = 120) {
