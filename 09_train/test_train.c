@@ -348,6 +348,20 @@ Test(checkpoint, damaged_truncated_or_missing_shards_are_refused, .timeout = 120
     snprintf(q, sizeof q, "%s/step_000000020", z);
     cr_assert_eq(ckpt_validate(q, &mf, g_err, sizeof g_err), -1, "an edited manifest was not detected");
     cr_assert(strstr(g_err, "manifest.txt: checksum"), "%s", g_err);
+    // a format-2 manifest (byte-wise FNV-1a file checksums, before ckpt_sum): refused by name
+    const char* v2 = dir("format2");
+    copy_dir(p, v2);
+    snprintf(q, sizeof q, "%s/step_000000020/manifest.txt", v2);
+    text = slurp(q, &n);
+    cr_assert(strncmp(text, "cs336-checkpoint 3\n", 19) == 0, "%.40s", text);
+    text[17] = '2';
+    f = fopen(q, "wb");
+    fwrite(text, 1, n, f);
+    fclose(f);
+    free(text);
+    snprintf(q, sizeof q, "%s/step_000000020", v2);
+    cr_assert_eq(ckpt_validate(q, &mf, g_err, sizeof g_err), -1, "a format-2 checkpoint was accepted");
+    cr_assert(strstr(g_err, "checkpoint format 2") && strstr(g_err, "format 3"), "%s", g_err);
     // only a damaged checkpoint: --resume refuses to start over silently
     st = train(2, "%s --ckpt-dir %s --resume", common, x);
     cr_assert_eq(st, 2, "resume from a damaged-only directory exited %d:\n%s", st, g_out);
@@ -532,6 +546,54 @@ Test(train_real_text, loss_falls_well_below_the_unigram_entropy, .timeout = 120)
     struct stat sb;
     snprintf(p, sizeof p, "%s/train.csv", o);
     cr_assert_eq(stat(p, &sb), 0, "no %s", p);
+}
+
+// The rewritten progress line ("\r\033[K") only on a terminal that can show it: under a
+// pseudo-terminal (what mpirun gives rank 0 even when its output goes to a file; here `script`
+// makes one) with TERM unset the log has plain lines only; with TERM=xterm the progress line is
+// there. Skips where util-linux's `script` is missing.
+Test(train_flags, progress_line_only_on_a_real_terminal, .timeout = 60) {
+    if (system("command -v script >/dev/null 2>&1") != 0) cr_skip_test("util-linux `script` is not installed");
+    const char* args = "--steps 6 --context 16 --batch 4 --log-every 3 --eval-every 0";
+    char cmd[2048];
+    for (int with_term = 0; with_term <= 1; with_term++) {
+        snprintf(cmd, sizeof cmd, "%s script -qec \"%s/09_train/train --data %s %s\" /dev/null",
+                 with_term ? "TERM=xterm" : "env -u TERM", build_dir(), corpus(), args);
+        const int st = run_capture(cmd, g_out, sizeof g_out);
+        cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+        cr_assert(strstr(g_out, "final: step 6"), "%s", g_out);
+        const int progress = strstr(g_out, "\r\033[K") != NULL;
+        cr_assert_eq(progress, with_term, "TERM %s: progress line %s:\n%s", with_term ? "xterm" : "unset",
+                     progress ? "present" : "absent", g_out);
+    }
+}
+
+// scripts/plot_loss.sh: two runs' CSVs into one PNG, written whole (no temporary left); a
+// missing CSV or too few arguments: one line, exit 2, no PNG. Skips without gnuplot.
+Test(train_flags, plot_loss_draws_csvs_and_refuses_bad_input, .timeout = 60) {
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) cr_skip_test("gnuplot is not installed (scripts/setup.sh installs it)");
+    const char* a = dir("plot_a");
+    const char* b = dir("plot_b");
+    int st = train(1, "--steps 4 --context 16 --batch 4 --log-every 4 --eval-every 2 --out %s", a);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    st = train(1, "--steps 4 --context 16 --batch 4 --log-every 4 --eval-every 2 --seed 2 --out %s", b);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    char png[700], cmd[2400];
+    snprintf(png, sizeof png, "%s/both.png", a);
+    snprintf(cmd, sizeof cmd, "scripts/plot_loss.sh %s 'two runs' A=%s/train.csv B=%s/train.csv", png, a, b);
+    st = run_capture(cmd, g_out, sizeof g_out);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    struct stat sb;
+    cr_assert(stat(png, &sb) == 0 && sb.st_size > 1000, "no PNG at %s", png);
+    char tmp[720];
+    snprintf(tmp, sizeof tmp, "%s.tmp.png", png);
+    cr_assert(stat(tmp, &sb) != 0, "the temporary %s was left behind", tmp);
+    snprintf(png, sizeof png, "%s/bad.png", a);
+    snprintf(cmd, sizeof cmd, "scripts/plot_loss.sh %s t A=%s/nothing.csv", png, a);
+    st = run_capture(cmd, g_out, sizeof g_out);
+    cr_assert(st == 2 && strstr(g_out, "cannot read") && stat(png, &sb) != 0, "exit %d:\n%s", st, g_out);
+    st = run_capture("scripts/plot_loss.sh only_one_arg", g_out, sizeof g_out);
+    cr_assert(st == 2 && strstr(g_out, "usage"), "exit %d:\n%s", st, g_out);
 }
 
 Test(train_flags, bad_flags_are_one_line_and_exit_2, .timeout = 60) {
