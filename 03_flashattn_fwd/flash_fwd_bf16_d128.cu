@@ -7,6 +7,8 @@
 // flash_fwd_bf16_wgmma_ov.cu: wgmma, S_{j+1} overlapped with tile j's softmax (sm_90a builds;
 // elsewhere entry 0 runs); wg2 / wg3 = 2 / 3 warpgroups (Bq 128 / 192)
 extern "C" void flash_fwd_wgmma_ov_d128_wg2_launch(const attn_args_t* a, cudaStream_t stream);
+// flash_fwd_bf16_fa3.cu: FlashAttention-3's layout (TMA producer, 2 consumer warpgroups in ping-pong)
+extern "C" void flash_fwd_fa3_d128_launch(const attn_args_t* a, cudaStream_t stream);
 
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[] = {
     {"w8 mt1 bk64", 16 * 1 * 8, launch<Cfg<128, 8, 1, 64, 1>>},
@@ -17,6 +19,8 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[] = {
     {"pipe w8 mt1 bk64", 16 * 1 * 8, launch_pipe<Cfg<128, 8, 1, 64, 1>>},
     {"pipe w4 mt1 bk32", 16 * 1 * 4, launch_pipe<Cfg<128, 4, 1, 32, 3>>},
     {"wgmma-ov w8 mt1 bk64", 128, flash_fwd_wgmma_ov_d128_wg2_launch, 1},
+    // built and compiled, not yet run on a GPU (NOTES.md)
+    {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d128_launch, 1},
 };
 extern "C" const int flash_fwd_bf16_n_variants_d128 =
     (int)(sizeof flash_fwd_bf16_variants_d128 / sizeof flash_fwd_bf16_variants_d128[0]);

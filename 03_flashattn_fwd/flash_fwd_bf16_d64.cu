@@ -8,6 +8,8 @@ extern "C" void flash_fwd_wgmma_d64_launch(const attn_args_t* a, cudaStream_t st
 // flash_fwd_bf16_wgmma_ov.cu: S_{j+1} overlapped with tile j's softmax; wg2 / wg3 = 2 / 3 warpgroups (Bq 128 / 192)
 extern "C" void flash_fwd_wgmma_ov_d64_wg2_launch(const attn_args_t* a, cudaStream_t stream);
 extern "C" void flash_fwd_wgmma_ov_d64_wg3_launch(const attn_args_t* a, cudaStream_t stream);
+// flash_fwd_bf16_fa3.cu: FlashAttention-3's layout (TMA producer, 2 consumer warpgroups in ping-pong)
+extern "C" void flash_fwd_fa3_d64_launch(const attn_args_t* a, cudaStream_t stream);
 
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
     {"w4 mt2 bk64", 16 * 2 * 4, launch<Cfg<64, 4, 2, 64, 2>>},
@@ -24,6 +26,8 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
     {"wgmma w8 mt1 bk64", 16 * 1 * 8, flash_fwd_wgmma_d64_launch, 1},
     {"wgmma-ov w8 mt1 bk64", 128, flash_fwd_wgmma_ov_d64_wg2_launch, 1},
     {"wgmma-ov w12 mt1 bk64", 192, flash_fwd_wgmma_ov_d64_wg3_launch, 1},
+    // built and compiled, not yet run on a GPU (NOTES.md)
+    {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d64_launch, 1},
 };
 extern "C" const int flash_fwd_bf16_n_variants_d64 =
     (int)(sizeof flash_fwd_bf16_variants_d64 / sizeof flash_fwd_bf16_variants_d64[0]);

@@ -112,14 +112,21 @@ Test(api, variant_tables) {
         const int n = flash_fwd_bf16_variants(dims[i], &vl);
         cr_assert(n >= 1 && vl, "head dim %d has no variants", dims[i]);
         for (int v = 0; v < n; v++) {
-            int w = 0, mt = 0, bk = 0;
+            int w = 0, mt = 0, bk = 0, bq = 0;
             const char* s = vl[v].name;  // "pipe ", "wgmma " and "wgmma-ov " name the kernel, then the shape
+            cr_assert_not_null(vl[v].launch);
+            if (strncmp(s, "fa3 ", 4) == 0) {  // a producer warpgroup and Bq / 64 consumer warpgroups
+                cr_assert_eq(sscanf(s + 4, "w%d bq%d bk%d", &w, &bq, &bk), 3, "bad variant name '%s'", vl[v].name);
+                cr_assert_eq(vl[v].bq, bq, "%s: Bq %d", vl[v].name, vl[v].bq);
+                cr_assert_eq(w, 4 * (1 + bq / 64), "%s: warps", vl[v].name);
+                cr_assert(vl[v].wgmma, "%s needs sm_90a", vl[v].name);
+                continue;
+            }
             if (strncmp(s, "pipe ", 5) == 0) s += 5;
             else if (strncmp(s, "wgmma ", 6) == 0) s += 6;
             else if (strncmp(s, "wgmma-ov ", 9) == 0) s += 9;
             cr_assert_eq(sscanf(s, "w%d mt%d bk%d", &w, &mt, &bk), 3, "bad variant name '%s'", vl[v].name);
             cr_assert_eq(vl[v].bq, 16 * mt * w, "%s: Bq %d", vl[v].name, vl[v].bq);
-            cr_assert_not_null(vl[v].launch);
         }
     }
     const flash_variant_t* vl = NULL;
@@ -155,7 +162,7 @@ Test(api, variant_that_runs_and_its_name) {
             flash_fwd_bf16_set_variant(d, 0);
         }
     }
-    cr_assert_eq(n_wgmma, 4, "four wgmma variants (d 64's last three, d 128's last), as flash_fwd_bf16_d64.cu and _d128.cu say");
+    cr_assert_eq(n_wgmma, 6, "six sm_90a variants (d 64's last four, d 128's last two), as flash_fwd_bf16_d64.cu and _d128.cu say");
     cr_assert_eq(flash_fwd_bf16_variant_that_runs(48, 0, 1), -1);
     attn_args_t a = valid_args();
     a.dtype = DT_F32;

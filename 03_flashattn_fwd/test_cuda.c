@@ -163,12 +163,24 @@ static void fixture_case(int causal, dtype_t dt, int layout) {
     if (dt == DT_BF16) round_bf16(q, nqd), round_bf16(k, nqd), round_bf16(v, nqd);
     float* o = poisoned_f32(nqd);
     float* l = poisoned_f32(nl);
-    run_cuda(q, k, v, o, l, FX_BH, 1, FX_N, FX_N, FX_D, causal, dt, layout);
-    // fp32: the course's tolerance (rtol = atol = 1e-2). bf16: rounding q, k, v to 8-bit
-    // mantissas moves scores by ~1e-2 before the softmax, so 3e-2 (the fp32 inputs are the torch ones).
-    const double tol = dt == DT_BF16 ? 3e-2 : 1e-2;
-    ASSERT_ALLCLOSE(o, O_ref, nqd, tol, tol, "CUDA O vs torch fixture");
-    ASSERT_ALLCLOSE(l, L_ref, nl, tol, tol, "CUDA L vs torch fixture");
+    // bf16: every variant of the kernel at the fixture's head dim (the default last, so that the
+    // fp32-only checks below see the default's output).
+    const flash_variant_t* vl = NULL;
+    const int nvar = dt == DT_BF16 ? flash_fwd_bf16_variants(FX_D, &vl) : 1;
+    for (int var = nvar - 1; var >= 0; var--) {
+        if (dt == DT_BF16) flash_fwd_bf16_set_variant(FX_D, var);
+        memset(o, 0xFF, nqd * sizeof(float));
+        memset(l, 0xFF, nl * sizeof(float));
+        run_cuda(q, k, v, o, l, FX_BH, 1, FX_N, FX_N, FX_D, causal, dt, layout);
+        // fp32: the course's tolerance (rtol = atol = 1e-2). bf16: rounding q, k, v to 8-bit
+        // mantissas moves scores by ~1e-2 before the softmax, so 3e-2 (the fp32 inputs are the torch ones).
+        const double tol = dt == DT_BF16 ? 3e-2 : 1e-2;
+        char what[160];
+        snprintf(what, sizeof what, "CUDA O vs torch fixture (variant %s)", vl ? vl[var].name : "-");
+        ASSERT_ALLCLOSE(o, O_ref, nqd, tol, tol, what);
+        snprintf(what, sizeof what, "CUDA L vs torch fixture (variant %s)", vl ? vl[var].name : "-");
+        ASSERT_ALLCLOSE(l, L_ref, nl, tol, tol, what);
+    }
     if (dt == DT_F32) {
         // fp32 path: only summation order and ex2.approx (2 ulp) differ from float64.
         ASSERT_ALLCLOSE(o, O_ref, nqd, 1e-4, 1e-5, "CUDA O vs torch fixture (fp32, tight)");
@@ -252,6 +264,13 @@ Test(cuda, many_heads_beyond_grid_y_limit, .timeout = 300) {
     SKIP_WITHOUT_GPU();
     random_case(2, 35000, 20, 20, 16, 1, DT_BF16, LAYOUT_CONTIGUOUS, 9001);
     random_case(2, 35000, 20, 20, 16, 0, DT_F32, LAYOUT_BNHD, 9002);
+}
+// The same at d 64 and 128, where random_case runs every variant: the wgmma kernels and the
+// TMA tensor maps (whose head axis is then 35000 long) must cover every head too.
+Test(cuda, many_heads_every_variant_d64_d128, .timeout = 300) {
+    SKIP_WITHOUT_GPU();
+    random_case(2, 35000, 20, 20, 64, 1, DT_BF16, LAYOUT_BNHD, 9003);
+    random_case(2, 35000, 20, 20, 128, 0, DT_BF16, LAYOUT_CONTIGUOUS, 9004);
 }
 
 // The plug-in table the model uses.
