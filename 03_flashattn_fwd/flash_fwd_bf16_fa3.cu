@@ -106,11 +106,10 @@ __device__ __forceinline__ void fa3_issue_pv(float (&o)[C::DH][32], const uint32
 
 // Masks (causal, keys past Nk) where MASK, then P~ = 2^(S scale log2e - m_new scale log2e) in
 // place, the new row max m, the factor alpha that rescales the old O and l, and the tile's row
-// sums. O itself is not touched: the previous tile's P~ V may still be writing it. No branch:
-// ptxas waits for every wgmma in flight at control flow (it moved the wait for P~ V above the
-// exponentials when the mask test was a runtime `if`), so whether a tile is masked is a template
-// argument: with Bq = Bk and query tiles on multiples of Bk, only a block's last key tile can
-// hold the diagonal or keys past Nk.
+// sums. O itself is not touched: the previous tile's P~ V may still be writing it. Whether a
+// tile is masked is a template argument, not a test per tile: with Bq = Bk and query tiles on
+// multiples of Bk, only a block's last key tile can hold the diagonal or keys past Nk, so the
+// other tiles carry no mask code at all.
 template <class C, bool MASK>
 __device__ __forceinline__ void fa3_softmax(const Params& p, float (&s)[2][32], float (&m)[2], float (&alpha)[2],
                                             float (&rs)[2], int j0, int row0, int t) {

@@ -42,8 +42,9 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// The same where cond holds, as one predicated instruction: no branch (see mbar_wait's users:
-// ptxas completes every wgmma in flight before control flow).
+// The same where cond holds, as one predicated instruction rather than a branch around it (a
+// consumer releases a slot while its next products are in flight; keeping control flow out of
+// that window keeps ptxas's placement of the waits predictable).
 __device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool cond) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),

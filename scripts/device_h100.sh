@@ -26,6 +26,10 @@
 #   gpu34     stages 03 and 04's whole test binaries (their GPU tests run, the rest again)
 #   fwdov     issue 15: the overlapped wgmma forward (d 64, 128): its GPU tests, compute-sanitizer,
 #             every variant at N 4096 and 16384 beside SDPA flash and cuDNN in the same call
+#   fa3       issue 15: the FlashAttention-3-style forward's first GPU run (flash_fwd_bf16_fa3.cu):
+#             smoke runs with short limits first (a hang costs a minute, not the call), then the
+#             GPU tests, memcheck/racecheck/synccheck, and the scan beside SDPA flash and cuDNN;
+#             if a smoke run fails, memcheck on the smallest shapes instead, for the diagnosis
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-results/device_out}
@@ -37,6 +41,13 @@ B=${B:-build}
 BM="$B/01_benchmarking/benchmark"
 . scripts/device_lib.sh  # step, last_ok
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
+# variant_index D PREFIX: the index of the first bf16 forward variant at head dim D whose name
+# starts with PREFIX, read from the variant table (flash_fwd_bf16_dD.cu), so that a part names
+# its kernel and not a number that shifts when a variant is added.
+variant_index() {
+  grep -o '^    {"[^"]*"' "03_flashattn_fwd/flash_fwd_bf16_d$1.cu" | sed 's/^    {"//; s/"$//' |
+    awk -v p="$2" 'index($0, p) == 1 {print NR - 1; exit}'
+}
 for s in "$@"; do
   case $s in
   tests)
@@ -112,7 +123,8 @@ for s in "$@"; do
     ;;
   fwdov)
     step t03_cuda 200 "$B/03_flashattn_fwd/test_03" --jobs 1 --filter 'cuda/*'
-    for vd in 10:64 11:64 7:128; do  # variant:d of the wgmma-ov entries (flash_fwd_bf16_d64.cu, _d128.cu)
+    # variant:d of the wgmma-ov entries (flash_fwd_bf16_d64.cu, _d128.cu)
+    for vd in $(variant_index 64 "wgmma-ov w8 "):64 $(variant_index 64 "wgmma-ov w12 "):64 $(variant_index 128 "wgmma-ov w8 "):128; do
       for tool in memcheck racecheck; do
         step san_ov_${vd%%:*}_${vd#*:}_$tool 120 compute-sanitizer --tool $tool --error-exitcode 9 \
           "$B/03_flashattn_fwd/flash_fwd" --device cuda --dtype bf16 --variant ${vd%%:*} --d ${vd#*:} \
@@ -125,6 +137,41 @@ for s in "$@"; do
       --scan-variants --reps 20 --csv $R/fwdov/03_scan.csv
     step torch_fwd 180 python3 03_flashattn_fwd/bench_torch.py --H 16 --N 4096,16384 --d 64,128 --dtype bf16 \
       --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/fwdov/03_torch.csv
+    ;;
+  fa3)
+    v64=$(variant_index 64 "fa3 "); v128=$(variant_index 128 "fa3 ")
+    echo "fa3 variants: d 64 -> $v64, d 128 -> $v128" | tee -a "$O/steps.txt"
+    fa3_ok=1
+    for vd in $v64:64 $v128:128; do
+      for c in "" --causal; do  # ragged both ways: partial query and key tiles, Nq != Nk
+        step fa3_smoke_d${vd#*:}${c:+_causal} 60 "$B/03_flashattn_fwd/flash_fwd" --device cuda --dtype bf16 \
+          --variant ${vd%%:*} --d ${vd#*:} --B 1 --H 2 --Nq 333 --Nk 201 $c --check --out '' || fa3_ok=0
+      done
+    done
+    if [ $fa3_ok = 1 ]; then
+      step t03_cuda_fa3 300 "$B/03_flashattn_fwd/test_03" --jobs 1 --filter 'cuda/*'
+      for vd in $v64:64 $v128:128; do
+        for tool in memcheck racecheck synccheck; do
+          step san_fa3_${vd#*:}_$tool 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+            "$B/03_flashattn_fwd/flash_fwd" --device cuda --dtype bf16 --variant ${vd%%:*} --d ${vd#*:} \
+            --B 1 --H 2 --Nq 333 --Nk 201 --causal --check --out ''
+        done
+      done
+      mkdir -p $R/fa3
+      step scan_fa3 240 "$B/03_flashattn_fwd/bench" --sweep flash --N 4096,16384 --d 64,128 --dtype bf16 --H 16 \
+        --scan-variants --reps 20 --csv $R/fa3/03_scan.csv
+      step torch_fwd_fa3 180 python3 03_flashattn_fwd/bench_torch.py --H 16 --N 4096,16384 --d 64,128 --dtype bf16 \
+        --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/fa3/03_torch.csv
+    else  # the smallest shapes under memcheck: one tile, then two, causal and not
+      for vd in $v64:64 $v128:128; do
+        for shape in "128 128" "256 256"; do
+          set -- $shape
+          step fa3_diag_d${vd#*:}_$1 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$B/03_flashattn_fwd/flash_fwd" --device cuda --dtype bf16 --variant ${vd%%:*} --d ${vd#*:} \
+            --B 1 --H 1 --Nq $1 --Nk $2 --check --out ''
+        done
+      done
+    fi
     ;;
   roofline)
     step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline
