@@ -2,12 +2,16 @@
 # Proof that a change left the GPU machine code alone: builds the given .cu files at two
 # revisions with the Makefile's nvcc flags and compares their SASS kernel by kernel.
 #
-#   scripts/sass_diff.sh [-a REV_A] [-b REV_B] [-o DIR] [-j N] [-c] file.cu ...
+#   scripts/sass_diff.sh [-a REV_A] [-b REV_B] [-o DIR] [-j N] [-c] [-m SED] file.cu ...
 #     REV_A  the "before" revision (default HEAD)
 #     REV_B  the "after" revision, or WORKTREE for the files as they are now (default WORKTREE)
 #     DIR    where the sources, objects and .sass dumps go (default a fresh mktemp -d; kept)
 #     -j N   parallel nvcc processes per side (default 2);  -c  compare the objects already in DIR
+#     SED    a sed -E expression applied to side A's kernel names before they are paired, for a
+#            change that renames kernels without meaning to change their code (a new template
+#            parameter); every line it renames is printed. The code is still compared in full.
 #   e.g. scripts/sass_diff.sh -a HEAD~1 -b HEAD 03_flashattn_fwd/flash_fwd_bf16_d64.cu
+#        scripts/sass_diff.sh -m 's/ELb([01])EEEv9BwdParams/ELb\1ELi64EEEv9BwdParams/' 04_flashattn_bwd/flash_bwd_wgmma.cu
 #
 # Each revision is exported whole (git archive, or a copy of the work tree's tracked and
 # untracked-not-ignored files) into its own folder, so an include that moved between the two is
@@ -26,15 +30,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-A=HEAD B=WORKTREE OUTDIR="" JOBS=2 COMPARE_ONLY=0
-while getopts "a:b:o:j:ch" opt; do
+A=HEAD B=WORKTREE OUTDIR="" JOBS=2 COMPARE_ONLY=0 MAP=""
+while getopts "a:b:o:j:m:ch" opt; do
   case $opt in
     c) COMPARE_ONLY=1 ;;
+    m) MAP=$OPTARG ;;
     a) A=$OPTARG ;;
     b) B=$OPTARG ;;
     o) OUTDIR=$OPTARG ;;
     j) JOBS=$OPTARG ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,26p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -106,7 +111,7 @@ fi
 
 # Split one object's SASS into one file per kernel, named by the kernel's mangled name.
 split_sass() {  # $1 object, $2 folder
-  mkdir -p "$2"
+  rm -rf "$2"; mkdir -p "$2"
   "$CUOBJDUMP" -sass "$1" | sed -E 's/_GLOBAL__N__[0-9a-f]{8}_/_GLOBAL__N__xxxxxxxx_/g' | awk -v dir="$2" '
     /Function : / { name = $NF; out = dir "/" name ".sass"; next }
     out != "" { print > out }'
@@ -119,6 +124,12 @@ for f in "${FILES[@]}"; do
   if [ ! -f "$oa" ] || [ ! -f "$ob" ]; then echo "MISSING   $f (not on both sides)"; bad=$((bad + 1)); continue; fi
   da="$OUTDIR/A/sass/$key" db="$OUTDIR/B/sass/$key"
   split_sass "$oa" "$da"; split_sass "$ob" "$db"
+  if [ -n "$MAP" ]; then  # -m: side A's names as side B spells them
+    for k in $(ls "$da"); do
+      n=$(printf '%s\n' "${k%.sass}" | sed -E "$MAP")
+      if [ "$n" != "${k%.sass}" ]; then mv "$da/$k" "$da/$n.sass"; echo "renamed A  ${k%.sass} -> $n"; fi
+    done
+  fi
   nk=0 ns=0
   for k in $( (ls "$da"; ls "$db") | sort -u); do
     total=$((total + 1)); nk=$((nk + 1))
