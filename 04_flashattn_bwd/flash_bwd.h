@@ -6,9 +6,11 @@
 //            on Hopper's wgmma, for bf16, d = 64, 16-byte rows, in sm_90a builds; the other bf16
 //            head dims 16 and 32 (and d 64 without sm_90a) run version 10 of flash_bwd_fa2.cu.
 //   versions 1-5   two-pass mma.sync kernels: flash_bwd_mma.cu (5's dK/dV: flash_bwd_dkdv_mt2.cu);
-//                  d = 128 (any version) runs these (version 1's two-pass kernels)
+//                  d = 128 runs these (version 1's two-pass kernels) for every version but 20
 //   versions 6-15  single-pass mma.sync kernels laid out as FlashAttention-2: flash_bwd_fa2.cu
 //   versions 16-19 single pass on wgmma, d 64: flash_bwd_wgmma.cu
+//   version 20     19's single pass on wgmma for d 128 (flash_bwd_wgmma.cu, sm_90a builds; at d 64
+//                  it runs 19). Built and compiled, not yet run on a GPU: not the default.
 //   fp32, unaligned rows: the SIMT kernels, flash_bwd_simt.cu
 //   the choice: flash_bwd_plan() (flash_bwd_dispatch.c); the launches: flash_bwd_cuda.cu
 //
@@ -50,9 +52,9 @@ size_t flash_bwd_workspace_bytes(const attn_args_t* a);
 size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a);
 // The backward. Versions 1-5 (and every version where the single-pass kernels do not apply):
 // two passes, no atomics: D pre-pass, a key-tile-parallel kernel for dK and dV, a
-// query-tile-parallel kernel for dQ (P recomputed in each). Versions 6-19 for bf16, d <= 64:
-// the single pass of flash_backward_atomic_cuda (dQ run-to-run nondeterministic in the last
-// bits). Reads q, k, v, o, dout, lse; writes dq, dk, dv. Asynchronous on stream; fail()
+// query-tile-parallel kernel for dQ (P recomputed in each). Versions 6-19 for bf16, d <= 64,
+// and 20 for bf16, d 128 in sm_90a builds: the single pass of flash_backward_atomic_cuda (dQ
+// run-to-run nondeterministic in the last bits). Reads q, k, v, o, dout, lse; writes dq, dk, dv. Asynchronous on stream; fail()
 // (exit 2) if flash_bwd_supports rejects *a.
 void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream);
 // Algorithm 2 as written: one key-tile-parallel kernel that also adds its share of dQ into an
@@ -70,8 +72,8 @@ typedef enum {
     FLASH_BWD_PATH_SIMT,           // flash_bwd_simt.cu (fp32, or rows the tensor cores cannot take)
     FLASH_BWD_PATH_MMA_TWO_PASS,   // flash_bwd_mma.cu (+ flash_bwd_dkdv_mt2.cu for version 5)
     FLASH_BWD_PATH_MMA_SINGLE,     // flash_bwd_mma.cu, dQ by atomics / bulk reduce (versions 1-5)
-    FLASH_BWD_PATH_FA2,            // flash_bwd_fa2.cu (versions 6-15; 10 stands in for 16-19)
-    FLASH_BWD_PATH_WGMMA,          // flash_bwd_wgmma.cu (versions 16-19, d 64, sm_90a)
+    FLASH_BWD_PATH_FA2,            // flash_bwd_fa2.cu (versions 6-15; 10 stands in for 16-20)
+    FLASH_BWD_PATH_WGMMA,          // flash_bwd_wgmma.cu (versions 16-19 at d 64, 20 at d 128; sm_90a)
 } flash_bwd_path_t;
 typedef struct {
     flash_bwd_path_t path;
@@ -90,16 +92,16 @@ flash_bwd_plan_t flash_bwd_current_plan(const attn_args_t* a, int atomic);
 int flash_bwd_mma_ok(const attn_args_t* a);
 // Benchmark knobs (process-wide, not thread-safe; the defaults are what ships):
 // version of the tensor-core kernels, 1 to FLASH_BWD_MAX_VERSION (flash_bwd_mma.cu,
-// flash_bwd_fa2.cu, flash_bwd_wgmma.cu and NOTES.md say what changed): 1-5 two-pass, 6-19
-// single-pass (16-19: wgmma, d 64, sm_90a builds, version 10 at other d; for bf16,
-// d <= 64 with 16-byte rows flash_backward_cuda is then the single pass too; elsewhere they
-// run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
+// flash_bwd_fa2.cu, flash_bwd_wgmma.cu and NOTES.md say what changed): 1-5 two-pass, 6-20
+// single-pass (16-19: wgmma, d 64, sm_90a builds, version 10 at other d; 20: wgmma, d 128,
+// sm_90a builds, 19 at d 64; for bf16, d <= 64 with 16-byte rows (20: also d 128)
+// flash_backward_cuda is then the single pass too; elsewhere they run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
 // kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel
 // only): for per-kernel timings, the results are then incomplete. Bad values die.
 // The default is version 19 (wgmma, d 64; version 10 elsewhere), the fastest measured with
 // every test passing (NOTES.md).
 #define FLASH_BWD_DEFAULT_VERSION 19
-#define FLASH_BWD_MAX_VERSION 19
+#define FLASH_BWD_MAX_VERSION 20
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);
 

@@ -25,16 +25,22 @@ flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, i
     flash_bwd_plan_t p = {FLASH_BWD_PATH_SIMT, 0, atomic ? 1 : 0, "flash_bwd_simt.cu"};
     const int mma = flash_bwd_mma_ok(a);
     if (mma && version >= 6 && a->d <= 64) {
-        // Versions 6-19 have single-pass kernels for d 16, 32, 64 (flash_bwd_fa2.cu); 16-19 are
-        // wgmma kernels for d 64 in sm_90a builds (flash_bwd_wgmma.cu); elsewhere version 10.
+        // Versions 6-20 have single-pass kernels for d 16, 32, 64 (flash_bwd_fa2.cu); 16-19 are
+        // wgmma kernels for d 64 in sm_90a builds (flash_bwd_wgmma.cu), and 20 (built for d 128)
+        // runs 19 there; without sm_90a code, and at d 16 and 32, 16-20 run version 10.
         p.single_pass = 1;
         if (version >= 16 && a->d == 64 && wgmma_built) {
-            p.path = FLASH_BWD_PATH_WGMMA, p.version = version, p.file = "flash_bwd_wgmma.cu";
+            p.path = FLASH_BWD_PATH_WGMMA, p.version = version == 20 ? 19 : version, p.file = "flash_bwd_wgmma.cu";
         } else {
             p.path = FLASH_BWD_PATH_FA2, p.version = version >= 16 ? 10 : version, p.file = "flash_bwd_fa2.cu";
         }
+    } else if (mma && version == 20 && a->d == 128 && wgmma_built) {
+        // Version 20: 19's single pass on wgmma for d 128 (flash_bwd_wgmma.cu), sm_90a builds,
+        // whether the single pass was asked for or not (as 6-19 at d <= 64).
+        p.single_pass = 1;
+        p.path = FLASH_BWD_PATH_WGMMA, p.version = 20, p.file = "flash_bwd_wgmma.cu";
     } else if (mma) {
-        // Versions 1-5 (6-19 where their kernels do not apply run version 1). At d = 128 the
+        // Versions 1-5 (6-20 where their kernels do not apply run version 1). At d = 128 the
         // two-pass kernels of every version are version 1's (no room for the register cache or
         // the second m-tile); the single pass still differs by its dQ method (flash_bwd_mma.cu).
         const int v = version >= 6 ? 1 : version;

@@ -1,5 +1,7 @@
 // Versions 16-19: the single-pass backward (version 10's schedule) on Hopper's warpgroup MMA
 // (wgmma, sm_90a); bf16, d = 64. 19 is the default (flash_bwd.h); 16-18 are kept experiments.
+// Version 20: 19's kernel for d = 128 (the same template, D = 128; below). Built and compiled,
+// not yet run on a GPU, so not the default (d 128 runs version 1's two passes by default).
 //
 // Why: versions 6-15 issue mma.sync, whose B operands every warp reads again from shared memory
 // with ldmatrix (NOTES.md: ~59% of the shared-memory budget, the L1 pipe 71% busy in ncu) and
@@ -21,6 +23,19 @@
 // One barrier per step, as version 10. The accumulator of each warpgroup's 64 x 64 products has
 // the layout of version 10's per-warp tiles (warp w of the block: keys 16w..16w+15), so the
 // masks, the exponentials and the epilogue are version 10's.
+//
+// Version 20 (D = 128; 19's block: 2 warpgroups, 128 keys, STAGE): every [rows][128] tile (K_j,
+// V_j, Q_i, dO_i) is two [rows][64] core-matrix halves (a descriptor has one stride per
+// direction), so G1 is 8 k-steps of m64n64k16 per product, the second 4 in the second half; G2
+// gives warpgroup w the 64 dQ columns of half w (m64n64k16 x 8, 32 registers); G3 is two
+// m64n64k16 per k-step and product, one per half, into dK[h], dV[h] (64 + 64 registers). dS^T
+// stays keys x 64 queries. Registers: dK, dV 128 + S^T, dP^T 64 + dQ 32 = 224 accumulators, so
+// G2 moves from before the softmax to behind G3 (then S^T, dP^T are dead and G3's A operands are
+// 32 registers): the softmax no longer overlaps G2 inside a warpgroup. ptxas (CUDA 13.0,
+// sm_90a): 255 registers, 0 spills, no C7512; shared memory 199 680 bytes (195 KB: K_j, V_j
+// 32 KB each, Q_i, dO_i 2 x 16 KB each, dS^T 2 x 16 KB, L_i, D_i 1 KB, dQ staging 34 KB), one
+// block per SM. The d 64 kernels (16-19) compile to the same SASS as before the template
+// (scripts/sass_diff.sh -m, NOTES.md).
 #include <type_traits>
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/wgmma.cuh"
@@ -29,21 +44,28 @@
 namespace {
 
 typedef __nv_bfloat16 bf16;
-constexpr int kD = 64, kBQ = 64;
-constexpr uint32_t kTileQ = kBQ * kD * 2;  // bytes of a 64-row tile: 8 KB
-// NWG warpgroups per block, 64 keys each. Shared memory:
-// Ks | Vs | Qs[2] | dOs[2] | dSs[2] (dS^T: keys x 64 queries) | Ls[2][64] | Ds[2][64]
-template <int NWG>
+constexpr int kBQ = 64;
+// NWG warpgroups per block, 64 keys each; head dim D (64, or 128 for version 20). Shared memory:
+// Ks | Vs | Qs[2] | dOs[2] | dSs[2] (dS^T: keys x 64 queries) | Ls[2][64] | Ds[2][64] (| staging)
+// A [rows][128] tile (D = 128) is two [rows][64] core-matrix halves, kHalf* bytes apart: a
+// descriptor has one stride per direction (common/wgmma.cuh), and the k-steps over d (S^T, dP^T)
+// and the N = 64 column blocks of dK, dV, dQ each stay inside one half.
+template <int NWG, int D = 64>
 struct WgCfg {
-    static constexpr int kT = 128 * NWG, kBK = 64 * NWG, kDQN = kD / NWG;  // dQ columns per warpgroup
-    static constexpr uint32_t kTileK = kBK * kD * 2;
+    static constexpr int kT = 128 * NWG, kBK = 64 * NWG, kDQN = D / NWG;  // dQ columns per warpgroup
+    static constexpr int kDH = D / 64;                                     // 64-column halves
+    static constexpr uint32_t kTileQ = kBQ * D * 2;   // bytes of a 64-row tile: 8 KB (d 64), 16 KB
+    static constexpr uint32_t kTileK = kBK * D * 2;
+    static constexpr uint32_t kHalfQ = kBQ * 128, kHalfK = kBK * 128;  // bytes of one [rows][64] half
+    static constexpr uint32_t kTileS = kBK * kBQ * 2;  // dS^T, keys x 64 queries (= kTileK at d 64)
     static constexpr uint32_t kOffV = kTileK, kOffQ = 2 * kTileK, kOffdO = kOffQ + 2 * kTileQ,
-                              kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileK, kOffD = kOffL + 2 * kBQ * 4,
+                              kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileS, kOffD = kOffL + 2 * kBQ * 4,
                               kOffStg = kOffD + 2 * kBQ * 4;
     // STAGE: each warp's 16 x kDQN share of dQ passes through shared memory (rows padded by 4
     // floats: the 8-byte fragment stores hit distinct banks) to leave as whole-row reductions.
     static constexpr int kStgLD = kDQN + 4;
     static constexpr size_t kSmemStg = kOffStg + (size_t)NWG * 4 * 16 * kStgLD * 4;
+    static_assert(D == 64 || (D == 128 && kDQN == 64), "d 128: two warpgroups, each dQ's columns in one half");
 };
 
 // Rows [r0, r0 + ROWS) of a [N, 64] bf16 view into a core-matrix tile; rows at or past N are
@@ -62,6 +84,18 @@ __device__ __forceinline__ void load_core(unsigned char* dst, uint32_t soff, con
     }
 }
 
+// The same for a [N, D] view: D / 64 halves of [ROWS][64], ROWS * 128 bytes apart.
+template <int D, int ROWS, int kT>
+__device__ __forceinline__ void load_core_d(unsigned char* dst, uint32_t soff, const bf16* src, int64_t rs, int r0,
+                                            int N) {
+    if constexpr (D == 64) {
+        load_core<ROWS, kT>(dst, soff, src, rs, r0, N);
+    } else {
+#pragma unroll
+        for (int hh = 0; hh < D / 64; hh++) load_core<ROWS, kT>(dst + hh * ROWS * 128, soff, src + hh * 64, rs, r0, N);
+    }
+}
+
 // 4-byte global -> shared copy; valid == false writes 0.
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 4 : 0));
@@ -71,14 +105,17 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool val
 // load after the barrier), and dQ leaves through shared memory as whole-row reductions (a warp's
 // 16-byte reductions cover 4 rows of 128 bytes, not 16 rows of 32: a quarter of the L2 requests).
 
-template <int NWG, int MINB, bool STAGE>
+template <int NWG, int MINB, bool STAGE, int D>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.wgmma_kernel): version 10's single pass on wgmma (versions 16-19, d = 64, sm_90a): NWG warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices; G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ by 16-byte reductions (STAGE: staged through shared memory, L_i, D_i by cp.async) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] | uses: ex2_approx cp_async4 red_add_v4_f32
+    // STUDENT-BEGIN(04.wgmma_kernel): version 10's single pass on wgmma (versions 16-19, d = 64; version 20, D = 128 as two [rows][64] halves, G2 issued after G3; sm_90a): NWG warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices; G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ by 16-byte reductions (STAGE: staged through shared memory, L_i, D_i by cp.async) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] test_04 bwd_cuda/*version20* | uses: ex2_approx cp_async4 red_add_v4_f32
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef WgCfg<NWG> C;
-    constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD;
-    constexpr uint32_t kTileK = C::kTileK, kOffV = C::kOffV, kOffQ = C::kOffQ, kOffdO = C::kOffdO,
-                       kOffdS = C::kOffdS, kOffL = C::kOffL, kOffD = C::kOffD;
+    typedef WgCfg<NWG, D> C;
+    constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD, kDH = C::kDH;
+    // d 128: G2 is issued after G3, not before the softmax: its 32 accumulators beside S^T, dP^T
+    // and the 128 of dK, dV would not fit in 255 registers.
+    constexpr bool kLateDQ = D == 128;
+    constexpr uint32_t kTileQ = C::kTileQ, kTileS = C::kTileS, kOffV = C::kOffV, kOffQ = C::kOffQ,
+                       kOffdO = C::kOffdO, kOffdS = C::kOffdS, kOffL = C::kOffL, kOffD = C::kOffD;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sbase = smem_u32(smem);
     float* Ls = (float*)(smem + kOffL);
@@ -92,7 +129,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
     const bf16* dOg = (const bf16*)p.dout + view_off(p.sdo, bh, p.H, 0);
     const float* Lg = p.lse + (int64_t)bh * p.Nq;
     const float* Dg = p.D + (int64_t)bh * p.Nq;
-    float* dQacc = p.dq_accum + (int64_t)bh * p.Nq * kD;
+    float* dQacc = p.dq_accum + (int64_t)bh * p.Nq * D;
     const int Tq = (p.Nq + kBQ - 1) / kBQ;
     const int i_start = p.causal ? k0 / kBQ : 0;
     const float sl2 = p.scale * LOG2E_F;
@@ -100,8 +137,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
     const uint32_t soff = core_off(((tid >> 6) << 3) | (tid & 7), ((tid >> 3) & 7) * 8);  // load_core's
     auto load_q_tile = [&](int i, int buf) {
         const int q0 = i * kBQ;
-        load_core<kBQ, kT>(smem + kOffQ + buf * kTileQ, soff, Qg, p.sq[2], q0, p.Nq);
-        load_core<kBQ, kT>(smem + kOffdO + buf * kTileQ, soff, dOg, p.sdo[2], q0, p.Nq);
+        load_core_d<D, kBQ, kT>(smem + kOffQ + buf * kTileQ, soff, Qg, p.sq[2], q0, p.Nq);
+        load_core_d<D, kBQ, kT>(smem + kOffdO + buf * kTileQ, soff, dOg, p.sdo[2], q0, p.Nq);
         if constexpr (STAGE) {
             // L (unscaled) and D; past Nq both 0, harmless: those rows of Q and dO are zeros, so
             // S = 0, P = 1, dP = 0, dS = 0, and P^T dO adds nothing.
@@ -116,24 +153,28 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
             Ds[buf * kBQ + tid] = r < p.Nq ? Dg[r] : 0.0f;
         }
     };
-    load_core<kBK, kT>(smem, soff, (const bf16*)p.k + view_off(p.sk, bh, p.H, 0), p.sk[2], k0, p.Nk);
-    load_core<kBK, kT>(smem + kOffV, soff, (const bf16*)p.v + view_off(p.sv, bh, p.H, 0), p.sv[2], k0, p.Nk);
+    load_core_d<D, kBK, kT>(smem, soff, (const bf16*)p.k + view_off(p.sk, bh, p.H, 0), p.sk[2], k0, p.Nk);
+    load_core_d<D, kBK, kT>(smem + kOffV, soff, (const bf16*)p.v + view_off(p.sv, bh, p.H, 0), p.sv[2], k0, p.Nk);
     if (i_start < Tq) load_q_tile(i_start, 0);
     cp_async_commit();
 
-    // Descriptors of this warpgroup's K_j, V_j rows (K-major: S^T, dP^T) and of its dQ columns
-    // of K_j (MN-major: K = the keys).
+    // Descriptors of this warpgroup's K_j, V_j rows (K-major: S^T, dP^T; in the first half at
+    // d 128) and of its dQ columns of K_j (MN-major: K = the keys; d 128: warpgroup w's 64
+    // columns are half w).
     const uint32_t dKk = wg_desc_lo(kDescKMajor, sbase + wg * 8192), dVk = wg_desc_lo(kDescKMajor, sbase + kOffV + wg * 8192);
-    const uint32_t dKmn = wg_desc_lo(kDescMNMajor, sbase + wg * (kDQN / 8) * 128);
-    float dK[32], dV[32], S[32], dP[32], dq[kDQN / 2];
+    const uint32_t dKmn = wg_desc_lo(kDescMNMajor, sbase + (D == 64 ? wg * (kDQN / 8) * 128 : wg * C::kHalfK));
+    // dK, dV: this warpgroup's 64 keys x D, one [32] accumulator per 64-column half.
+    float dK[kDH][32], dV[kDH][32], S[32], dP[32], dq[kDQN / 2];
 #pragma unroll
-    for (int e = 0; e < 32; e++) dK[e] = dV[e] = 0.0f;
+    for (int h = 0; h < kDH; h++)
+#pragma unroll
+        for (int e = 0; e < 32; e++) dK[h][e] = dV[h][e] = 0.0f;
 
     // G2: dQ share of the tile whose dS^T is in buffer dsb (64 queries x this warpgroup's kDQN
     // columns, over all kBK keys).
     auto issue_dq = [&](int dsb) {
         wg_fence();
-        const uint32_t da0 = wg_desc_lo(kDescMNMajor, sbase + kOffdS + dsb * kTileK);
+        const uint32_t da0 = wg_desc_lo(kDescMNMajor, sbase + kOffdS + dsb * kTileS);
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; kk++) {
             const uint64_t da = wg_desc_join(kDescMNMajor, da0 + kk * 128), db = wg_desc_join(kDescMNMajor, dKmn + kk * 128);
@@ -158,12 +199,26 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
             }
             __syncwarp();
             constexpr int kCh = kDQN / 4;  // 16-byte chunks per row
+            if constexpr (D == 128) {
+                // The same, written so that the 8 reductions share one address and one row
+                // bound (lane: row lane / 16 + 2 it, chunk lane % 16): computed per reduction,
+                // ptxas kept 8 of each across the loop and spilled them.
+                const int r0 = (warp & 3) * 16 + (lane >> 4), ch = lane & (kCh - 1), left = p.Nq - q0 - r0;
+                const float* src = stg + (lane >> 4) * kStgLD + ch * 4;
+                float* dst = dQacc + (int64_t)(q0 + r0) * D + wg * kDQN + ch * 4;
 #pragma unroll
-            for (int it = 0; it < 16 * kCh / 32; it++) {
-                const int x = it * 32 + lane, r = x / kCh, ch = x % kCh;
-                const float4 v = *(const float4*)(stg + r * kStgLD + ch * 4);
-                const int row = q0 + (warp & 3) * 16 + r;
-                if (row < p.Nq) red_add_v4_f32(dQacc + (int64_t)row * kD + wg * kDQN + ch * 4, v.x, v.y, v.z, v.w);
+                for (int it = 0; it < 16 * kCh / 32; it++) {
+                    const float4 v = *(const float4*)(src + 2 * it * kStgLD);
+                    if (2 * it < left) red_add_v4_f32(dst + 2 * it * D, v.x, v.y, v.z, v.w);
+                }
+            } else {
+#pragma unroll
+                for (int it = 0; it < 16 * kCh / 32; it++) {
+                    const int x = it * 32 + lane, r = x / kCh, ch = x % kCh;
+                    const float4 v = *(const float4*)(stg + r * kStgLD + ch * 4);
+                    const int row = q0 + (warp & 3) * 16 + r;
+                    if (row < p.Nq) red_add_v4_f32(dQacc + (int64_t)row * D + wg * kDQN + ch * 4, v.x, v.y, v.z, v.w);
+                }
             }
             __syncwarp();
             return;
@@ -177,7 +232,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
             const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
             const int c = wg * kDQN + n * 8 + 2 * (t & 2);
             if (row < p.Nq) {
-                float* dst = dQacc + (int64_t)row * kD + c;
+                float* dst = dQacc + (int64_t)row * D + c;
                 if (odd) red_add_v4_f32(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
                 else red_add_v4_f32(dst, a[0] * p.scale, a[1] * p.scale, x0 * p.scale, x1 * p.scale);
             }
@@ -193,18 +248,21 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
         cp_async_commit();
 
-        // Descriptors: a base plus (byte offset >> 4) per k-step (common/wgmma.cuh).
+        // Descriptors: a base plus (byte offset >> 4) per k-step (common/wgmma.cuh); k-step kk
+        // over d is 16 columns of half kk / 4.
         const uint32_t qa = sbase + kOffQ + buf * kTileQ, oa = sbase + kOffdO + buf * kTileQ;
         const uint32_t dQk = wg_desc_lo(kDescKMajor, qa), dOk = wg_desc_lo(kDescKMajor, oa);
         auto km = [](uint32_t lo) { return wg_desc_join(kDescKMajor, lo); };
+        auto kstep_k = [](int kk) { return (kk >> 2) * (C::kHalfK >> 4) + (kk & 3) * 16; };  // in K_j, V_j
+        auto kstep_q = [](int kk) { return (kk >> 2) * (C::kHalfQ >> 4) + (kk & 3) * 16; };  // in Q_i, dO_i
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; kk++)  // G1
-            wg_m64n64_ss<0, 0>(S, km(dKk + kk * 16), km(dQk + kk * 16), kk > 0);
+        for (int kk = 0; kk < D / 16; kk++)  // G1
+            wg_m64n64_ss<0, 0>(S, km(dKk + kstep_k(kk)), km(dQk + kstep_q(kk)), kk > 0);
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; kk++) wg_m64n64_ss<0, 0>(dP, km(dVk + kk * 16), km(dOk + kk * 16), kk > 0);
+        for (int kk = 0; kk < D / 16; kk++) wg_m64n64_ss<0, 0>(dP, km(dVk + kstep_k(kk)), km(dOk + kstep_q(kk)), kk > 0);
         wg_commit();
-        if (i > i_start) {
+        if (!kLateDQ && i > i_start) {
             issue_dq(buf ^ 1);  // G2 for tile i-1
             wg_wait<1>();       // G1 done, G2 may run on
         } else {
@@ -239,14 +297,15 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
         else p_ds(std::false_type{});
         // dS^T (bf16) to shared memory, core-matrix layout: key rows, query columns.
-        unsigned char* dsw = smem + kOffdS + buf * kTileK;
+        unsigned char* dsw = smem + kOffdS + buf * kTileS;
 #pragma unroll
         for (int n = 0; n < 8; n++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
                 *(uint32_t*)(dsw + core_off(kw + g + 8 * h, n * 8 + 2 * t)) = pack_bf16(dP[4 * n + 2 * h], dP[4 * n + 2 * h + 1]);
 
-        // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq..16kq+15.
+        // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq..16kq+15; N = 64 columns
+        // of half h (d 128: two products per k-step, the same A).
         uint32_t ap[4][4], as[4][4];
 #pragma unroll
         for (int kq = 0; kq < 4; kq++)
@@ -258,18 +317,28 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         wg_fence();
 #pragma unroll
         for (int kq = 0; kq < 4; kq++)
-            wg_m64n64_rs<1>(dV, ap[kq], wg_desc_join(kDescMNMajor, wg_desc_lo(kDescMNMajor, oa) + kq * 128), 1);
+#pragma unroll
+            for (int h = 0; h < kDH; h++)
+                wg_m64n64_rs<1>(dV[h], ap[kq],
+                                wg_desc_join(kDescMNMajor, wg_desc_lo(kDescMNMajor, oa + h * C::kHalfQ) + kq * 128), 1);
 #pragma unroll
         for (int kq = 0; kq < 4; kq++)
-            wg_m64n64_rs<1>(dK, as[kq], wg_desc_join(kDescMNMajor, wg_desc_lo(kDescMNMajor, qa) + kq * 128), 1);
+#pragma unroll
+            for (int h = 0; h < kDH; h++)
+                wg_m64n64_rs<1>(dK[h], as[kq],
+                                wg_desc_join(kDescMNMajor, wg_desc_lo(kDescMNMajor, qa + h * C::kHalfQ) + kq * 128), 1);
         wg_commit();
+        if (kLateDQ && i > i_start) issue_dq(buf ^ 1);  // G2 for tile i-1 (d 128), behind G3
         // G2 and G3 done: buffer buf is free for the prefetch after the next barrier. (Leaving G3
         // in flight under the reductions, wait_group 1, makes ptxas serialise every wgmma
         // (warning C7514) together with the wait_group 1 above, which is worth more.)
         wg_wait<0>();
         if (i > i_start) reduce_dq(q0 - kBQ);
-        fence_regs(dK);
-        fence_regs(dV);
+#pragma unroll
+        for (int h = 0; h < kDH; h++) {
+            fence_regs(dK[h]);
+            fence_regs(dV[h]);
+        }
     }
     if (i_start < Tq) {  // the last tile's dQ share
         fence_proxy_async();
@@ -284,16 +353,19 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
     bf16* dk = (bf16*)p.dk + view_off(p.sdk, bh, p.H, 0);
     bf16* dv = (bf16*)p.dv + view_off(p.sdv, bh, p.H, 0);
 #pragma unroll
-    for (int n = 0; n < 8; n++)
+    for (int hh = 0; hh < kDH; hh++)  // 64-column half
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int kg = k0 + kw + g + 8 * h, c = n * 8 + 2 * t;
-            if (kg < p.Nk) {
-                *(uint32_t*)(dk + (int64_t)kg * p.sdk[2] + c) =
-                    pack_bf16(dK[4 * n + 2 * h] * p.scale, dK[4 * n + 2 * h + 1] * p.scale);
-                *(uint32_t*)(dv + (int64_t)kg * p.sdv[2] + c) = pack_bf16(dV[4 * n + 2 * h], dV[4 * n + 2 * h + 1]);
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int kg = k0 + kw + g + 8 * h, c = hh * 64 + n * 8 + 2 * t;
+                if (kg < p.Nk) {
+                    *(uint32_t*)(dk + (int64_t)kg * p.sdk[2] + c) =
+                        pack_bf16(dK[hh][4 * n + 2 * h] * p.scale, dK[hh][4 * n + 2 * h + 1] * p.scale);
+                    *(uint32_t*)(dv + (int64_t)kg * p.sdv[2] + c) =
+                        pack_bf16(dV[hh][4 * n + 2 * h], dV[hh][4 * n + 2 * h + 1]);
+                }
             }
-        }
 #else
     __trap();  // built without sm_90a: the host does not launch it (bwd_wgmma_available)
 #endif
@@ -304,11 +376,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 
 bool bwd_wgmma_available() { return wgmma_built(); }
 
-template <int NWG, int MINB, bool STAGE = false>
+template <int NWG, int MINB, bool STAGE = false, int D = 64>
 void launch_wgmma(const BwdParams& p, cudaStream_t s) {
-    // STUDENT-BEGIN(04.launch_wgmma): launch bwd_wgmma_kernel<NWG, MINB, STAGE> on grid (B·H, key tiles of WgCfg::kBK) with WgCfg::kT threads and its shared memory (kSmemStg with STAGE, else kOffStg), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] | uses: bwd_wgmma_kernel<NWG,MINB,STAGE>
-    typedef WgCfg<NWG> C;
-    auto kern = bwd_wgmma_kernel<NWG, MINB, STAGE>;
+    // STUDENT-BEGIN(04.launch_wgmma): launch bwd_wgmma_kernel<NWG, MINB, STAGE, D> on grid (B·H, key tiles of WgCfg::kBK) with WgCfg::kT threads and its shared memory (kSmemStg with STAGE, else kOffStg), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] test_04 bwd_cuda/*version20* | uses: bwd_wgmma_kernel<NWG,MINB,STAGE,D>
+    typedef WgCfg<NWG, D> C;
+    auto kern = bwd_wgmma_kernel<NWG, MINB, STAGE, D>;
     const size_t smem = STAGE ? C::kSmemStg : C::kOffStg;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
@@ -318,7 +390,12 @@ void launch_wgmma(const BwdParams& p, cudaStream_t s) {
 }
 
 void bwd_launch_wgmma(const BwdParams& p, int version, cudaStream_t s) {
-    if (p.d != kD) DIE("bwd_launch_wgmma: head dim %d (versions 16-19 are built for d = 64)", p.d);
+    if (version == 20) {  // d 128: 19's kernel with [rows][128] tiles as two halves
+        if (p.d != 128) DIE("bwd_launch_wgmma: head dim %d (version 20 is built for d = 128)", p.d);
+        launch_wgmma<2, 1, true, 128>(p, s);
+        return;
+    }
+    if (p.d != 64) DIE("bwd_launch_wgmma: head dim %d (versions 16-19 are built for d = 64)", p.d);
     if (version == 16) launch_wgmma<2, 1>(p, s);       // 128 keys per block, 1 block per SM
     else if (version == 17) launch_wgmma<1, 2>(p, s);  // 64 keys per block, 2 blocks per SM
     else if (version == 18) launch_wgmma<1, 3>(p, s);  // 64 keys per block, 3 blocks per SM

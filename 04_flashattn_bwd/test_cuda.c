@@ -210,7 +210,8 @@ Test(bwd_cuda, sweep_bf16_two_pass_version3, .timeout = 300) { flash_bwd_set_ver
 Test(bwd_cuda, sweep_bf16_atomic_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_atomic_version4, .timeout = 300) { flash_bwd_set_version(4); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_two_pass_version5, .timeout = 300) { flash_bwd_set_version(5); sweep(DT_BF16, 0); }
-// Versions 6-19: flash_backward_cuda is itself single-pass for d <= 64 (d 128: version 1's kernels).
+// Versions 6-19: flash_backward_cuda is itself single-pass for d <= 64 (d 128: version 1's
+// kernels; version 20: its own single pass).
 Test(bwd_cuda, sweep_bf16_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_atomic_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 1); }
 Test(bwd_cuda, sweep_bf16_version7, .timeout = 300) { flash_bwd_set_version(7); sweep(DT_BF16, 0); }
@@ -228,6 +229,49 @@ Test(bwd_cuda, sweep_bf16_version16, .timeout = 300) { flash_bwd_set_version(16)
 Test(bwd_cuda, sweep_bf16_version17, .timeout = 300) { flash_bwd_set_version(17); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_version18, .timeout = 300) { flash_bwd_set_version(18); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_version19, .timeout = 300) { flash_bwd_set_version(19); sweep(DT_BF16, 0); }
+// Version 20 (not yet run on a GPU when written): 19's wgmma single pass at d 128 (sm_90a builds);
+// the sweep's d 64 runs 19, d 16 and 32 version 10. Both entry points: flash_backward_cuda and
+// flash_backward_atomic_cuda are the same single pass at d 128.
+Test(bwd_cuda, sweep_bf16_version20, .timeout = 300) { flash_bwd_set_version(20); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_atomic_version20, .timeout = 300) { flash_bwd_set_version(20); sweep(DT_BF16, 1); }
+// Version 20 at d 128 over many tiles: 6 key blocks of 128, 11 query tiles, a ragged end on both,
+// causal (the diagonal masks and the causal start) and not, Nq > Nk and Nq < Nk, strided views.
+Test(bwd_cuda, long_bf16_d128_version20, .timeout = 120) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(20);
+    const int shapes[3][2] = {{700, 650}, {333, 517}, {1024, 1024}};
+    uint64_t seed = 2000;
+    for (int si = 0; si < 3; si++)
+        for (int causal = 0; causal < 2; causal++) {
+            bwd_case_t c = {1, 2, shapes[si][0], shapes[si][1], 128, causal, DT_BF16, 0, 0};
+            check_case(c, seed++);
+        }
+    bwd_case_t c = {2, 3, 200, 190, 128, 1, DT_BF16, 0, 8};  // (B, N, H, d + 8) views: 16-byte rows
+    check_case(c, seed++);
+}
+// The kernel that runs: where the build has the wgmma kernels (version 19 runs them at d 64),
+// version 20 runs its own at d 128; elsewhere version 1's kernels, as every version >= 6 there.
+Test(bwd_cuda, version20_runs_where_wgmma_is_built) {
+    SKIP_WITHOUT_GPU();
+    attn_args_t a;
+    memset(&a, 0, sizeof a);
+    a.B = 1; a.H = 2; a.Nq = a.Nk = 256; a.dtype = DT_BF16; a.causal = 1; a.scale = 0.125f;
+    a.q = (void*)0x10000; a.k = (void*)0x20000; a.v = (void*)0x30000; a.o = (void*)0x40000;
+    a.dout = (void*)0x50000; a.dq = (void*)0x60000; a.dk = (void*)0x70000; a.dv = (void*)0x80000;
+    int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
+    a.d = 64;
+    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, a.Nq, a.d);
+    flash_bwd_set_version(19);
+    const int built = flash_bwd_current_plan(&a, 0).path == FLASH_BWD_PATH_WGMMA;
+    a.d = 128;
+    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, a.Nq, a.d);
+    flash_bwd_set_version(20);
+    const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 0);
+    char name[96];
+    flash_bwd_plan_name(&p, name, sizeof name);
+    if (built) cr_assert_str_eq(name, "v20 wgmma single pass (flash_bwd_wgmma.cu)");
+    else cr_assert_str_eq(name, "v1 mma.sync two-pass (flash_bwd_mma.cu)");
+}
 
 // The single pass adds dQ with atomics in whatever order the blocks run: dK and dV must be the
 // same bits run to run, dQ only close (its fp32 sums differ in the last bits, which can move a
@@ -248,6 +292,26 @@ Test(bwd_cuda, single_pass_run_to_run, .timeout = 60) {
     cr_assert(memcmp(k1, k2, n * sizeof(float)) == 0, "dK differs between runs");
     cr_assert(memcmp(v1, v2, n * sizeof(float)) == 0, "dV differs between runs");
     ASSERT_ALLCLOSE(q2, q1, n, 8e-3, 1e-6, "dQ run to run");
+    free(q); free(k); free(v); free(dO); free(O); free(L);
+    free(q1); free(k1); free(v1); free(q2); free(k2); free(v2);
+}
+// The same for version 20 at d 128: its dQ is added by reductions in any order too.
+Test(bwd_cuda, single_pass_run_to_run_version20_d128, .timeout = 60) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(20);
+    bwd_case_t c = {1, 2, 517, 389, 128, 1, DT_BF16, 0, 0};
+    const size_t nq = (size_t)2 * 517 * 128, nk = (size_t)2 * 389 * 128, nl = (size_t)2 * 517;
+    float *q = randn_f32(nq, 611), *k = randn_f32(nk, 612), *v = randn_f32(nk, 613), *dO = randn_f32(nq, 614);
+    bwd_round_bf16(q, nq); bwd_round_bf16(k, nk); bwd_round_bf16(v, nk); bwd_round_bf16(dO, nq);
+    float *O = poisoned_f32(nq), *L = poisoned_f32(nl);
+    attn_naive_forward_cpu(q, k, v, O, L, 2, 517, 389, 128, 1, 1.0f / sqrtf(128.0f));
+    bwd_round_bf16(O, nq);
+    float *q1, *k1, *v1, *q2, *k2, *v2;
+    run_gpu_backward(&c, q, k, v, dO, O, L, &q1, &k1, &v1);
+    run_gpu_backward(&c, q, k, v, dO, O, L, &q2, &k2, &v2);
+    cr_assert(memcmp(k1, k2, nk * sizeof(float)) == 0, "dK differs between runs");
+    cr_assert(memcmp(v1, v2, nk * sizeof(float)) == 0, "dV differs between runs");
+    ASSERT_ALLCLOSE(q2, q1, nq, 8e-3, 1e-6, "dQ run to run");
     free(q); free(k); free(v); free(dO); free(O); free(L);
     free(q1); free(k1); free(v1); free(q2); free(k2); free(v2);
 }
@@ -352,6 +416,14 @@ Test(bwd_cuda, sanitize_bf16) {
     check_case(c, 91);
     c.atomic = 1;
     check_case(c, 92);
+}
+Test(bwd_cuda, sanitize_bf16_version20) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(20);
+    bwd_case_t c = {1, 2, 150, 67, 128, 1, DT_BF16, 0, 0};
+    check_case(c, 95);
+    c.causal = 0;
+    check_case(c, 96);
 }
 Test(bwd_cuda, sanitize_f32) {
     SKIP_WITHOUT_GPU();

@@ -47,8 +47,11 @@ Test(bwd_api, plan_follows_the_version_table) {
             for (int atomic = 0; atomic <= 1; atomic++)
                 for (int wg = 0; wg <= 1; wg++) {
                     if (v >= 6 && d <= 64) {  // the single-pass kernels, whether atomic was asked or not
-                        if (v >= 16 && d == 64 && wg) expect(&a, v, atomic, wg, FLASH_BWD_PATH_WGMMA, v, 1, "flash_bwd_wgmma.cu");
+                        if (v >= 16 && d == 64 && wg)  // 20 is built for d 128: 19 runs at d 64
+                            expect(&a, v, atomic, wg, FLASH_BWD_PATH_WGMMA, v == 20 ? 19 : v, 1, "flash_bwd_wgmma.cu");
                         else expect(&a, v, atomic, wg, FLASH_BWD_PATH_FA2, v >= 16 ? 10 : v, 1, "flash_bwd_fa2.cu");
+                    } else if (v == 20 && d == 128 && wg) {  // version 20: the wgmma single pass at d 128
+                        expect(&a, v, atomic, wg, FLASH_BWD_PATH_WGMMA, 20, 1, "flash_bwd_wgmma.cu");
                     } else if (atomic) {  // versions 1-5's single pass; d 128 keeps 1-5's dQ methods
                         expect(&a, v, 1, wg, FLASH_BWD_PATH_MMA_SINGLE, v >= 6 ? 1 : v, 1, "flash_bwd_mma.cu");
                     } else {
@@ -68,6 +71,55 @@ Test(bwd_api, plan_of_the_default_is_version_19_on_hopper_builds) {
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v19 wgmma single pass (flash_bwd_wgmma.cu)");
     const flash_bwd_plan_t q = flash_bwd_plan(&a, FLASH_BWD_DEFAULT_VERSION, 0, 0);  // no sm_90a code
     cr_assert_str_eq(flash_bwd_plan_name(&q, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
+}
+
+// Version 20 (19's wgmma single pass for d 128), case by case with the printed names: only bf16
+// d 128 in a build with the wgmma kernels runs it; d 64 runs 19, d 16 and 32 version 10, d 128
+// without sm_90a code version 1's kernels (as every version >= 6 there), fp32 the SIMT kernels.
+// And the default at d 128 is still version 1's two-pass (20 has not run on a GPU yet).
+Test(bwd_api, plan_of_version_20) {
+    cr_assert_eq(FLASH_BWD_MAX_VERSION, 20);
+    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 19, "version 20 is not the default until it is measured");
+    char name[96];
+    const attn_args_t a128 = plan_args(DT_BF16, 128);
+    for (int atomic = 0; atomic <= 1; atomic++) {
+        const flash_bwd_plan_t p = flash_bwd_plan(&a128, 20, atomic, 1);
+        cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v20 wgmma single pass (flash_bwd_wgmma.cu)");
+        cr_assert_eq(p.path, FLASH_BWD_PATH_WGMMA);
+    }
+    flash_bwd_plan_t p = flash_bwd_plan(&a128, 20, 0, 0);  // no sm_90a code
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync two-pass (flash_bwd_mma.cu)");
+    p = flash_bwd_plan(&a128, 20, 1, 0);
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync single pass (flash_bwd_mma.cu)");
+    for (int v = 16; v <= 19; v++) {  // the d 64 versions do not run at d 128
+        p = flash_bwd_plan(&a128, v, 0, 1);
+        cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync two-pass (flash_bwd_mma.cu)", "v%d", v);
+    }
+    p = flash_bwd_plan(&a128, FLASH_BWD_DEFAULT_VERSION, 0, 1);  // what runs at d 128 by default
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync two-pass (flash_bwd_mma.cu)");
+    const attn_args_t a64 = plan_args(DT_BF16, 64);
+    p = flash_bwd_plan(&a64, 20, 0, 1);
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v19 wgmma single pass (flash_bwd_wgmma.cu)");
+    p = flash_bwd_plan(&a64, 20, 1, 0);
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
+    const int small[2] = {16, 32};
+    for (int i = 0; i < 2; i++)
+        for (int wg = 0; wg <= 1; wg++) {
+            const attn_args_t a = plan_args(DT_BF16, small[i]);
+            p = flash_bwd_plan(&a, 20, 0, wg);
+            cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)",
+                             "d %d wgmma %d", small[i], wg);
+        }
+    const attn_args_t f128 = plan_args(DT_F32, 128);
+    for (int atomic = 0; atomic <= 1; atomic++) {
+        p = flash_bwd_plan(&f128, 20, atomic, 1);
+        cr_assert_eq(p.path, FLASH_BWD_PATH_SIMT, "fp32 d 128, atomic %d", atomic);
+        cr_assert_eq(p.single_pass, atomic);
+    }
+    attn_args_t u128 = plan_args(DT_BF16, 128);
+    u128.sq[2] = 132;  // a row stride the tensor cores cannot take
+    p = flash_bwd_plan(&u128, 20, 0, 1);
+    cr_assert_eq(p.path, FLASH_BWD_PATH_SIMT);
 }
 
 Test(bwd_api, plan_takes_simt_where_the_tensor_cores_cannot) {
