@@ -33,6 +33,7 @@
 //     14     8  64     yes          1       yes  250; 10 + dQ share by warps 0-3, 32-row warp tiles
 //     15     8  64     yes          1       yes  251; 14 + Q/dO transposes by movmatrix (NOTES.md)
 //  16-19     version 10's schedule on wgmma (flash_bwd_wgmma.cu), d 64; other d: version 10
+//     20     19 at d 64; at d 128 flash_bwd_cuda.cu launches its wgmma kernel itself (not here)
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
 #include "common/gpu.h"
