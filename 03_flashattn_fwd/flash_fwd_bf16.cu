@@ -6,6 +6,7 @@
 #include "common/wgmma.cuh"  // wgmma_built
 #include "03_flashattn_fwd/flash_fwd.h"
 #include "03_flashattn_fwd/flash_fwd_internal.h"
+#include "common/tma.h"  // tma_view_bhnd: which views the TMA variants take
 
 extern "C" {
 extern const flash_variant_t flash_fwd_bf16_variants_d16[], flash_fwd_bf16_variants_d32[],
@@ -48,20 +49,35 @@ extern "C" int flash_fwd_bf16_variant_that_runs(int d, int requested, int wgmma_
     return requested;
 }
 
-// The selected variant's index for head dim d; wgmma_built() (a device query) is asked only
-// when that variant is a wgmma one.
-static int variant_now(int d) {
+extern "C" int flash_fwd_bf16_variant_for(const attn_args_t* a, int requested, int wgmma_built) {
+    const int v = flash_fwd_bf16_variant_that_runs(a->d, requested, wgmma_built);
+    if (v <= 0) return v;
     const flash_variant_t* list;
-    const int n = flash_fwd_bf16_variants(d, &list);
-    const int v = g_variant[d];
+    flash_fwd_bf16_variants(a->d, &list);
+    if (list[v].tma) {
+        tma_view_t view;
+        if (tma_view_bhnd(a->B, a->H, a->Nq, a->d, a->sq, &view, NULL, 0) ||
+            tma_view_bhnd(a->B, a->H, a->Nk, a->d, a->sk, &view, NULL, 0) ||
+            tma_view_bhnd(a->B, a->H, a->Nk, a->d, a->sv, &view, NULL, 0))
+            return 0;  // what its launcher falls back to
+    }
+    return v;
+}
+
+// The selected variant's index for this call; wgmma_built() (a device query) is asked only
+// when that variant is a wgmma one.
+static int variant_now(const attn_args_t* a) {
+    const flash_variant_t* list;
+    const int n = flash_fwd_bf16_variants(a->d, &list);
+    const int v = g_variant[a->d];
     const int needs_wgmma = n > 0 && v >= 0 && v < n && list[v].wgmma;
-    return flash_fwd_bf16_variant_that_runs(d, v, needs_wgmma ? (int)wgmma_built() : 1);
+    return flash_fwd_bf16_variant_for(a, v, needs_wgmma ? (int)wgmma_built() : 1);
 }
 
 extern "C" void flash_fwd_bf16_launch(const attn_args_t* a, cudaStream_t stream) {
     const flash_variant_t* list;
     if (flash_fwd_bf16_variants(a->d, &list) == 0) DIE("flash_fwd_bf16_launch: head dim %d not supported", a->d);
-    list[variant_now(a->d)].launch(a, stream);
+    list[variant_now(a)].launch(a, stream);
 }
 
 extern "C" const char* flash_fwd_kernel_name(const attn_args_t* a) {
@@ -70,5 +86,5 @@ extern "C" const char* flash_fwd_kernel_name(const attn_args_t* a) {
     if (a->dtype != DT_BF16) return "unsupported";
     const flash_variant_t* list;
     flash_fwd_bf16_variants(a->d, &list);
-    return list[variant_now(a->d)].name;
+    return list[variant_now(a)].name;
 }

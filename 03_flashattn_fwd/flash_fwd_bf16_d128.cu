@@ -20,7 +20,7 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[] = {
     {"pipe w4 mt1 bk32", 16 * 1 * 4, launch_pipe<Cfg<128, 4, 1, 32, 3>>},
     {"wgmma-ov w8 mt1 bk64", 128, flash_fwd_wgmma_ov_d128_wg2_launch, 1},
     // built and compiled, not yet run on a GPU (NOTES.md)
-    {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d128_launch, 1},
+    {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d128_launch, 1, 1},
 };
 extern "C" const int flash_fwd_bf16_n_variants_d128 =
     (int)(sizeof flash_fwd_bf16_variants_d128 / sizeof flash_fwd_bf16_variants_d128[0]);

@@ -27,7 +27,7 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
     {"wgmma-ov w8 mt1 bk64", 128, flash_fwd_wgmma_ov_d64_wg2_launch, 1},
     {"wgmma-ov w12 mt1 bk64", 192, flash_fwd_wgmma_ov_d64_wg3_launch, 1},
     // built and compiled, not yet run on a GPU (NOTES.md)
-    {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d64_launch, 1},
+    {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d64_launch, 1, 1},
 };
 extern "C" const int flash_fwd_bf16_n_variants_d64 =
     (int)(sizeof flash_fwd_bf16_variants_d64 / sizeof flash_fwd_bf16_variants_d64[0]);

@@ -314,14 +314,32 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[];
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[];
 
 // The launchers the variant tables list: the kernel where the code was built for sm_90a, else
-// the table's default (mma.sync). Three tensor maps per call (a few microseconds of host time);
-// a view TMA cannot describe (a zero or unaligned stride) is refused in one line.
+// the table's default (mma.sync), which also runs a view TMA cannot describe (a zero stride on an
+// axis longer than 1: heads or batches broadcast, which flash_fwd_supports accepts). Three tensor
+// maps per call (a few microseconds of host time).
 template <int D>
 static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
     typedef Fa3Cfg<D> C;
-    if (!wgmma_built()) {
-        (D == 64 ? flash_fwd_bf16_variants_d64 : flash_fwd_bf16_variants_d128)[0].launch(a, stream);
+    const flash_variant_t& fallback = (D == 64 ? flash_fwd_bf16_variants_d64 : flash_fwd_bf16_variants_d128)[0];
+    tma_view_t vq, vk, vv;
+    char err[256];
+    if (!wgmma_built() || tma_view_bhnd(a->B, a->H, a->Nq, D, a->sq, &vq, err, sizeof err) ||
+        tma_view_bhnd(a->B, a->H, a->Nk, D, a->sk, &vk, err, sizeof err) ||
+        tma_view_bhnd(a->B, a->H, a->Nk, D, a->sv, &vv, err, sizeof err)) {
+        fallback.launch(a, stream);
         return;
+    }
+    // The register split (setmaxnreg) assumes the entry count __launch_bounds__ gives: a build
+    // that changed it would leave the consumers' setmaxnreg.inc waiting for registers forever.
+    static int checked = 0;
+    if (!checked) {
+        cudaFuncAttributes fa;
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, flash_fwd_fa3_kernel<C>));
+        const int entry = (C::kRegsProducer * 128 + C::kRegsConsumer * 128 * C::NC) / C::THREADS;
+        if (fa.numRegs != entry)
+            DIE("flash_fwd_fa3_kernel<%d> was built with %d registers per thread at entry; its setmaxnreg split "
+                "(%d / %d) needs %d", D, fa.numRegs, C::kRegsProducer, C::kRegsConsumer, entry);
+        checked = 1;
     }
     Params p;
     p.q = static_cast<const bf16*>(a->q);
@@ -340,15 +358,10 @@ static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
     p.scale_log2 = a->scale * 1.4426950408889634f;
 
     CUtensorMap tq, tk, tv;
-    tma_view_t vq, vk, vv;
-    char err[256];
     const uint32_t box_q[2] = {64, (uint32_t)C::BQ}, box_kv[2] = {64, (uint32_t)C::BK};
-    if (tma_view_bhnd(a->B, a->H, a->Nq, D, a->sq, &vq, err, sizeof err) ||
-        tma_view_bhnd(a->B, a->H, a->Nk, D, a->sk, &vk, err, sizeof err) ||
-        tma_view_bhnd(a->B, a->H, a->Nk, D, a->sv, &vv, err, sizeof err) ||
-        tma_map_bf16_4d(&tq, a->q, &vq, box_q, err, sizeof err) || tma_map_bf16_4d(&tk, a->k, &vk, box_kv, err, sizeof err) ||
+    if (tma_map_bf16_4d(&tq, a->q, &vq, box_q, err, sizeof err) || tma_map_bf16_4d(&tk, a->k, &vk, box_kv, err, sizeof err) ||
         tma_map_bf16_4d(&tv, a->v, &vv, box_kv, err, sizeof err))
-        fail("flash forward (fa3 variant): %s", err);
+        DIE("flash forward (fa3 variant): %s", err);  // the view was checked above: the driver refused it
 
     CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_fa3_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
     const unsigned blocks = (unsigned)p.Tq * (unsigned)p.BH;  // 1-D grid: no 65535 limit on B*H

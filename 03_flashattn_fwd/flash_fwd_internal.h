@@ -24,6 +24,8 @@ typedef struct {
     void (*launch)(const attn_args_t* a, cudaStream_t stream);
     int wgmma;         // 1: a wgmma kernel, which runs only where the code was built for sm_90a
                        // (elsewhere its launcher runs entry 0, and so does the dispatch below)
+    int tma;           // 1: loads by TMA, which runs only on views a tensor map can describe
+                       // (tma_view_bhnd; elsewhere entry 0 runs, as with wgmma above)
 } flash_variant_t;
 int flash_fwd_bf16_variants(int d, const flash_variant_t** list);  // count; 0 for an unsupported d
 // Selects variant v (an index into the list; out of range: the default) for head dim d.
@@ -34,6 +36,9 @@ void flash_fwd_bf16_set_variant(int d, int v);
 // wgmma code. Out of range, or a wgmma variant without it: 0 (the default). -1 for an
 // unsupported d. flash_fwd_bf16_launch and flash_fwd_kernel_name both go through it.
 int flash_fwd_bf16_variant_that_runs(int d, int requested, int wgmma_built);
+// The same rule for a call: also entry 0 where the variant loads by TMA and a's q, k or v view is
+// one TMA cannot describe (a zero stride on an axis longer than 1). Pure; -1 for an unsupported d.
+int flash_fwd_bf16_variant_for(const attn_args_t* a, int requested, int wgmma_built);
 void flash_fwd_f32_launch(const attn_args_t* a, cudaStream_t stream);   // fp32 CUDA cores
 
 #ifdef __cplusplus

@@ -163,6 +163,34 @@ Test(api, variant_that_runs_and_its_name) {
         }
     }
     cr_assert_eq(n_wgmma, 6, "six sm_90a variants (d 64's last four, d 128's last two), as flash_fwd_bf16_d64.cu and _d128.cu say");
+    // The TMA variants (fa3) run only on views a tensor map can describe; the call's rule says so.
+    int n_tma = 0;
+    for (int i = 0; i < 4; i++) {
+        const int d = dims[i];
+        const flash_variant_t* vl = NULL;
+        const int n = flash_fwd_bf16_variants(d, &vl);
+        for (int v = 0; v < n; v++) {
+            if (!vl[v].tma) continue;
+            n_tma++;
+            cr_assert(vl[v].wgmma, "%s: TMA variants are sm_90a variants", vl[v].name);
+            attn_args_t a = valid_args();
+            a.d = d;
+            attn_contiguous_strides(a.sq, a.H, a.Nq, d);
+            attn_contiguous_strides(a.sk, a.H, a.Nk, d);
+            attn_contiguous_strides(a.sv, a.H, a.Nk, d);
+            cr_assert_eq(flash_fwd_bf16_variant_for(&a, v, 1), v, "d %d %s on contiguous views", d, vl[v].name);
+            cr_assert_eq(flash_fwd_bf16_variant_for(&a, v, 0), 0, "d %d %s without sm_90a", d, vl[v].name);
+            a.sk[1] = 0, a.sv[1] = 0;  // K and V broadcast over the heads: supports() takes it, TMA cannot
+            char err[200] = "";
+            cr_assert_eq(flash_fwd_supports(&a, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(flash_fwd_bf16_variant_for(&a, v, 1), 0, "d %d %s with a zero head stride", d, vl[v].name);
+            a.H = 1;  // ... unless there is one head: a stride that never moves is free
+            cr_assert_eq(flash_fwd_bf16_variant_for(&a, v, 1), v, "d %d %s, one head", d, vl[v].name);
+        }
+    }
+    cr_assert_eq(n_tma, 2, "two TMA variants (fa3 at d 64 and 128)");
+    attn_args_t a0 = valid_args();
+    cr_assert_eq(flash_fwd_bf16_variant_for(&a0, 1, 1), flash_fwd_bf16_variant_that_runs(64, 1, 1), "a non-TMA variant");
     cr_assert_eq(flash_fwd_bf16_variant_that_runs(48, 0, 1), -1);
     attn_args_t a = valid_args();
     a.dtype = DT_F32;
