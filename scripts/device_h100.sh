@@ -27,10 +27,10 @@
 #   fwdov     issue 15: the overlapped wgmma forward (d 64, 128): its GPU tests, compute-sanitizer,
 #             every variant at N 4096 and 16384 beside SDPA flash and cuDNN in the same call
 #   bwd128    issue 15: the wgmma backward for d 128 (version 20, never run before): test_04's
-#             version-20 tests and the plan tests, a longer --check, compute-sanitizer memcheck and
-#             racecheck at d 128 (small ragged shapes, causal and not, both entry points), then
-#             N 16384, d 128, 16 heads, causal, bf16: version 20 vs the default (version 1's two
-#             passes at d 128) and SDPA flash / cuDNN in the same call (one call of < 10 minutes)
+#             version-20 tests and the plan tests, a longer --check, then N 16384, d 128, 16 heads,
+#             causal, bf16: version 20 vs the default (version 1's two passes at d 128) and SDPA
+#             flash / cuDNN in the same call, then compute-sanitizer memcheck and racecheck at
+#             d 128 (small ragged shapes, causal and not, both entry points); < 10 minutes
 #   fa3       issue 15: the FlashAttention-3-style forward's first GPU run (flash_fwd_bf16_fa3.cu):
 #             smoke runs with short limits first (a hang costs a minute, not the call), then the
 #             GPU tests, memcheck/racecheck/synccheck, and the scan beside SDPA flash and cuDNN;
@@ -178,28 +178,28 @@ for s in "$@"; do
       done
     fi
     ;;
-  bwd128)
-    step t04_v20 150 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_cuda/*version20*'
-    step t04_plan 30 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_api/*'
-    step v20_check 90 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 20 --d 128 \
+  bwd128)  # worst case 120 + 20 + 60 + 80 + 70 + 6 x 35 = 560 s: one call of 10 minutes
+    step t04_v20 120 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_cuda/*version20*'
+    step t04_plan 20 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_api/*'
+    step v20_check 60 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 20 --d 128 \
       --B 1 --H 2 --Nq 2048 --Nk 1900 --causal --check --out ''
+    mkdir -p $R/bwd128
+    for v in 20 0; do  # 0: the default (19; at d 128 version 1's two passes); each row names what ran
+      step bench128_v$v 40 "$B/04_flashattn_bwd/bench" --mode sweep --dtype bf16 --d 128 --N 16384 --H 16 \
+        --causal 1 --version $v --reps 20 --csv $R/bwd128/04_d128_v$v.csv
+    done
+    step torch128 70 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 128 --dtype bf16 --H 16 \
+      --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/bwd128/04_d128_torch.csv
     for sc in "150 67 --causal" "70 200" "333 201 --causal --impl atomic"; do
       read -r nq nk extra <<< "$sc"  # Nq, Nk, the other flags (split on purpose below)
       for tool in memcheck racecheck; do
         # shellcheck disable=SC2086
-        step san_v20_${nq}_${nk}_$tool 50 compute-sanitizer --tool $tool --error-exitcode 9 \
+        step san_v20_${nq}_${nk}_$tool 35 compute-sanitizer --tool $tool --error-exitcode 9 \
           "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 20 --d 128 --B 1 --H 2 \
           --Nq $nq --Nk $nk $extra --check --out ''
         last_ok || grep -h 'backward kernels\|check vs\|SUMMARY' "$L/san_v20_${nq}_${nk}_$tool.log"
       done
     done
-    mkdir -p $R/bwd128
-    for v in 20 0; do  # 0: the default (19; at d 128 version 1's two passes); each row names what ran
-      step bench128_v$v 45 "$B/04_flashattn_bwd/bench" --mode sweep --dtype bf16 --d 128 --N 16384 --H 16 \
-        --causal 1 --version $v --reps 20 --csv $R/bwd128/04_d128_v$v.csv
-    done
-    step torch128 80 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 128 --dtype bf16 --H 16 \
-      --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/bwd128/04_d128_torch.csv
     ;;
   roofline)
     step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline
