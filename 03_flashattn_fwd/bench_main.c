@@ -187,8 +187,12 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
                     if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, v);
                     // The name comes from the dispatch (flash_fwd_kernel_name), not from the table
                     // entry asked for: a wgmma variant in a build without sm_90a runs entry 0.
+                    // The whole call's shape: the TMA variants also look at the strides.
                     attn_args_t which = {0};
-                    which.dtype = dt, which.d = d;
+                    which.dtype = dt, which.d = d, which.B = B, which.H = H, which.Nq = which.Nk = (int)Ns[ni];
+                    attn_contiguous_strides(which.sq, H, (int)Ns[ni], d);
+                    attn_contiguous_strides(which.sk, H, (int)Ns[ni], d);
+                    attn_contiguous_strides(which.sv, H, (int)Ns[ni], d);
                     flash_point(t, h, dt, B, H, (int)Ns[ni], d, causal, scan && v > 0 ? 0 : naive_max_N,
                                 flash_fwd_kernel_name(&which));
                 }
@@ -255,19 +259,8 @@ int main(int argc, char** argv) {
             fail("--d: head dim %lld not supported (allowed: 16, 32, 64, 128)", (long long)ds[i]);
     for (int i = 0; i < nN; i++)
         if (Ns[i] < 1 || Ns[i] > (1 << 20)) fail("--N: %lld out of range (1 .. 1M)", (long long)Ns[i]);
-    for (const char* p = variants; *p;) {  // "d:v,d:v"
-        int dd = 0, vv = 0, used = 0;
-        if (sscanf(p, "%d:%d%n", &dd, &vv, &used) != 2 || (dd != 16 && dd != 32 && dd != 64 && dd != 128) || vv < 0)
-            fail("--variants: expected a list like 64:2,128:1 (head dim 16|32|64|128 : variant >= 0), got '%s'", variants);
-        const flash_variant_t* vl;
-        if (vv >= flash_fwd_bf16_variants(dd, &vl))
-            fail("--variants: head dim %d has %d variants (0 .. %d), got %d", dd, flash_fwd_bf16_variants(dd, &vl),
-                 flash_fwd_bf16_variants(dd, &vl) - 1, vv);
-        g_variant[dd] = vv;
-        flash_fwd_bf16_set_variant(dd, vv);
-        p += used;
-        if (*p == ',') p++;
-    }
+    char verr[256];
+    if (flash_fwd_select_variants(variants, g_variant, verr, sizeof verr) != 0) fail("--variants: %s", verr);
     char path[512];
     if (!csv[0]) {
         snprintf(path, sizeof path, "results/03_%s.csv", sweep);

@@ -31,12 +31,19 @@ int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen);
 // Writes a->o and a->lse (device pointers). Asynchronous on stream. Calls fail() (exit 2)
 // if flash_fwd_supports rejects *a.
 void flash_forward_cuda(const attn_args_t* a, cudaStream_t stream);
-// The kernel flash_forward_cuda runs for *a's dtype and head dim with this process's variant
-// selection: the bf16 variant's name ("w4 mt2 bk64", "wgmma w8 mt1 bk64", ...) or "f32 cuda-core";
+// The kernel flash_forward_cuda runs for *a (dtype, head dim, and for the TMA variants the
+// sizes and strides) with this process's variant selection: the bf16 variant's name
+// ("w4 mt2 bk64", "wgmma w8 mt1 bk64", "fa3 w12 bq128 bk128", ...) or "f32 cuda-core";
 // "unsupported" where flash_fwd_supports would refuse the dtype or head dim. What benchmarks
 // print, so that the name is the dispatch's own answer. Asks the GPU only when the selected
-// variant is the wgmma one (was it built?).
+// variant is an sm_90a one (was it built?).
 const char* flash_fwd_kernel_name(const attn_args_t* a);
+// Selects bf16 forward variants (the tables `bench --scan-variants` walks; entry 0 is the
+// default) from a list "d:v,d:v" such as "64:12,128:8": 0, or -1 with a one-line reason (a
+// malformed list, a head dim other than 16, 32, 64, 128, a variant past the table). An empty list
+// selects nothing. Process-wide, like flash_fwd_bf16_set_variant; chosen (if not NULL, indexed
+// by head dim, 129 entries) receives the selection.
+int flash_fwd_select_variants(const char* list, int* chosen, char* err, size_t errlen);
 // {"flash2_fwd", supports, forward, backward = NULL, bwd_workspace_bytes = NULL}.
 const attention_impl_t* flash_attention_fwd_impl(void);
 

@@ -74,3 +74,26 @@ static const attention_impl_t flash_impl = {
 };
 
 const attention_impl_t* flash_attention_fwd_impl(void) { return &flash_impl; }
+
+int flash_fwd_select_variants(const char* list, int* chosen, char* err, size_t errlen) {
+    int sel[129] = {0}, set[129] = {0};
+    for (const char* p = list ? list : ""; *p;) {  // "d:v,d:v"; nothing is selected until all parse
+        int dd = 0, vv = 0, used = 0;
+        if (sscanf(p, "%d:%d%n", &dd, &vv, &used) != 2 || (dd != 16 && dd != 32 && dd != 64 && dd != 128) || vv < 0 ||
+            (p[used] != ',' && p[used] != '\0'))
+            return set_err(err, errlen,
+                           "expected a list like 64:2,128:1 (head dim 16|32|64|128 : variant >= 0), got '%s'", list);
+        const flash_variant_t* vl;
+        const int n = flash_fwd_bf16_variants(dd, &vl);
+        if (vv >= n) return set_err(err, errlen, "head dim %d has %d variants (0 .. %d), got %d", dd, n, n - 1, vv);
+        sel[dd] = vv, set[dd] = 1;
+        p += used;
+        if (*p == ',') p++;
+    }
+    for (int d = 0; d <= 128; d++)
+        if (set[d]) {
+            flash_fwd_bf16_set_variant(d, sel[d]);
+            if (chosen) chosen[d] = sel[d];
+        }
+    return 0;
+}

@@ -198,3 +198,36 @@ Test(api, variant_that_runs_and_its_name) {
     a.d = 48;
     cr_assert_str_eq(flash_fwd_kernel_name(&a), "unsupported");
 }
+
+// The variant lists both benches take (--variants, 04's --fwd-variants): all or nothing, one line
+// naming what was wrong.
+Test(api, select_variants) {
+    char err[256] = "";
+    int chosen[129] = {0};
+    const flash_variant_t* vl = NULL;
+    const int n64 = flash_fwd_bf16_variants(64, &vl);
+    cr_assert_eq(flash_fwd_select_variants("", chosen, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(flash_fwd_select_variants("64:1,128:2", chosen, err, sizeof err), 0, "%s", err);
+    cr_assert(chosen[64] == 1 && chosen[128] == 2 && chosen[16] == 0);
+    attn_args_t a = valid_args();  // d 64: the name follows the selection
+    cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[1].name);
+    const char* bad[][2] = {{"64", "expected a list"},       {"64:x", "expected a list"},
+                            {"48:0", "expected a list"},     {"64:-1", "expected a list"},
+                            {"64:1;128:0", "expected a list"}, {"64:1 ", "expected a list"},
+                            {"64:999", "head dim 64 has"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        cr_assert_eq(flash_fwd_select_variants(bad[i][0], chosen, err, sizeof err), -1, "'%s' accepted", bad[i][0]);
+        cr_assert(strstr(err, bad[i][1]), "'%s': reason '%s'", bad[i][0], err);
+        cr_assert(!strchr(err, '\n'), "one line: '%s'", err);
+    }
+    // A bad list changes nothing, even where its first entry was good.
+    cr_assert_eq(flash_fwd_select_variants("64:0,64:999", chosen, err, sizeof err), -1);
+    cr_assert_eq(chosen[64], 1, "64 stays at 1");
+    cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[1].name);
+    char last[16];
+    snprintf(last, sizeof last, "64:%d", n64 - 1);
+    cr_assert_eq(flash_fwd_select_variants(last, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(flash_fwd_select_variants("64:0,128:0", NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[0].name);
+}

@@ -277,7 +277,7 @@ static void leaderboard(cublasHandle_t h, int reps, int version0, int versions, 
 }
 
 int main(int argc, char** argv) {
-    const char *mode = NULL, *Ns_s = NULL, *ds_s = NULL, *dtypes = NULL, *csv = NULL;
+    const char *mode = NULL, *Ns_s = NULL, *ds_s = NULL, *dtypes = NULL, *csv = NULL, *fwd_variants = NULL;
     int B = 0, H = 0, causal = 0, f32_max_N = 0, naive_max_N = 0, lb_reps = 0, version = 0, versions = 0;
     double db_rep_ms = 0, db_warmup_ms = 0;
     cli_opt_t opts[] = {
@@ -300,6 +300,9 @@ int main(int argc, char** argv) {
         {"dobench-rep-ms", CLI_DOUBLE, &db_rep_ms, "10000",
          "leaderboard: triton do_bench's rep (ms of timed runs; the course uses 10000); 0: skip that row", NULL},
         {"dobench-warmup-ms", CLI_DOUBLE, &db_warmup_ms, "1000", "leaderboard: triton do_bench's warmup (ms)", NULL},
+        {"fwd-variants", CLI_STR, &fwd_variants, "",
+         "stage 03's bf16 forward variant per head dim, e.g. 64:12,128:8 (03's bench --scan-variants lists them); "
+         "empty: the defaults", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/04_<mode>.csv", NULL},
     };
     cli_parse(argc, argv, "Stage 04 benchmarks: flash backward sweep and the leaderboard point.", opts,
@@ -319,6 +322,7 @@ int main(int argc, char** argv) {
         fail("--version must be 0 (default) or 1..%d (got %d)", FLASH_BWD_MAX_VERSION, version);
     char err[512];
     if (choice_list_check("dtype", dtypes, "bf16|f32", err, sizeof err) != 0) fail("%s", err);
+    if (flash_fwd_select_variants(fwd_variants, NULL, err, sizeof err) != 0) fail("--fwd-variants: %s", err);
     int64_t Ns[32], ds[8];
     const int nN = parse_size_list(Ns_s, Ns, 32), nd = parse_size_list(ds_s, ds, 8);
     if (nN < 1) fail("--N: not a comma list of sizes: '%s'", Ns_s);

@@ -134,6 +134,8 @@ Test(bwd_cli, bench_checks_every_flag_before_the_gpu) {
         {"--f32-max-N -1", "--f32-max-N and --naive-max-N must be >= 0"},
         {"--csv x.txt", "--csv x.txt: the name must end in .csv"},
         {"--csv /proc/cs336/x.csv", "cannot create files in /proc"},
+        {"--fwd-variants 64", "--fwd-variants: expected a list like 64:2,128:1"},
+        {"--fwd-variants 64:999", "--fwd-variants: head dim 64 has"},
     };
     char cmd[1024], out[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

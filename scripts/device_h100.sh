@@ -33,8 +33,11 @@
 #             d 128 (small ragged shapes, causal and not, both entry points); < 10 minutes
 #   fa3       issue 15: the FlashAttention-3-style forward's first GPU run (flash_fwd_bf16_fa3.cu):
 #             smoke runs with short limits first (a hang costs a minute, not the call), then the
-#             GPU tests, memcheck/racecheck/synccheck, and the scan beside SDPA flash and cuDNN;
-#             if a smoke run fails, memcheck on the smallest shapes instead, for the diagnosis
+#             GPU tests and memcheck/racecheck/synccheck; if a smoke run fails, memcheck on the
+#             smallest shapes instead, for the diagnosis
+#   fa3bench  its timings: every forward variant at N 4096 and 16384 (d 64, 128), the leaderboard
+#             point with fa3's forward (do_bench mean too), d 128 forward + backward with fa3 and
+#             backward version 20; SDPA flash and cuDNN in the same call
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-results/device_out}
@@ -162,11 +165,6 @@ for s in "$@"; do
             --B 1 --H 2 --Nq 333 --Nk 201 --causal --check --out ''
         done
       done
-      mkdir -p $R/fa3
-      step scan_fa3 240 "$B/03_flashattn_fwd/bench" --sweep flash --N 4096,16384 --d 64,128 --dtype bf16 --H 16 \
-        --scan-variants --reps 20 --csv $R/fa3/03_scan.csv
-      step torch_fwd_fa3 180 python3 03_flashattn_fwd/bench_torch.py --H 16 --N 4096,16384 --d 64,128 --dtype bf16 \
-        --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/fa3/03_torch.csv
     else  # the smallest shapes under memcheck: one tile, then two, causal and not
       for vd in $v64:64 $v128:128; do
         for shape in "128 128" "256 256"; do
@@ -200,6 +198,20 @@ for s in "$@"; do
         last_ok || grep -h 'backward kernels\|check vs\|SUMMARY' "$L/san_v20_${nq}_${nk}_$tool.log"
       done
     done
+    ;;
+  fa3bench)  # the timings, once fa3 has passed: forward scan, then forward + backward with it, PyTorch in the same call
+    v64=$(variant_index 64 "fa3 "); v128=$(variant_index 128 "fa3 ")
+    mkdir -p $R/fa3
+    step scan_fa3 240 "$B/03_flashattn_fwd/bench" --sweep flash --N 4096,16384 --d 64,128 --dtype bf16 --H 16 \
+      --scan-variants --reps 20 --csv $R/fa3/03_scan.csv
+    step torch_fwd_fa3 180 python3 03_flashattn_fwd/bench_torch.py --H 16 --N 4096,16384 --d 64,128 --dtype bf16 \
+      --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/fa3/03_torch.csv
+    step lb_fa3 120 "$B/04_flashattn_bwd/bench" --mode leaderboard --fwd-variants 64:$v64 --lb-reps 100 \
+      --csv $R/fa3/04_leaderboard_fa3.csv
+    step fb128_fa3 120 "$B/04_flashattn_bwd/bench" --mode sweep --dtype bf16 --d 128 --N 16384 --H 16 \
+      --fwd-variants 128:$v128 --version 20 --naive-max-N 0 --csv $R/fa3/04_d128_fa3_v20.csv
+    step torch_fb128 120 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 128 --dtype bf16 \
+      --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/fa3/04_d128_torch.csv
     ;;
   roofline)
     step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline
