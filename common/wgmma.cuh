@@ -1,6 +1,7 @@
-// Hopper warpgroup MMA (wgmma, sm_90a), used by stage 03's wgmma forward and stage 04's backward
-// (versions 16-19): shared-memory matrix descriptors for the no-swizzle ("interleaved") layout,
-// the instruction shapes the kernels use, and the fences that order them. CUDA C++ only.
+// Hopper warpgroup MMA (wgmma, sm_90a), used by stage 03's wgmma forwards (wgmma, wgmma-ov, fa3)
+// and stage 04's backward (versions 16-20): shared-memory matrix descriptors for the no-swizzle
+// ("interleaved") layout, the instruction shapes the kernels use, and the fences that order them.
+// The 128-byte-swizzled descriptors of the TMA-fed fa3 forward are in common/tma.cuh. CUDA C++ only.
 //
 // The layout. wgmma reads a shared-memory operand as 8 x 8 "core matrices" of 16-bit elements,
 // each 128 contiguous bytes (8 rows of 16 bytes). Every tile here is stored as a grid of core

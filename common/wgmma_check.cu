@@ -1,6 +1,6 @@
-// Whether this build carries Hopper's wgmma code: the kernels that use it (stage 03's wgmma
-// forward variant, stage 04's versions 16-19) compile it only for sm_90a (the Makefile's default
-// ARCH) and fall back to their mma.sync kernels elsewhere.
+// Whether this build carries Hopper's wgmma code: the kernels that use it (stage 03's wgmma,
+// wgmma-ov and fa3 forward variants, stage 04's versions 16-20) compile it only for sm_90a (the
+// Makefile's default ARCH) and fall back to their mma.sync kernels elsewhere.
 #include <cuda_runtime.h>
 #include "common/check.h"
 #include "common/wgmma.cuh"
