@@ -35,6 +35,8 @@
 #             smoke runs with short limits first (a hang costs a minute, not the call), then the
 #             GPU tests and memcheck/racecheck/synccheck; if a smoke run fails, memcheck on the
 #             smallest shapes instead, for the diagnosis
+#   fa3ncu    ncu (SpeedOfLight, scheduler and warp-state stalls, pipes) on one launch each of the
+#             default, wgmma-ov and fa3 forwards at N 16384, d 64 and 128
 #   fa3bench  its timings: every forward variant at N 4096 and 16384 (d 64, 128), the leaderboard
 #             point with fa3's forward (do_bench mean too), d 128 forward + backward with fa3 and
 #             backward version 20; SDPA flash and cuDNN in the same call
@@ -212,6 +214,18 @@ for s in "$@"; do
       --fwd-variants 128:$v128 --version 20 --naive-max-N 0 --csv $R/fa3/04_d128_fa3_v20.csv
     step torch_fb128 120 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 128 --dtype bf16 \
       --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/fa3/04_d128_torch.csv
+    ;;
+  fa3ncu)  # ncu's view of the stalls: the default, wgmma-ov and fa3 forwards at N 16384 (clocks left alone)
+    for d in 64 128; do
+      for name in "$( [ $d = 64 ] && echo 'w4 mt2 bk64' || echo 'w8 mt1 bk64')" "wgmma-ov w8 " "fa3 "; do
+        v=$(variant_index $d "$name"); tag=$(echo "$name" | tr -c 'a-z0-9\n' '_' | sed 's/_*$//')
+        step ncu_fwd_d${d}_$tag 150 ncu --clock-control none -k regex:"flash_fwd" -c 1 --print-details all \
+          --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+          --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats \
+          --section InstructionStats "$B/03_flashattn_fwd/flash_fwd" --device cuda --dtype bf16 --variant $v \
+          --d $d --B 1 --H 16 --Nq 16384 --Nk 16384 --causal --out ''  # the report: $L/ncu_fwd_*.log
+      done
+    done
     ;;
   roofline)
     step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline
