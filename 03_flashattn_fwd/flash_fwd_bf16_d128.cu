@@ -9,6 +9,9 @@
 extern "C" void flash_fwd_wgmma_ov_d128_wg2_launch(const attn_args_t* a, cudaStream_t stream);
 // flash_fwd_bf16_fa3.cu: FlashAttention-3's layout (TMA producer, 2 consumer warpgroups in ping-pong)
 extern "C" void flash_fwd_fa3_d128_launch(const attn_args_t* a, cudaStream_t stream);
+// ... and its ablations: fa3-nopp without the ping-pong turns, fa3-noov without the softmax / P~V overlap
+extern "C" void flash_fwd_fa3_nopp_d128_launch(const attn_args_t* a, cudaStream_t stream);
+extern "C" void flash_fwd_fa3_noov_d128_launch(const attn_args_t* a, cudaStream_t stream);
 
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[] = {
     {"w8 mt1 bk64", 16 * 1 * 8, launch<Cfg<128, 8, 1, 64, 1>>},
@@ -21,6 +24,8 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[] = {
     {"wgmma-ov w8 mt1 bk64", 128, flash_fwd_wgmma_ov_d128_wg2_launch, 1},
     // built and compiled, not yet run on a GPU (NOTES.md)
     {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d128_launch, 1, 1},
+    {"fa3-nopp w12 bq128 bk128", 128, flash_fwd_fa3_nopp_d128_launch, 1, 1},
+    {"fa3-noov w12 bq128 bk128", 128, flash_fwd_fa3_noov_d128_launch, 1, 1},
 };
 extern "C" const int flash_fwd_bf16_n_variants_d128 =
     (int)(sizeof flash_fwd_bf16_variants_d128 / sizeof flash_fwd_bf16_variants_d128[0]);

@@ -31,8 +31,12 @@
 
 namespace {
 
-template <int D_>
+// PINGPONG: the consumers take turns (named barriers); OVERLAP: tile j's softmax runs while
+// P~_{j-1} V_{j-1} does (else the consumer waits for both products first). Both on is the kernel;
+// the variants with one off measure what each bought (NOTES.md).
+template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true>
 struct Fa3Cfg {
+    static constexpr bool PINGPONG = PINGPONG_, OVERLAP = OVERLAP_;
     static constexpr int D = D_, DH = D_ / 64;  // 64-column boxes per row
     static constexpr int NC = 2;                // consumer warpgroups, 64 query rows each
     static constexpr int BQ = 64 * NC, BK = 128, THREADS = 128 * (NC + 1), STAGES = 2;
@@ -155,7 +159,7 @@ template <class C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     flash_fwd_fa3_kernel(const Params p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                          const __grid_constant__ CUtensorMap tv) {
-    // STUDENT-BEGIN(03.flash_fwd_fa3_kernel): FlashAttention-3's forward (sm_90a, d 64 and 128): a producer warpgroup (setmaxnreg down) whose one thread loads Q_i, then K_j, V_j by TMA into a 2-stage ring of full / empty mbarriers; two consumer warpgroups (setmaxnreg up) of 64 rows taking turns through named barriers to issue S_j = Q K_j^T and O += P~_{j-1} V_{j-1} on wgmma, then the softmax of S_j while those run; masks, P~ packing and epilogue as the wgmma kernel | see 03_flashattn_fwd/NOTES.md | test: test_03 cuda/*bf16* | uses: C::D C::DH C::NC C::BQ C::BK C::STAGES C::kBoxQ C::kBoxKV C::kTileQ C::kTileKV C::kOffK C::kOffV C::kOffBar C::kRegsProducer C::kRegsConsumer C::kTurnThreads fence_regs_u32 fa3_fence_operands<C::DH> fa3_keep_wait_below fa3_issue_scores<C> fa3_issue_pv<C> fa3_softmax<C,true>
+    // STUDENT-BEGIN(03.flash_fwd_fa3_kernel): FlashAttention-3's forward (sm_90a, d 64 and 128): a producer warpgroup (setmaxnreg down) whose one thread loads Q_i, then K_j, V_j by TMA into a 2-stage ring of full / empty mbarriers; two consumer warpgroups (setmaxnreg up) of 64 rows taking turns through named barriers to issue S_j = Q K_j^T and O += P~_{j-1} V_{j-1} on wgmma, then the softmax of S_j while those run; masks, P~ packing and epilogue as the wgmma kernel | see 03_flashattn_fwd/NOTES.md | test: test_03 cuda/*bf16* | uses: C::PINGPONG C::OVERLAP C::D C::DH C::NC C::BQ C::BK C::STAGES C::kBoxQ C::kBoxKV C::kTileQ C::kTileKV C::kOffK C::kOffV C::kOffBar C::kRegsProducer C::kRegsConsumer C::kTurnThreads fence_regs_u32 fa3_fence_operands<C::DH> fa3_keep_wait_below fa3_issue_scores<C> fa3_issue_pv<C> fa3_softmax<C,true>
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_fa3[];
     const uint32_t sbase = (smem_u32(smem_fa3) + 1023u) & ~1023u;  // the swizzle's period
@@ -221,7 +225,14 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const uint32_t q = sbase + c * 64 * 128;       // its 64 rows of the first Q box
     const int my_turn = 1 + c, next_turn = 1 + (c + 1) % C::NC;
     const bool last_consumer = c == C::NC - 1;
-    if (last_consumer) named_arrive(1, C::kTurnThreads);  // consumer 0 goes first
+    // The turns (ping-pong); without PINGPONG the warpgroups issue whenever they are ready.
+    auto take_turn = [&]() {
+        if (C::PINGPONG) named_sync(my_turn, C::kTurnThreads);
+    };
+    auto pass_turn = [&]() {
+        if (C::PINGPONG) named_arrive(next_turn, C::kTurnThreads);
+    };
+    if (C::PINGPONG && last_consumer) named_arrive(1, C::kTurnThreads);  // consumer 0 goes first
 
     float o[C::DH][32], s[2][32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2], rs[2];
     uint32_t pa[2][4][4];
@@ -233,10 +244,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     // Tile 0: its scores alone (nothing to multiply by V yet); masked if it is also the last.
     mbar_wait(bar_q, 0);
     mbar_wait(k_full(0), 0);
-    named_sync(my_turn, C::kTurnThreads);
+    take_turn();
     wg_fence();
     fa3_issue_scores<C>(s, q, k_tile(0));
-    named_arrive(next_turn, C::kTurnThreads);  // not the last turn: there is still tile 0's P~ V
+    pass_turn();  // not the last turn: there is still tile 0's P~ V
     wg_wait<0>();
     fence_regs(s[0]);
     fence_regs(s[1]);
@@ -256,12 +267,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         // a wgmma makes ptxas inject another fence (C7519). V_{j-1} landed long ago in practice.
         mbar_wait(k_full(st), (j / C::STAGES) & 1);
         mbar_wait(v_full(sp), ((j - 1) / C::STAGES) & 1);
-        named_sync(my_turn, C::kTurnThreads);
+        take_turn();
         fa3_fence_operands(o, pa);
         fa3_issue_scores<C>(s, q, k_tile(st));  // S_j
         fa3_issue_pv<C>(o, pa, v_tile(sp));     // O += P~_{j-1} V_{j-1}
-        named_arrive(next_turn, C::kTurnThreads);
-        wg_wait<1>();  // S_j is in; P~_{j-1} V_{j-1} may still run
+        pass_turn();
+        if (C::OVERLAP) wg_wait<1>();  // S_j is in; P~_{j-1} V_{j-1} may still run
+        else wg_wait<0>();             // both in: the softmax below overlaps nothing of its own
         fence_regs(s[0]);
         fence_regs(s[1]);
         mbar_arrive_if(k_empty(st), lane == 0);
@@ -292,10 +304,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     // The last tile's P~ V.
     const int sl = (n_tiles - 1) % C::STAGES;
     mbar_wait(v_full(sl), ((n_tiles - 1) / C::STAGES) & 1);
-    named_sync(my_turn, C::kTurnThreads);
+    take_turn();
     fa3_fence_operands(o, pa);
     fa3_issue_pv<C>(o, pa, v_tile(sl));
-    if (!last_consumer) named_arrive(next_turn, C::kTurnThreads);  // the last consumer's last turn opens nothing
+    if (!last_consumer) pass_turn();  // the last consumer's last turn opens nothing
     wg_wait<0>();
 #pragma unroll
     for (int hh = 0; hh < C::DH; hh++) fence_regs(o[hh]);
@@ -317,9 +329,9 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[];
 // the table's default (mma.sync), which also runs a view TMA cannot describe (a zero stride on an
 // axis longer than 1: heads or batches broadcast, which flash_fwd_supports accepts). Three tensor
 // maps per call (a few microseconds of host time).
-template <int D>
+template <int D, bool PINGPONG = true, bool OVERLAP = true>
 static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
-    typedef Fa3Cfg<D> C;
+    typedef Fa3Cfg<D, PINGPONG, OVERLAP> C;
     const flash_variant_t& fallback = (D == 64 ? flash_fwd_bf16_variants_d64 : flash_fwd_bf16_variants_d128)[0];
     tma_view_t vq, vk, vv;
     char err[256];
@@ -331,7 +343,7 @@ static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
     }
     // The register split (setmaxnreg) assumes the entry count __launch_bounds__ gives: a build
     // that changed it would leave the consumers' setmaxnreg.inc waiting for registers forever.
-    static int checked = 0;
+    static int checked = 0;  // per instantiation
     if (!checked) {
         cudaFuncAttributes fa;
         CUDA_CHECK(cudaFuncGetAttributes(&fa, flash_fwd_fa3_kernel<C>));
@@ -370,3 +382,8 @@ static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
 }
 extern "C" void flash_fwd_fa3_d64_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<64>(a, s); }
 extern "C" void flash_fwd_fa3_d128_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<128>(a, s); }
+// The ablations (benchmark corner): without the turns, without the softmax/P~V overlap.
+extern "C" void flash_fwd_fa3_nopp_d64_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<64, false>(a, s); }
+extern "C" void flash_fwd_fa3_nopp_d128_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<128, false>(a, s); }
+extern "C" void flash_fwd_fa3_noov_d64_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<64, true, false>(a, s); }
+extern "C" void flash_fwd_fa3_noov_d128_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<128, true, false>(a, s); }

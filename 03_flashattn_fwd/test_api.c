@@ -115,8 +115,10 @@ Test(api, variant_tables) {
             int w = 0, mt = 0, bk = 0, bq = 0;
             const char* s = vl[v].name;  // "pipe ", "wgmma " and "wgmma-ov " name the kernel, then the shape
             cr_assert_not_null(vl[v].launch);
-            if (strncmp(s, "fa3 ", 4) == 0) {  // a producer warpgroup and Bq / 64 consumer warpgroups
-                cr_assert_eq(sscanf(s + 4, "w%d bq%d bk%d", &w, &bq, &bk), 3, "bad variant name '%s'", vl[v].name);
+            // fa3 and its ablations (-nopp, -noov): a producer warpgroup and Bq / 64 consumer warpgroups
+            const int fa3 = strncmp(s, "fa3 ", 4) == 0 ? 4 : strncmp(s, "fa3-nopp ", 9) == 0 || strncmp(s, "fa3-noov ", 9) == 0 ? 9 : 0;
+            if (fa3) {
+                cr_assert_eq(sscanf(s + fa3, "w%d bq%d bk%d", &w, &bq, &bk), 3, "bad variant name '%s'", vl[v].name);
                 cr_assert_eq(vl[v].bq, bq, "%s: Bq %d", vl[v].name, vl[v].bq);
                 cr_assert_eq(w, 4 * (1 + bq / 64), "%s: warps", vl[v].name);
                 cr_assert(vl[v].wgmma, "%s needs sm_90a", vl[v].name);
@@ -162,7 +164,7 @@ Test(api, variant_that_runs_and_its_name) {
             flash_fwd_bf16_set_variant(d, 0);
         }
     }
-    cr_assert_eq(n_wgmma, 6, "six sm_90a variants (d 64's last four, d 128's last two), as flash_fwd_bf16_d64.cu and _d128.cu say");
+    cr_assert_eq(n_wgmma, 10, "ten sm_90a variants (d 64's last six, d 128's last four), as flash_fwd_bf16_d64.cu and _d128.cu say");
     // The TMA variants (fa3) run only on views a tensor map can describe; the call's rule says so.
     int n_tma = 0;
     for (int i = 0; i < 4; i++) {
@@ -188,7 +190,7 @@ Test(api, variant_that_runs_and_its_name) {
             cr_assert_eq(flash_fwd_bf16_variant_for(&a, v, 1), v, "d %d %s, one head", d, vl[v].name);
         }
     }
-    cr_assert_eq(n_tma, 2, "two TMA variants (fa3 at d 64 and 128)");
+    cr_assert_eq(n_tma, 6, "six TMA variants (fa3 and its two ablations at d 64 and 128)");
     attn_args_t a0 = valid_args();
     cr_assert_eq(flash_fwd_bf16_variant_for(&a0, 1, 1), flash_fwd_bf16_variant_that_runs(64, 1, 1), "a non-TMA variant");
     cr_assert_eq(flash_fwd_bf16_variant_that_runs(48, 0, 1), -1);

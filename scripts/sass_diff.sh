@@ -112,7 +112,9 @@ fi
 # Split one object's SASS into one file per kernel, named by the kernel's mangled name.
 split_sass() {  # $1 object, $2 folder
   rm -rf "$2"; mkdir -p "$2"
-  "$CUOBJDUMP" -sass "$1" | sed -E 's/_GLOBAL__N__[0-9a-f]{8}_/_GLOBAL__N__xxxxxxxx_/g' | awk -v dir="$2" '
+  # Runs of blanks are squeezed: cuobjdump pads its columns to the longest kernel name, so a
+  # renamed kernel (-m) shifts the padding of every line without changing a bit of the code.
+  "$CUOBJDUMP" -sass "$1" | sed -E 's/_GLOBAL__N__[0-9a-f]{8}_/_GLOBAL__N__xxxxxxxx_/g; s/[[:blank:]]+/ /g' | awk -v dir="$2" '
     /Function : / { name = $NF; out = dir "/" name ".sass"; next }
     out != "" { print > out }'
 }
