@@ -290,9 +290,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_kernel(con
     // STUDENT-END(03.flash_fwd_bf16_kernel)
 }
 
-template <class C, void (*KERNEL)(const Params)>
-void launch_with(const attn_args_t* a, cudaStream_t stream) {
-    // STUDENT-BEGIN(03.flash_fwd_bf16_launch): fill Params from attn_args_t (pointers, strides, Tq = ceil(Nq / BQ), scale and scale·log2(e)), opt in to C::SMEM bytes of dynamic shared memory, launch KERNEL on Tq·B·H blocks of C::THREADS, then CUDA_CHECK_LAST | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16* | uses: C::SMEM
+// The Params of a call, for a kernel whose query tiles have C::BQ rows (every bf16 launcher's,
+// launch_with's below and the TMA forward's, flash_fwd_bf16_fa3.cu).
+template <class C>
+Params params_from_args(const attn_args_t* a) {
+    // STUDENT-BEGIN(03.flash_fwd_bf16_params): fill Params from attn_args_t: pointers, strides, H, B·H, Nq, Nk, Tq = ceil(Nq / C::BQ), causal, scale and scale·log2(e) | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16* | uses: C::BQ
     Params p;
     p.q = static_cast<const bf16*>(a->q);
     p.k = static_cast<const bf16*>(a->k);
@@ -313,6 +315,14 @@ void launch_with(const attn_args_t* a, cudaStream_t stream) {
     p.causal = a->causal;
     p.scale = a->scale;
     p.scale_log2 = a->scale * 1.4426950408889634f;
+    return p;
+    // STUDENT-END(03.flash_fwd_bf16_params)
+}
+
+template <class C, void (*KERNEL)(const Params)>
+void launch_with(const attn_args_t* a, cudaStream_t stream) {
+    // STUDENT-BEGIN(03.flash_fwd_bf16_launch): Params from params_from_args<C>, opt in to C::SMEM bytes of dynamic shared memory, launch KERNEL on Tq·B·H blocks of C::THREADS, then CUDA_CHECK_LAST | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16* | uses: C::SMEM
+    const Params p = params_from_args<C>(a);
     // Opt in to more than 48 KiB of dynamic shared memory (per device, so on every launch: cheap).
     CUDA_CHECK(cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)C::SMEM));

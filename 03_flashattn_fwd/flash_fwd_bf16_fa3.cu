@@ -353,21 +353,7 @@ static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
                 "(%d / %d) needs %d", D, fa.numRegs, C::kRegsProducer, C::kRegsConsumer, entry);
         checked = 1;
     }
-    Params p;
-    p.q = static_cast<const bf16*>(a->q);
-    p.k = static_cast<const bf16*>(a->k);
-    p.v = static_cast<const bf16*>(a->v);
-    p.o = static_cast<bf16*>(a->o);
-    p.lse = a->lse;
-    for (int i = 0; i < 3; i++) p.sq[i] = a->sq[i], p.sk[i] = a->sk[i], p.sv[i] = a->sv[i], p.so[i] = a->so[i];
-    p.H = a->H;
-    p.BH = a->B * a->H;
-    p.Nq = a->Nq;
-    p.Nk = a->Nk;
-    p.Tq = (a->Nq + C::BQ - 1) / C::BQ;
-    p.causal = a->causal;
-    p.scale = a->scale;
-    p.scale_log2 = a->scale * 1.4426950408889634f;
+    const Params p = params_from_args<C>(a);
 
     CUtensorMap tq, tk, tv;
     const uint32_t box_q[2] = {64, (uint32_t)C::BQ}, box_kv[2] = {64, (uint32_t)C::BK};
