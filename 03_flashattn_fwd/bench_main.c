@@ -26,7 +26,7 @@
 #include "03_flashattn_fwd/flash_fwd_internal.h"
 
 static int g_reps, g_warmup;
-static int g_variant[129];  // bf16 kernel variant per head dim (--variants)
+static int g_variant[129];  // bf16 kernel variant per head dim (--variants; -1: the default)
 static double g_budget_ms;  // per measurement: fewer reps when one run is slow
 
 // Median ms of fn(ctx) over the reps (at least 3 under the budget), L2 flushed before each.
@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
         {"reps", CLI_INT, &g_reps, "20", "timed runs per point (median reported; fewer if one run is slow)", NULL},
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "2000", "cap on the timed ms per point (at least 3 runs)", NULL},
-        {"variants", CLI_STR, &variants, "", "bf16 kernel variant per head dim, e.g. 64:2,128:1 (default: 0)", NULL},
+        {"variants", CLI_STR, &variants, "", "bf16 kernel variant per head dim, e.g. 64:2,128:1 (default: fa3 at d 64/128 on sm_90a, else 0)", NULL},
         {"scan-variants", CLI_FLAG, &scan, "0", "flash sweep: time every bf16 kernel variant", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/03_<sweep>.csv", NULL},
     };
@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < nN; i++)
         if (Ns[i] < 1 || Ns[i] > (1 << 20)) fail("--N: %lld out of range (1 .. 1M)", (long long)Ns[i]);
     char verr[256];
+    for (int d = 0; d <= 128; d++) g_variant[d] = FLASH_FWD_DEFAULT_VARIANT;
     if (flash_fwd_select_variants(variants, g_variant, verr, sizeof verr) != 0) fail("--variants: %s", verr);
     char path[512];
     if (!csv[0]) {

@@ -38,8 +38,8 @@ void flash_forward_cuda(const attn_args_t* a, cudaStream_t stream);
 // print, so that the name is the dispatch's own answer. Asks the GPU only when the selected
 // variant is an sm_90a one (was it built?).
 const char* flash_fwd_kernel_name(const attn_args_t* a);
-// Selects bf16 forward variants (the tables `bench --scan-variants` walks; entry 0 is the
-// default) from a list "d:v,d:v" such as "64:12,128:8": 0, or -1 with a one-line reason (a
+// Selects bf16 forward variants (the tables `bench --scan-variants` walks; the default is fa3 at
+// d 64 and 128 where it can run, entry 0 elsewhere) from a list "d:v,d:v" such as "64:12,128:8": 0, or -1 with a one-line reason (a
 // malformed list, a head dim other than 16, 32, 64, 128, a variant past the table). An empty list
 // selects nothing. Process-wide, like flash_fwd_bf16_set_variant; chosen (if not NULL, indexed
 // by head dim, 129 entries) receives the selection.

@@ -1,6 +1,7 @@
-// Dispatch of the bf16 FlashAttention-2 forward (kernel: flash_fwd_bf16.cuh) by head dim and
-// tile-shape variant. Variant 0 of each head dim is the default; tests run every variant and
-// `bench --variant` times them.
+// Dispatch of the bf16 forward by head dim and variant. The default is the table's `dflt` entry
+// (fa3, flash_fwd_bf16_fa3.cu, at d 64 and 128) where it can run, else entry 0 (the mma.sync
+// FlashAttention-2 kernel, flash_fwd_bf16.cuh); tests run every variant and `bench --variant`
+// times them.
 #include <cuda_runtime.h>
 #include "common/check.h"
 #include "common/wgmma.cuh"  // wgmma_built
@@ -15,7 +16,9 @@ extern const int flash_fwd_bf16_n_variants_d16, flash_fwd_bf16_n_variants_d32, f
     flash_fwd_bf16_n_variants_d128;
 }
 
-static int g_variant[129];  // per head dim; process-wide; only tests and benchmarks change it
+// Per head dim, the selected index + 1 (0: the default); process-wide; only tests and benchmarks
+// change it.
+static int g_variant[129];
 
 extern "C" int flash_fwd_bf16_variants(int d, const flash_variant_t** list) {
     switch (d) {
@@ -28,7 +31,15 @@ extern "C" int flash_fwd_bf16_variants(int d, const flash_variant_t** list) {
 }
 
 extern "C" void flash_fwd_bf16_set_variant(int d, int v) {
-    if (d >= 0 && d <= 128) g_variant[d] = v < 0 ? 0 : v;
+    if (d >= 0 && d <= 128) g_variant[d] = v < 0 ? 0 : v + 1;
+}
+
+extern "C" int flash_fwd_bf16_default_variant(int d) {
+    const flash_variant_t* list;
+    const int n = flash_fwd_bf16_variants(d, &list);
+    for (int i = 0; i < n; i++)
+        if (list[i].dflt) return i;
+    return n > 0 ? 0 : -1;
 }
 
 extern "C" int flash_fwd_bf16_block_rows(int d) {
@@ -44,7 +55,7 @@ extern "C" int flash_fwd_bf16_variant_that_runs(int d, int requested, int wgmma_
     const flash_variant_t* list;
     const int n = flash_fwd_bf16_variants(d, &list);
     if (n == 0) return -1;
-    if (requested < 0 || requested >= n) return 0;  // a variant this d lacks: the default
+    if (requested < 0 || requested >= n) requested = flash_fwd_bf16_default_variant(d);
     if (list[requested].wgmma && !wgmma_built) return 0;  // what its launcher falls back to
     return requested;
 }
@@ -69,8 +80,9 @@ extern "C" int flash_fwd_bf16_variant_for(const attn_args_t* a, int requested, i
 static int variant_now(const attn_args_t* a) {
     const flash_variant_t* list;
     const int n = flash_fwd_bf16_variants(a->d, &list);
-    const int v = g_variant[a->d];
-    const int needs_wgmma = n > 0 && v >= 0 && v < n && list[v].wgmma;
+    int v = g_variant[a->d] - 1;  // -1: the default
+    if (n > 0 && (v < 0 || v >= n)) v = flash_fwd_bf16_default_variant(a->d);
+    const int needs_wgmma = n > 0 && list[v].wgmma;
     return flash_fwd_bf16_variant_for(a, v, needs_wgmma ? (int)wgmma_built() : 1);
 }
 

@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
         {"Bk", CLI_INT, &Bk, "64", "key tile of the CPU tiled reference (>= 16)", NULL},
         {"check", CLI_FLAG, &check, "0", "also run the CPU naive reference and print the max error", NULL},
         {"reps", CLI_INT, &reps, "1", "GPU runs to time (median printed)", NULL},
-        {"variant", CLI_INT, &variant, "0", "bf16 kernel tile-shape variant (0: the default; see bench --scan-variants)", NULL},
+        {"variant", CLI_INT, &variant, "-1", "bf16 kernel variant (-1: the default, fa3 at d 64/128 on sm_90a; see bench --scan-variants)", NULL},
         {"out", CLI_STR, &out, "results/flash_fwd", "output directory for O.npy and L.npy; empty: no files", NULL},
     };
     cli_parse(argc, argv, "Attention forward (FlashAttention-2 or naive) on random or .npy inputs; writes O and L.",
@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
         check_sizes(B, H, Nq, Nk, d, dt, on_gpu, naive, check, "--B --H --Nq --Nk --d");
         const flash_variant_t* vl;
         const int nv = flash_fwd_bf16_variants(d, &vl);
-        if (variant < 0 || variant >= nv) fail("--variant: head dim %d has variants 0 .. %d (got %d)", d, nv - 1, variant);
+        if (variant < -1 || variant >= nv)
+            fail("--variant: head dim %d has variants 0 .. %d, or -1 for the default (got %d)", d, nv - 1, variant);
     }
     if (on_gpu) gpu_require("--device cuda");
     // O and L appear together or not at all; an unusable --out is said before the work.
@@ -163,7 +164,8 @@ int main(int argc, char** argv) {
     {
         const flash_variant_t* vl;
         const int nv = flash_fwd_bf16_variants(s.d, &vl);
-        if (variant < 0 || variant >= nv) fail("--variant: head dim %d has variants 0 .. %d (got %d)", s.d, nv - 1, variant);
+        if (variant < -1 || variant >= nv)
+            fail("--variant: head dim %d has variants 0 .. %d, or -1 for the default (got %d)", s.d, nv - 1, variant);
         flash_fwd_bf16_set_variant(s.d, variant);
     }
     const float scale = scale_arg > 0.0 ? (float)scale_arg : 1.0f / sqrtf((float)s.d);
@@ -227,6 +229,8 @@ int main(int argc, char** argv) {
         attn_contiguous_strides(a.so, s.H, s.Nq, s.d);
         char err[256];
         if (!naive && flash_fwd_supports(&a, err, sizeof err) != 0) fail("%s", err);
+        static char flash_what[96];  // the kernel the dispatch runs for this call, by name
+        if (!naive) snprintf(flash_what, sizeof flash_what, "flash (CUDA, %s)", flash_fwd_kernel_name(&a)), what = flash_what;
         double* t = malloc(sizeof(double) * (size_t)reps);
         gpu_timer_t tm;
         gpu_timer_init(&tm);

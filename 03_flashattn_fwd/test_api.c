@@ -136,8 +136,9 @@ Test(api, variant_tables) {
 }
 
 // The dispatch rule (flash_fwd_bf16_variant_that_runs) against the variant tables: the selected
-// variant runs when it exists, else entry 0; a wgmma variant runs only in a build with its code.
-// flash_fwd_kernel_name, which the bench prints, names what that rule picks.
+// variant runs when it exists, else the table's default (fa3 at d 64 and 128, entry 0 at 16 and
+// 32); a wgmma variant runs only in a build with its code, else entry 0. flash_fwd_kernel_name,
+// which the bench prints, names what that rule picks.
 Test(api, variant_that_runs_and_its_name) {
     const int dims[] = {16, 32, 64, 128};
     int n_wgmma = 0;
@@ -147,21 +148,25 @@ Test(api, variant_that_runs_and_its_name) {
         const int n = flash_fwd_bf16_variants(d, &vl);
         for (int v = -1; v <= n + 1; v++)
             for (int built = 0; built <= 1; built++) {
-                int want = (v < 0 || v >= n) ? 0 : v;
+                int want = (v < 0 || v >= n) ? flash_fwd_bf16_default_variant(d) : v;
                 if (vl[want].wgmma && !built) want = 0;
                 cr_assert_eq(flash_fwd_bf16_variant_that_runs(d, v, built), want, "d %d v %d built %d", d, v, built);
             }
         for (int v = 0; v < n; v++) n_wgmma += vl[v].wgmma;
-        // The default is not a wgmma variant, so naming it needs no GPU.
+        // Entry 0, the fallback, is not a wgmma variant: naming it needs no GPU. The default is
+        // fa3 (a wgmma and TMA variant) at d 64 and 128, entry 0 at d 16 and 32.
         cr_assert_eq(vl[0].wgmma, 0);
+        const int dv = flash_fwd_bf16_default_variant(d);
+        if (d == 64 || d == 128) cr_assert_str_eq(vl[dv].name, "fa3 w12 bq128 bk128", "d %d", d);
+        else cr_assert_eq(dv, 0, "d %d", d);
         attn_args_t a = valid_args();
         a.d = d;
-        cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[0].name, "d %d", d);
-        if (n > 1) {  // a selected non-wgmma variant is what the name says, and back
+        if (!vl[dv].wgmma) cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[0].name, "d %d", d);
+        if (n > 1) {  // a selected non-wgmma variant is what the name says, and back to the default
             const int v = vl[1].wgmma ? 0 : 1;
             flash_fwd_bf16_set_variant(d, v);
             cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[v].name, "d %d", d);
-            flash_fwd_bf16_set_variant(d, 0);
+            flash_fwd_bf16_set_variant(d, FLASH_FWD_DEFAULT_VARIANT);
         }
     }
     cr_assert_eq(n_wgmma, 10, "ten sm_90a variants (d 64's last six, d 128's last four), as flash_fwd_bf16_d64.cu and _d128.cu say");

@@ -63,23 +63,25 @@ Test(bwd_api, plan_follows_the_version_table) {
     }
 }
 
-Test(bwd_api, plan_of_the_default_is_version_19_on_hopper_builds) {
+// The default (version 20) runs version 19's kernel at d 64 and its own at d 128 on Hopper builds.
+Test(bwd_api, plan_of_the_default_is_wgmma_at_d64_and_d128_on_hopper_builds) {
     const attn_args_t a = plan_args(DT_BF16, 64);
     const flash_bwd_plan_t p = flash_bwd_plan(&a, FLASH_BWD_DEFAULT_VERSION, 0, 1);
-    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 19, "flash_bwd.h's header and NOTES.md name version 19 the default");
+    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 20, "flash_bwd.h's header and NOTES.md name version 20 the default");
     char name[96];
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v19 wgmma single pass (flash_bwd_wgmma.cu)");
     const flash_bwd_plan_t q = flash_bwd_plan(&a, FLASH_BWD_DEFAULT_VERSION, 0, 0);  // no sm_90a code
     cr_assert_str_eq(flash_bwd_plan_name(&q, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
+    const attn_args_t a128 = plan_args(DT_BF16, 128);
+    const flash_bwd_plan_t r = flash_bwd_plan(&a128, FLASH_BWD_DEFAULT_VERSION, 0, 1);
+    cr_assert_str_eq(flash_bwd_plan_name(&r, name, sizeof name), "v20 wgmma single pass (flash_bwd_wgmma.cu)");
 }
 
 // Version 20 (19's wgmma single pass for d 128), case by case with the printed names: only bf16
 // d 128 in a build with the wgmma kernels runs it; d 64 runs 19, d 16 and 32 version 10, d 128
 // without sm_90a code version 1's kernels (as every version >= 6 there), fp32 the SIMT kernels.
-// And the default at d 128 is still version 1's two-pass (20 has not run on a GPU yet).
 Test(bwd_api, plan_of_version_20) {
     cr_assert_eq(FLASH_BWD_MAX_VERSION, 20);
-    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 19, "version 20 is not the default until it is measured");
     char name[96];
     const attn_args_t a128 = plan_args(DT_BF16, 128);
     for (int atomic = 0; atomic <= 1; atomic++) {
@@ -95,7 +97,7 @@ Test(bwd_api, plan_of_version_20) {
         p = flash_bwd_plan(&a128, v, 0, 1);
         cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync two-pass (flash_bwd_mma.cu)", "v%d", v);
     }
-    p = flash_bwd_plan(&a128, FLASH_BWD_DEFAULT_VERSION, 0, 1);  // what runs at d 128 by default
+    p = flash_bwd_plan(&a128, 19, 0, 1);  // version 19 at d 128: version 1's two passes
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync two-pass (flash_bwd_mma.cu)");
     const attn_args_t a64 = plan_args(DT_BF16, 64);
     p = flash_bwd_plan(&a64, 20, 0, 1);
