@@ -14,6 +14,10 @@
 //   version 20     19's single pass on wgmma for d 128 (flash_bwd_wgmma.cu, sm_90a builds; at d 64
 //                  it runs 19): 7.98 ms at N 16384, 16 heads, causal against version 1's 15.69
 //                  (H100, 2026-11-26), so the default.
+//   version 21     FlashAttention-3's layout at d 64 (flash_bwd_tma.cu, sm_90a builds): a TMA
+//                  producer warpgroup, two wgmma consumer warpgroups, dQ by TMA reduce-add; where
+//                  TMA cannot describe a view, and at other head dims, it runs what 20 runs.
+//                  Built and compiled, not yet run on a GPU (NOTES.md "Version 21").
 //   fp32, unaligned rows: the SIMT kernels, flash_bwd_simt.cu
 //   the choice: flash_bwd_plan() (flash_bwd_dispatch.c); the launches: flash_bwd_cuda.cu
 //
@@ -77,6 +81,7 @@ typedef enum {
     FLASH_BWD_PATH_MMA_SINGLE,     // flash_bwd_mma.cu, dQ by atomics / bulk reduce (versions 1-5)
     FLASH_BWD_PATH_FA2,            // flash_bwd_fa2.cu (versions 6-15; 10 stands in for 16-20)
     FLASH_BWD_PATH_WGMMA,          // flash_bwd_wgmma.cu (versions 16-19 at d 64, 20 at d 128; sm_90a)
+    FLASH_BWD_PATH_TMA,            // flash_bwd_tma.cu (version 21 at d 64; sm_90a, views TMA describes)
 } flash_bwd_path_t;
 typedef struct {
     flash_bwd_path_t path;
@@ -93,18 +98,22 @@ const char* flash_bwd_plan_name(const flash_bwd_plan_t* p, char* buf, size_t len
 flash_bwd_plan_t flash_bwd_current_plan(const attn_args_t* a, int atomic);
 // 1 if the tensor-core kernels take *a (bf16, d in {16, 32, 64, 128}, 16-byte aligned rows).
 int flash_bwd_mma_ok(const attn_args_t* a);
+// 1 if a tensor map describes the q, dout, k and v views of *a (common/tma.h's tma_view_bhnd):
+// version 21 runs its own kernel only then. Pure, no GPU.
+int flash_bwd_tma_ok(const attn_args_t* a);
 // Benchmark knobs (process-wide, not thread-safe; the defaults are what ships):
 // version of the tensor-core kernels, 1 to FLASH_BWD_MAX_VERSION (flash_bwd_mma.cu,
-// flash_bwd_fa2.cu, flash_bwd_wgmma.cu and NOTES.md say what changed): 1-5 two-pass, 6-20
-// single-pass (16-19: wgmma, d 64, sm_90a builds, version 10 at other d; 20: wgmma, d 128,
-// sm_90a builds, 19 at d 64; for bf16, d <= 64 with 16-byte rows (20: also d 128)
+// flash_bwd_fa2.cu, flash_bwd_wgmma.cu, flash_bwd_tma.cu and NOTES.md say what changed): 1-5
+// two-pass, 6-21 single-pass (16-19: wgmma, d 64, sm_90a builds, version 10 at other d; 20:
+// wgmma, d 128, sm_90a builds, 19 at d 64; 21: TMA + wgmma at d 64 where TMA describes the views,
+// elsewhere as 20; for bf16, d <= 64 with 16-byte rows (20, 21: also d 128)
 // flash_backward_cuda is then the single pass too; elsewhere they run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
 // kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel
 // only): for per-kernel timings, the results are then incomplete. Bad values die.
 // The default is version 20 (wgmma: 19's kernel at d 64, 20's at d 128; version 10 at d 16 and
 // 32), the fastest measured with every test passing (NOTES.md).
 #define FLASH_BWD_DEFAULT_VERSION 20
-#define FLASH_BWD_MAX_VERSION 20
+#define FLASH_BWD_MAX_VERSION 21
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);
 

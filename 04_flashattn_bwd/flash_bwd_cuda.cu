@@ -31,7 +31,7 @@ extern "C" size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a) {
     return d_bytes(a) + sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
 }
 
-// Versions 6-20 make flash_backward_cuda itself single-pass (20 at d 128 too), and the version
+// Versions 6-21 make flash_backward_cuda itself single-pass (20 and 21 at d 128 too), and the version
 // is a process-wide switch that may change after the caller allocated: always room for the
 // accumulator ([B, H, Nq, d] fp32, d 128 included).
 extern "C" size_t flash_bwd_workspace_bytes(const attn_args_t* a) { return flash_bwd_atomic_workspace_bytes(a); }
@@ -71,7 +71,7 @@ extern "C" const char* flash_bwd_kernel_name(const attn_args_t* a) { return flas
 // flash_bwd_plan (flash_bwd_dispatch.c) with this process's version; the device is asked whether
 // the wgmma kernels exist only when the plan could use them.
 extern "C" flash_bwd_plan_t flash_bwd_current_plan(const attn_args_t* a, int atomic) {
-    const int could_use_wgmma = g_version >= 16 && (a->d == 64 || (a->d == 128 && g_version == 20)) && flash_bwd_mma_ok(a);
+    const int could_use_wgmma = g_version >= 16 && (a->d == 64 || (a->d == 128 && g_version >= 20)) && flash_bwd_mma_ok(a);
     return flash_bwd_plan(a, g_version, atomic, could_use_wgmma ? (int)bwd_wgmma_available() : 0);
 }
 
@@ -108,6 +108,9 @@ static void backward_single_pass(const attn_args_t* a, const flash_bwd_plan_t& p
     CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream));
     bwd_launch_prepass(p, a->dtype, stream);
     switch (plan.path) {
+    case FLASH_BWD_PATH_TMA:
+        bwd_launch_tma(p, stream);  // version 21 (d 64): the kernel, then the cast into dq
+        return;
     case FLASH_BWD_PATH_WGMMA:
         if (plan.version == 20) {  // d 128 (flash_bwd_fa2.cu's cast has no d 128 instance)
             bwd_launch_wgmma(p, plan.version, stream);
@@ -128,7 +131,7 @@ static void backward_single_pass(const attn_args_t* a, const flash_bwd_plan_t& p
 extern "C" void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream) {
     check_args(a, "flash_backward_cuda");
     const flash_bwd_plan_t plan = flash_bwd_current_plan(a, 0);
-    if (plan.single_pass) {  // versions 6-19 on bf16, d <= 64, and 20 at d 128 (sm_90a): one pass
+    if (plan.single_pass) {  // versions 6-21 on bf16, d <= 64, and 20, 21 at d 128 (sm_90a): one pass
         backward_single_pass(a, plan, stream);
         return;
     }

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "04_flashattn_bwd/flash_bwd.h"
+#include "common/tma.h"
 
 // The tensor-core kernels want bf16, a head dim they were built for, and 16-byte aligned rows
 // (cp.async moves 16 bytes): every base pointer 16-byte aligned and every stride a multiple of
@@ -21,9 +22,32 @@ int flash_bwd_mma_ok(const attn_args_t* a) {
     return 1;
 }
 
+// Version 21 loads Q, dO, K and V by TMA: each [B, H, N, d] view must be one a tensor map
+// describes (common/tma.h: no zero stride on an axis longer than 1, strides of 16-byte
+// multiples). The same pure test the plan below and nothing else decides with.
+int flash_bwd_tma_ok(const attn_args_t* a) {
+    tma_view_t v;
+    char err[160];
+    return tma_view_bhnd(a->B, a->H, a->Nq, a->d, a->sq, &v, err, sizeof err) == 0 &&
+           tma_view_bhnd(a->B, a->H, a->Nq, a->d, a->sdo, &v, err, sizeof err) == 0 &&
+           tma_view_bhnd(a->B, a->H, a->Nk, a->d, a->sk, &v, err, sizeof err) == 0 &&
+           tma_view_bhnd(a->B, a->H, a->Nk, a->d, a->sv, &v, err, sizeof err) == 0;
+}
+
 flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, int wgmma_built) {
     flash_bwd_plan_t p = {FLASH_BWD_PATH_SIMT, 0, atomic ? 1 : 0, "flash_bwd_simt.cu"};
     const int mma = flash_bwd_mma_ok(a);
+    if (version == 21) {
+        // Version 21: the TMA-fed single pass (flash_bwd_tma.cu) for bf16 d 64 with 16-byte rows
+        // in sm_90a builds, where TMA describes the views; everywhere else what version 20 runs
+        // (19 at d 64, 20 at d 128, 10 at d 16 and 32, version 1 without sm_90a code at d 128).
+        if (mma && a->d == 64 && wgmma_built && flash_bwd_tma_ok(a)) {
+            p.single_pass = 1;
+            p.path = FLASH_BWD_PATH_TMA, p.version = 21, p.file = "flash_bwd_tma.cu";
+            return p;
+        }
+        version = 20;
+    }
     if (mma && version >= 6 && a->d <= 64) {
         // Versions 6-20 have single-pass kernels for d 16, 32, 64 (flash_bwd_fa2.cu); 16-19 are
         // wgmma kernels for d 64 in sm_90a builds (flash_bwd_wgmma.cu), and 20 (built for d 128)
@@ -52,7 +76,7 @@ flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, i
 }
 
 const char* flash_bwd_plan_name(const flash_bwd_plan_t* p, char* buf, size_t len) {
-    static const char* const what[] = {"simt", "mma.sync", "mma.sync", "fa2 mma.sync", "wgmma"};
+    static const char* const what[] = {"simt", "mma.sync", "mma.sync", "fa2 mma.sync", "wgmma", "tma wgmma"};
     const char* pass = p->single_pass ? "single pass" : "two-pass";
     if (p->version > 0) snprintf(buf, len, "v%d %s %s (%s)", p->version, what[p->path], pass, p->file);
     else snprintf(buf, len, "%s %s (%s)", what[p->path], pass, p->file);

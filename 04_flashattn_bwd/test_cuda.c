@@ -12,6 +12,9 @@ typedef struct {
     int atomic;   // 0: flash_backward_cuda, 1: flash_backward_atomic_cuda
     int pad;      // extra elements per row: views as (B, N, H, d + pad), like a fused projection
 } bwd_case_t;
+// 1: K and V shared by the heads of a batch (head stride 0), a view TMA cannot describe; set by
+// the one test that wants it (every Criterion test is its own process).
+static int g_kv_bcast = 0;
 
 // Strides of a (B, H, N, d) view stored as (B, N, H, d + pad) when pad >= 0 (pad = 0 and
 // layout_bnhd = 0: plain contiguous [B, H, N, d]).
@@ -90,6 +93,7 @@ static void run_gpu_backward(const bwd_case_t* c, const float* q, const float* k
     case_strides(c, c->Nq, a.sq); case_strides(c, c->Nk, a.sk); case_strides(c, c->Nk, a.sv);
     case_strides(c, c->Nq, a.so); case_strides(c, c->Nq, a.sdo); case_strides(c, c->Nq, a.sdq);
     case_strides(c, c->Nk, a.sdk); case_strides(c, c->Nk, a.sdv);
+    if (g_kv_bcast) a.sk[1] = a.sv[1] = 0;  // upload writes every head's (equal) rows to one place
     a.q = upload(c, q, c->Nq, a.sq);
     a.k = upload(c, k, c->Nk, a.sk);
     a.v = upload(c, v, c->Nk, a.sv);
@@ -121,6 +125,14 @@ static void check_case(bwd_case_t c, uint64_t seed) {
     const size_t nq = (size_t)BH * c.Nq * c.d, nk = (size_t)BH * c.Nk * c.d, nl = (size_t)BH * c.Nq;
     float *q = randn_f32(nq, seed), *k = randn_f32(nk, seed + 1), *v = randn_f32(nk, seed + 2);
     float *dO = randn_f32(nq, seed + 3), *O = poisoned_f32(nq), *L = poisoned_f32(nl);
+    if (g_kv_bcast) {  // every head of a batch gets head 0's K and V
+        const size_t hk = (size_t)c.Nk * c.d;
+        for (int bh = 0; bh < BH; bh++)
+            if (bh % c.H) {
+                memcpy(k + bh * hk, k + (bh - bh % c.H) * hk, hk * sizeof(float));
+                memcpy(v + bh * hk, v + (bh - bh % c.H) * hk, hk * sizeof(float));
+            }
+    }
     if (c.dt == DT_BF16) {
         bwd_round_bf16(q, nq); bwd_round_bf16(k, nk); bwd_round_bf16(v, nk); bwd_round_bf16(dO, nq);
     }
@@ -143,9 +155,9 @@ static void check_case(bwd_case_t c, uint64_t seed) {
     const char* names[3] = {"dQ", "dK", "dV"};
     for (int x = 0; x < 3; x++) {
         const double atol = (bf ? 2e-2 : 1e-3) * (bwd_max_abs(want[x], n[x]) + 1e-6);
-        snprintf(what, sizeof what, "%s (%s, %s, B %d H %d Nq %d Nk %d d %d %s pad %d)", names[x],
+        snprintf(what, sizeof what, "%s (%s, %s, B %d H %d Nq %d Nk %d d %d %s pad %d%s)", names[x],
                  c.atomic ? "atomic" : "two-pass", dtype_name(c.dt), c.B, c.H, c.Nq, c.Nk, c.d,
-                 c.causal ? "causal" : "noncausal", c.pad);
+                 c.causal ? "causal" : "noncausal", c.pad, g_kv_bcast ? " kv shared by heads" : "");
         ASSERT_ALLCLOSE(got[x], want[x], n[x], rtol, atol, what);
     }
     free(q); free(k); free(v); free(dO); free(O); free(L);
@@ -326,6 +338,104 @@ Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
     }
 }
 
+// Version 21 (flash_bwd_tma.cu; written without a GPU): the TMA-fed single pass at d 64. The
+// sweep covers every head dim (d 16, 32: version 10; d 128: version 20) through both entry points.
+Test(bwd_cuda, sweep_bf16_version21, .timeout = 300) { flash_bwd_set_version(21); sweep(DT_BF16, 0); }
+Test(bwd_cuda, sweep_bf16_atomic_version21, .timeout = 300) { flash_bwd_set_version(21); sweep(DT_BF16, 1); }
+// Where the build has the wgmma kernels, version 21 runs its own at d 64 (a contiguous view).
+Test(bwd_cuda, version21_runs_where_wgmma_is_built) {
+    SKIP_WITHOUT_GPU();
+    attn_args_t a;
+    memset(&a, 0, sizeof a);
+    a.B = 1; a.H = 2; a.Nq = a.Nk = 256; a.d = 64; a.dtype = DT_BF16; a.causal = 1; a.scale = 0.125f;
+    a.q = (void*)0x10000; a.k = (void*)0x20000; a.v = (void*)0x30000; a.o = (void*)0x40000;
+    a.dout = (void*)0x50000; a.dq = (void*)0x60000; a.dk = (void*)0x70000; a.dv = (void*)0x80000;
+    int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
+    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, a.Nq, a.d);
+    flash_bwd_set_version(19);
+    const int built = flash_bwd_current_plan(&a, 0).path == FLASH_BWD_PATH_WGMMA;
+    flash_bwd_set_version(21);
+    const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 0);
+    char name[96];
+    flash_bwd_plan_name(&p, name, sizeof name);
+    if (built) cr_assert_str_eq(name, "v21 tma wgmma single pass (flash_bwd_tma.cu)");
+    else cr_assert_str_eq(name, "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
+}
+// Ragged ends on both axes (the TMA zero fill, L = D = 0 past Nq, the dQ map's clipped rows),
+// Nq != Nk both ways (causal blocks with no query tile: Nk > Nq), one tile, one element, many
+// tiles (the ring wraps: 3 stages), causal and not, both entry points, several heads and batches.
+Test(bwd_cuda, shapes_bf16_version21, .timeout = 300) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(21);
+    const int shapes[9][2] = {{150, 67}, {70, 200}, {333, 201}, {517, 517}, {64, 64},
+                              {1, 1}, {128, 129}, {700, 650}, {201, 333}};
+    uint64_t seed = 2100;
+    for (int si = 0; si < 9; si++)
+        for (int causal = 0; causal < 2; causal++) {
+            bwd_case_t c = {1, 2, shapes[si][0], shapes[si][1], 64, causal, DT_BF16, (si + causal) & 1, 0};
+            check_case(c, seed++);
+        }
+    bwd_case_t c = {2, 3, 257, 190, 64, 1, DT_BF16, 0, 0};  // B*H = 6 blocks of heads
+    check_case(c, seed++);
+    c.atomic = 1;
+    c.causal = 0;
+    check_case(c, seed++);
+}
+// Strided views as the model hands them over, (B, N, H, d + 8): TMA describes them (row stride
+// H (d + 8) elements, head stride d + 8), so version 21's kernel runs on them.
+Test(bwd_cuda, strided_bf16_version21, .timeout = 120) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(21);
+    bwd_case_t c = {2, 3, 200, 190, 64, 1, DT_BF16, 0, 8};
+    check_case(c, 2150);
+    c.causal = 0;
+    c.atomic = 1;
+    c.Nq = 97;
+    check_case(c, 2151);
+}
+// A view TMA cannot describe (K and V shared by the heads: head stride 0) runs version 19
+// instead, through both entry points; the plan names it.
+Test(bwd_cuda, fallback_bf16_version21, .timeout = 120) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(21);
+    g_kv_bcast = 1;
+    bwd_case_t c = {2, 3, 150, 130, 64, 1, DT_BF16, 0, 0};
+    check_case(c, 2160);
+    c.atomic = 1;
+    c.causal = 0;
+    check_case(c, 2161);
+    attn_args_t a;
+    memset(&a, 0, sizeof a);
+    a.B = 2; a.H = 3; a.Nq = 150; a.Nk = 130; a.d = 64; a.dtype = DT_BF16; a.scale = 0.125f;
+    a.q = (void*)0x10000; a.k = (void*)0x20000; a.v = (void*)0x30000; a.o = (void*)0x40000;
+    a.dout = (void*)0x50000; a.dq = (void*)0x60000; a.dk = (void*)0x70000; a.dv = (void*)0x80000;
+    int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
+    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, i == 1 || i == 2 ? a.Nk : a.Nq, a.d);
+    a.sk[1] = a.sv[1] = 0;
+    const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 1);
+    cr_assert(p.path != FLASH_BWD_PATH_TMA, "version 21 must not take a view TMA cannot describe");
+}
+// dK and dV the same bits run to run; dQ (TMA reduce-adds in any order) close.
+Test(bwd_cuda, single_pass_run_to_run_version21, .timeout = 60) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(21);
+    bwd_case_t c = {1, 2, 517, 389, 64, 1, DT_BF16, 0, 0};
+    const size_t nq = (size_t)2 * 517 * 64, nk = (size_t)2 * 389 * 64, nl = (size_t)2 * 517;
+    float *q = randn_f32(nq, 621), *k = randn_f32(nk, 622), *v = randn_f32(nk, 623), *dO = randn_f32(nq, 624);
+    bwd_round_bf16(q, nq); bwd_round_bf16(k, nk); bwd_round_bf16(v, nk); bwd_round_bf16(dO, nq);
+    float *O = poisoned_f32(nq), *L = poisoned_f32(nl);
+    attn_naive_forward_cpu(q, k, v, O, L, 2, 517, 389, 64, 1, 0.125f);
+    bwd_round_bf16(O, nq);
+    float *q1, *k1, *v1, *q2, *k2, *v2;
+    run_gpu_backward(&c, q, k, v, dO, O, L, &q1, &k1, &v1);
+    run_gpu_backward(&c, q, k, v, dO, O, L, &q2, &k2, &v2);
+    cr_assert(memcmp(k1, k2, nk * sizeof(float)) == 0, "dK differs between runs");
+    cr_assert(memcmp(v1, v2, nk * sizeof(float)) == 0, "dV differs between runs");
+    ASSERT_ALLCLOSE(q2, q1, nq, 8e-3, 1e-6, "dQ run to run");
+    free(q); free(k); free(v); free(dO); free(O); free(L);
+    free(q1); free(k1); free(v1); free(q2); free(k2); free(v2);
+}
+
 // Longer sequences: many tiles, so the causal start/stop and the double buffering are exercised.
 Test(bwd_cuda, long_bf16_causal_d64) {
     SKIP_WITHOUT_GPU();
@@ -424,6 +534,15 @@ Test(bwd_cuda, sanitize_bf16_version20) {
     check_case(c, 95);
     c.causal = 0;
     check_case(c, 96);
+}
+Test(bwd_cuda, sanitize_bf16_version21) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(21);
+    bwd_case_t c = {1, 2, 150, 67, 64, 1, DT_BF16, 0, 0};
+    check_case(c, 97);
+    c.causal = 0;
+    c.atomic = 1;
+    check_case(c, 98);
 }
 Test(bwd_cuda, sanitize_f32) {
     SKIP_WITHOUT_GPU();

@@ -43,20 +43,27 @@ Test(bwd_api, plan_follows_the_version_table) {
     for (int di = 0; di < 4; di++) {
         const int d = dims[di];
         const attn_args_t a = plan_args(DT_BF16, d);
-        for (int v = 1; v <= FLASH_BWD_MAX_VERSION; v++)
+        for (int v0 = 1; v0 <= FLASH_BWD_MAX_VERSION; v0++)
             for (int atomic = 0; atomic <= 1; atomic++)
                 for (int wg = 0; wg <= 1; wg++) {
+                    // Version 21 runs its own kernel at d 64 in Hopper builds (these views are
+                    // contiguous: TMA describes them), elsewhere what version 20 runs.
+                    if (v0 == 21 && d == 64 && wg) {
+                        expect(&a, v0, atomic, wg, FLASH_BWD_PATH_TMA, 21, 1, "flash_bwd_tma.cu");
+                        continue;
+                    }
+                    const int v = v0 == 21 ? 20 : v0;
                     if (v >= 6 && d <= 64) {  // the single-pass kernels, whether atomic was asked or not
                         if (v >= 16 && d == 64 && wg)  // 20 is built for d 128: 19 runs at d 64
-                            expect(&a, v, atomic, wg, FLASH_BWD_PATH_WGMMA, v == 20 ? 19 : v, 1, "flash_bwd_wgmma.cu");
-                        else expect(&a, v, atomic, wg, FLASH_BWD_PATH_FA2, v >= 16 ? 10 : v, 1, "flash_bwd_fa2.cu");
+                            expect(&a, v0, atomic, wg, FLASH_BWD_PATH_WGMMA, v == 20 ? 19 : v, 1, "flash_bwd_wgmma.cu");
+                        else expect(&a, v0, atomic, wg, FLASH_BWD_PATH_FA2, v >= 16 ? 10 : v, 1, "flash_bwd_fa2.cu");
                     } else if (v == 20 && d == 128 && wg) {  // version 20: the wgmma single pass at d 128
-                        expect(&a, v, atomic, wg, FLASH_BWD_PATH_WGMMA, 20, 1, "flash_bwd_wgmma.cu");
+                        expect(&a, v0, atomic, wg, FLASH_BWD_PATH_WGMMA, 20, 1, "flash_bwd_wgmma.cu");
                     } else if (atomic) {  // versions 1-5's single pass; d 128 keeps 1-5's dQ methods
-                        expect(&a, v, 1, wg, FLASH_BWD_PATH_MMA_SINGLE, v >= 6 ? 1 : v, 1, "flash_bwd_mma.cu");
+                        expect(&a, v0, 1, wg, FLASH_BWD_PATH_MMA_SINGLE, v >= 6 ? 1 : v, 1, "flash_bwd_mma.cu");
                     } else {
                         const int ran = (v >= 6 || d == 128) ? 1 : v;
-                        expect(&a, v, 0, wg, FLASH_BWD_PATH_MMA_TWO_PASS, ran, 0,
+                        expect(&a, v0, 0, wg, FLASH_BWD_PATH_MMA_TWO_PASS, ran, 0,
                                ran == 5 ? "flash_bwd_dkdv_mt2.cu + flash_bwd_mma.cu" : "flash_bwd_mma.cu");
                     }
                 }
@@ -81,7 +88,7 @@ Test(bwd_api, plan_of_the_default_is_wgmma_at_d64_and_d128_on_hopper_builds) {
 // d 128 in a build with the wgmma kernels runs it; d 64 runs 19, d 16 and 32 version 10, d 128
 // without sm_90a code version 1's kernels (as every version >= 6 there), fp32 the SIMT kernels.
 Test(bwd_api, plan_of_version_20) {
-    cr_assert_eq(FLASH_BWD_MAX_VERSION, 20);
+    cr_assert(FLASH_BWD_MAX_VERSION >= 20);
     char name[96];
     const attn_args_t a128 = plan_args(DT_BF16, 128);
     for (int atomic = 0; atomic <= 1; atomic++) {
@@ -142,4 +149,72 @@ Test(bwd_api, plan_takes_simt_where_the_tensor_cores_cannot) {
     cr_assert_str_eq(flash_bwd_kernel_name(&a), "mma-bf16");
     const attn_args_t b = plan_args(DT_F32, 64);
     cr_assert_str_eq(flash_bwd_kernel_name(&b), "simt");
+}
+
+// Version 21 (the TMA-fed single pass, flash_bwd_tma.cu), case by case with the printed names:
+// bf16 d 64 in a Hopper build with views a tensor map describes runs it; a view TMA cannot
+// describe (K or V shared by the heads: head stride 0) runs version 19, as do the other head
+// dims what version 20 runs there.
+Test(bwd_api, plan_of_version_21) {
+    cr_assert_eq(FLASH_BWD_MAX_VERSION, 21);
+    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 20, "version 21 is not yet the default (not run on a GPU)");
+    char name[96];
+    const attn_args_t a64 = plan_args(DT_BF16, 64);
+    cr_assert(flash_bwd_tma_ok(&a64));
+    for (int atomic = 0; atomic <= 1; atomic++) {
+        const flash_bwd_plan_t p = flash_bwd_plan(&a64, 21, atomic, 1);
+        cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v21 tma wgmma single pass (flash_bwd_tma.cu)");
+        cr_assert_eq(p.path, FLASH_BWD_PATH_TMA);
+        const flash_bwd_plan_t q = flash_bwd_plan(&a64, 21, atomic, 0);  // no sm_90a code
+        cr_assert_str_eq(flash_bwd_plan_name(&q, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
+    }
+    // Views TMA cannot describe: a zero head stride (K, V or both; also Q, dO) with H > 1.
+    const char* which[4] = {"k", "v", "q", "dout"};
+    for (int x = 0; x < 4; x++) {
+        attn_args_t b = plan_args(DT_BF16, 64);
+        int64_t* s = x == 0 ? b.sk : x == 1 ? b.sv : x == 2 ? b.sq : b.sdo;
+        s[1] = 0;
+        cr_assert(flash_bwd_mma_ok(&b), "%s: the mma kernels still take it", which[x]);
+        cr_assert(!flash_bwd_tma_ok(&b), "%s: head stride 0 with H = 2", which[x]);
+        const flash_bwd_plan_t p = flash_bwd_plan(&b, 21, x & 1, 1);
+        cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v19 wgmma single pass (flash_bwd_wgmma.cu)", "%s",
+                         which[x]);
+    }
+    // An axis of extent 1 never moves, so its stride does not matter (B = 1: batch stride 0).
+    attn_args_t c = plan_args(DT_BF16, 64);
+    c.sk[0] = c.sv[0] = 0;
+    cr_assert(flash_bwd_tma_ok(&c));
+    flash_bwd_plan_t p = flash_bwd_plan(&c, 21, 0, 1);
+    cr_assert_eq(p.path, FLASH_BWD_PATH_TMA);
+    c.B = 2;  // now the batch moves: stride 0 is a broadcast TMA cannot express
+    cr_assert(!flash_bwd_tma_ok(&c));
+    p = flash_bwd_plan(&c, 21, 0, 1);
+    cr_assert_eq(p.path, FLASH_BWD_PATH_WGMMA);
+    cr_assert_eq(p.version, 19);
+    // The other head dims: what version 20 runs.
+    const attn_args_t a128 = plan_args(DT_BF16, 128);
+    p = flash_bwd_plan(&a128, 21, 0, 1);
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v20 wgmma single pass (flash_bwd_wgmma.cu)");
+    p = flash_bwd_plan(&a128, 21, 0, 0);
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync two-pass (flash_bwd_mma.cu)");
+    p = flash_bwd_plan(&a128, 21, 1, 0);
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync single pass (flash_bwd_mma.cu)");
+    const int small[2] = {16, 32};
+    for (int i = 0; i < 2; i++)
+        for (int wg = 0; wg <= 1; wg++) {
+            const attn_args_t a = plan_args(DT_BF16, small[i]);
+            p = flash_bwd_plan(&a, 21, 0, wg);
+            cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)",
+                             "d %d wgmma %d", small[i], wg);
+        }
+    const attn_args_t f64 = plan_args(DT_F32, 64);
+    for (int atomic = 0; atomic <= 1; atomic++) {
+        p = flash_bwd_plan(&f64, 21, atomic, 1);
+        cr_assert_eq(p.path, FLASH_BWD_PATH_SIMT, "fp32 d 64, atomic %d", atomic);
+        cr_assert_eq(p.single_pass, atomic);
+    }
+    attn_args_t u64 = plan_args(DT_BF16, 64);
+    u64.sdo[2] = 68;  // a row stride the tensor cores cannot take
+    p = flash_bwd_plan(&u64, 21, 0, 1);
+    cr_assert_eq(p.path, FLASH_BWD_PATH_SIMT);
 }

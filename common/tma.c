@@ -69,3 +69,27 @@ int tma_map_bf16_4d(CUtensorMap* map, const void* base, const tma_view_t* v, con
     if (r != CUDA_SUCCESS) return set_err(err, errlen, "TMA: cuTensorMapEncodeTiled failed (CUresult %d)", (int)r);
     return 0;
 }
+
+int tma_map_f32_3d(CUtensorMap* map, const void* base, const uint64_t dims[3], const uint32_t box[2], char* err,
+                   size_t errlen) {
+    if (box[0] < 4 || box[0] * 4 > 128 || box[0] % 4 != 0 || box[1] < 1 || box[1] > 256)
+        return set_err(err, errlen, "TMA box %u x %u (fp32): columns a multiple of 4 up to 32 (128 bytes), rows 1-256",
+                       box[0], box[1]);
+    if (dims[0] < 1 || dims[1] < 1 || dims[2] < 1 || dims[0] * 4 % 16 != 0)
+        return set_err(err, errlen, "TMA fp32 array %llu x %llu x %llu: rows must be a multiple of 16 bytes",
+                       (unsigned long long)dims[2], (unsigned long long)dims[1], (unsigned long long)dims[0]);
+    const uint64_t row = dims[0] * 4, mat = row * dims[1];
+    if (mat >= (1ull << 40)) return set_err(err, errlen, "TMA fp32 array: a matrix stride of 2^40 bytes or more");
+    if ((uintptr_t)base % 16 != 0) return set_err(err, errlen, "TMA: the tensor's base address is not 16-byte aligned");
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encoder(err, errlen);
+    if (!enc) return -1;
+    const cuuint64_t gdims[3] = {dims[0], dims[1], dims[2]};
+    const cuuint64_t strides[2] = {row, mat};
+    const cuuint32_t boxd[3] = {box[0], box[1], 1};
+    const cuuint32_t estr[3] = {1, 1, 1};
+    const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void*)base, gdims, strides, boxd, estr,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return set_err(err, errlen, "TMA: cuTensorMapEncodeTiled failed (CUresult %d)", (int)r);
+    return 0;
+}

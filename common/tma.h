@@ -33,6 +33,14 @@ int tma_view_bhnd(int B, int H, int N, int d, const int64_t s[3], tma_view_t* v,
 int tma_map_bf16_4d(CUtensorMap* map, const void* base, const tma_view_t* v, const uint32_t box[2], char* err,
                     size_t errlen);
 
+// Encodes an fp32 tensor map of a contiguous [dims[2]][dims[1]][dims[0]] array (dims[0]
+// innermost) with a box of box[0] x box[1] x 1 and the 128-byte swizzle (box[0] * 4 must be 16
+// to 128 bytes): the destination of TMA's reduce-add (cp.reduce.async.bulk.tensor), e.g. an fp32
+// gradient accumulator [B*H][N][d] that tiles of rows are added into. Elements of a box outside
+// the array are neither read nor written. 0, or -1 with a reason (the shape's or the driver's).
+int tma_map_f32_3d(CUtensorMap* map, const void* base, const uint64_t dims[3], const uint32_t box[2], char* err,
+                   size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
