@@ -5,10 +5,13 @@
 #include "common/model_gpu.h"
 #include "03_flashattn_fwd/test_util.h"
 
-static void compare(model_precision_t prec, double tol) {
+// hs: the head dim (0: tiny's 16; 64 or 128: tiny with 2 heads of that size, where the bf16
+// default is the fa3 kernel).
+static void compare(model_precision_t prec, double tol, int hs) {
     SKIP_WITHOUT_GPU();
     model_config_t cfg;
     cr_assert_eq(model_config_by_name("tiny", 128, &cfg), 0);
+    if (hs) cfg.n_heads = 2, cfg.d_model = 2 * hs;
     const int B = 2, T = 77;  // T not a tile multiple
     char err[256];
     model_gpu_t* naive = model_gpu_create(&cfg, B, T, prec, NULL, 1234, err, sizeof err);
@@ -34,6 +37,9 @@ static void compare(model_precision_t prec, double tol) {
 }
 
 // fp32: the two attentions differ only in summation order and exp2 vs exp: 1e-4.
-Test(model, flash_forward_matches_naive_fp32) { compare(MP_FP32, 1e-4); }
+Test(model, flash_forward_matches_naive_fp32) { compare(MP_FP32, 1e-4, 0); }
 // bf16: P is rounded to bf16 at different points in the two (and O too): 3e-2 on logits.
-Test(model, flash_forward_matches_naive_bf16) { compare(MP_BF16, 3e-2); }
+Test(model, flash_forward_matches_naive_bf16) { compare(MP_BF16, 3e-2, 0); }
+// The same where the default is fa3 (TMA on the model's strided views of its fused QKV buffer).
+Test(model, flash_forward_matches_naive_bf16_hs64) { compare(MP_BF16, 3e-2, 64); }
+Test(model, flash_forward_matches_naive_bf16_hs128) { compare(MP_BF16, 3e-2, 128); }

@@ -34,11 +34,14 @@ static int32_t* tokens(int n, int vocab) {
     return tok;
 }
 
-// Every parameter's gradient, per tensor, relative to that tensor's largest gradient.
-static void grads_match(model_precision_t prec, double tol) {
+// Every parameter's gradient, per tensor, relative to that tensor's largest gradient. hs: the
+// head dim (0: tiny's 16; 64 and 128 give tiny 2 heads of that size, so that the bf16 defaults
+// the real models use, fa3's forward and the wgmma backwards, run inside the model).
+static void grads_match(model_precision_t prec, double tol, int hs) {
     SKIP_WITHOUT_GPU();
     model_config_t cfg;
     cr_assert_eq(model_config_by_name("tiny", 128, &cfg), 0);
+    if (hs) cfg.n_heads = 2, cfg.d_model = 2 * hs;
     const int B = 2, T = 77;  // T not a tile multiple
     int32_t* tok = tokens(B * T, cfg.vocab);
     run_t n = forward_backward(&cfg, B, T, prec, NULL, tok);
@@ -59,10 +62,13 @@ static void grads_match(model_precision_t prec, double tol) {
 
 // fp32: both attentions are exact up to summation order and exp vs exp2: 1e-3 of each
 // tensor's largest gradient.
-Test(train, flash_grads_match_naive_fp32, .timeout = 60) { grads_match(MP_FP32, 1e-3); }
+Test(train, flash_grads_match_naive_fp32, .timeout = 60) { grads_match(MP_FP32, 1e-3, 0); }
 // bf16: P, dS and the attention outputs are rounded to bf16 at different points in the two
 // attentions, and the difference flows through both layers: 5e-2.
-Test(train, flash_grads_match_naive_bf16, .timeout = 60) { grads_match(MP_BF16, 5e-2); }
+Test(train, flash_grads_match_naive_bf16, .timeout = 60) { grads_match(MP_BF16, 5e-2, 0); }
+// The same at head dims 64 and 128, where the defaults are fa3 (forward) and versions 19 / 20.
+Test(train, flash_grads_match_naive_bf16_hs64, .timeout = 60) { grads_match(MP_BF16, 5e-2, 64); }
+Test(train, flash_grads_match_naive_bf16_hs128, .timeout = 60) { grads_match(MP_BF16, 5e-2, 128); }
 
 // Five AdamW steps: the loss goes down, and the two models' losses stay together.
 Test(train, flash_trains_like_naive, .timeout = 60) {

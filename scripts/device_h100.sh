@@ -35,8 +35,18 @@
 #             smoke runs with short limits first (a hang costs a minute, not the call), then the
 #             GPU tests and memcheck/racecheck/synccheck; if a smoke run fails, memcheck on the
 #             smallest shapes instead, for the diagnosis
+#   sweep15   issue 15's tables from one run, PyTorch beside: bench-04 (the leaderboard with
+#             do_bench, then forward + backward over d 16..128 x N 128..65536, bf16, fp32 to
+#             N 8192) with the defaults (fa3 forward, version 20 backward); then the forward
+#             alone over the same grid, 16 heads, bf16: the default, the old default (entry 0,
+#             mma.sync) and SDPA flash / cuDNN
+#   train15   the bf16 train step with --attention flash (fa3 forward, version 19 backward at the
+#             models' head dim 64) beside naive attention and PyTorch eager / compiled, context
+#             512, small and medium, one run (train_compare.sh); then ours alone at 1024 and 2048
 #   fa3ncu    ncu (SpeedOfLight, scheduler and warp-state stalls, pipes) on one launch each of the
 #             default, wgmma-ov and fa3 forwards at N 16384, d 64 and 128
+#   flashmodel the model trained with the default flash attention (fa3 forward, version 19/20
+#             backward; head dim 64) under compute-sanitizer memcheck, one bf16 step
 #   fa3bench  its timings: every forward variant at N 4096 and 16384 (d 64, 128), the leaderboard
 #             point with fa3's forward (do_bench mean too), d 128 forward + backward with fa3 and
 #             backward version 20; SDPA flash and cuDNN in the same call
@@ -201,6 +211,11 @@ for s in "$@"; do
       done
     done
     ;;
+  flashmodel)
+    step san_flash_model 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/benchmark" \
+      --model small --context 200 --batch 1 --mode train --precision bf16 --attention flash --warmup 0 --steps 1 \
+      --out $R/flashmodel
+    ;;
   fa3bench)  # the timings, once fa3 has passed: forward scan, then forward + backward with it, PyTorch in the same call
     v64=$(variant_index 64 "fa3 "); v128=$(variant_index 128 "fa3 ")
     mkdir -p $R/fa3
@@ -214,6 +229,24 @@ for s in "$@"; do
       --fwd-variants 128:$v128 --version 20 --naive-max-N 0 --csv $R/fa3/04_d128_fa3_v20.csv
     step torch_fb128 120 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 128 --dtype bf16 \
       --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/fa3/04_d128_torch.csv
+    ;;
+  sweep15)
+    step bench04 330 env BUILD="$B" LB_REPS=50 BENCH_ARGS="--reps 10 --warmup 2 --budget-ms 250" \
+      TORCH_ARGS="--reps 10 --warmup 2 --budget-ms 250" 04_flashattn_bwd/bench.sh
+    mkdir -p $R/sweep15
+    step fwd_default 90 "$B/03_flashattn_fwd/bench" --sweep flash --H 16 --dtype bf16 --naive-max-N 0 \
+      --reps 10 --warmup 2 --budget-ms 250 --csv $R/sweep15/03_fwd_default.csv
+    step fwd_entry0 90 "$B/03_flashattn_fwd/bench" --sweep flash --H 16 --dtype bf16 --d 64,128 --naive-max-N 0 \
+      --variants 64:0,128:0 --reps 10 --warmup 2 --budget-ms 250 --csv $R/sweep15/03_fwd_entry0.csv
+    step fwd_torch 150 python3 03_flashattn_fwd/bench_torch.py --H 16 --dtype bf16 --impls sdpa_flash,sdpa_cudnn \
+      --reps 10 --warmup 2 --budget-ms 250 --csv $R/sweep15/03_fwd_torch.csv
+    ;;
+  train15)
+    step train512 420 env BUILD="$B" BENCH_OUT=$R/train15 TRAIN_CONTEXTS=512 04_flashattn_bwd/train_compare.sh
+    for size in small medium; do for T in 1024 2048; do
+      step train_${size}_$T 60 "$B/04_flashattn_bwd/benchmark" --model $size --context $T --batch 4 --mode train \
+        --precision bf16 --attention flash --warmup 3 --steps 10 --out $R/train15 --csv train_long.csv
+    done; done
     ;;
   fa3ncu)  # ncu's view of the stalls: the default, wgmma-ov and fa3 forwards at N 16384 (clocks left alone)
     for d in 64 128; do
