@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
     // m (-1: none) into rows q0.. of dQ.
     auto sync_consumers = [&](int m) {
         if (issuer) tma_bulk_wait_read<0>();
+        __syncwarp();  // bar.sync is .aligned: the warp reconverged after the issuer's branch
         named_sync(C::kBarDS, 128 * C::NC);
         if (issuer && m >= 0) {
             tma_reduce_add_3d(&tdq, sbase + C::kOffStg + (uint32_t)(c * 2 + (m & 1)) * C::kTileStg, 32 * c,
