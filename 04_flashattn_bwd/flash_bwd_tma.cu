@@ -16,9 +16,10 @@
 //     "empty" mbarriers count the 8 consumer warps' releases.
 //   warpgroups 1 and 2, the consumers (setmaxnreg 232): 64 keys each (warpgroup c: keys 64c..).
 //     Per query tile i (step n = i - i_start, ring slot n % STAGES):
-//       wait full; named barrier (both warpgroups' dS^T of tile i-1 written; dQ of tile i-2
-//         staged, whose reductions the first thread of each warpgroup now issues)
+//       wait full
 //       G1  S^T = K_j Q_i^T, dP^T = V_j dO_i^T  (m64n64k16 x 4 each; K, V, Q, dO K-major swizzled)
+//       named barrier while G1 runs (both warpgroups' dS^T of tile i-1 written; dQ of tile i-2
+//         staged, whose reductions the first thread of each warpgroup now issues)
 //       G2  dQ_{i-1} = dS_{i-1} K_j, columns 32c..32c+31 (m64n32k16 x 8 over the 128 keys; A = dS^T
 //           from shared memory, B = a no-swizzle copy of K_j, both MN-major: version 19's
 //           descriptors); runs under the softmax
@@ -181,13 +182,17 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
             }
         fence_proxy_async();  // the generic stores -> the bulk engine's reads, before the barrier
     };
-    // The consumers' barrier. Before it, the issuing thread sees its last reduction's reads done
-    // (the buffer is rewritten after this barrier); after it, it reduces the box staged for step
-    // m (-1: none) into rows q0.. of dQ.
-    auto sync_consumers = [&](int m) {
+    // The consumers' barrier in three parts, so that no branch sits between it and the wgmma
+    // around it (a branch between wgmma.fence and a wgmma makes ptxas inject a fence, C7519).
+    // Before it, the issuing thread sees its last reduction's reads done (the buffer is
+    // rewritten after this barrier); after it, it reduces the box staged for step m (-1: none)
+    // into rows q0.. of dQ.
+    auto before_sync = [&]() {
         if (issuer) tma_bulk_wait_read<0>();
         __syncwarp();  // bar.sync is .aligned: the warp reconverged after the issuer's branch
-        named_sync(C::kBarDS, 128 * C::NC);
+    };
+    auto sync = [&]() { named_sync(C::kBarDS, 128 * C::NC); };
+    auto after_sync = [&](int m) {
         if (issuer && m >= 0) {
             tma_reduce_add_3d(&tdq, sbase + C::kOffStg + (uint32_t)(c * 2 + (m & 1)) * C::kTileStg, 32 * c,
                               (i_start + m) * C::Bq, bh);
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         constexpr bool kFirst = decltype(first)::value;
         const int st = n % C::STAGES, q0 = (i_start + n) * C::Bq;
         mbar_wait(full(st), (n / C::STAGES) & 1);
-        if (!kFirst) sync_consumers(n >= 2 ? n - 2 : -1);  // dS^T of step n-1 in; dQ of step n-2 staged
+        if (!kFirst) before_sync();
         const uint32_t qa = q_tile(st), oa = do_tile(st);
         wg_fence();
 #pragma unroll
@@ -232,7 +237,12 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
                                kk > 0);
         wg_commit();
         if constexpr (!kFirst) {
+            // The barrier while G1 runs (it needs nothing the barrier orders): dS^T of step n-1
+            // in, dQ of step n-2 staged. G2 needs no second wgmma.fence: dq was last touched
+            // (stage_dq) before the one above.
+            sync();
             issue_dq(n - 1);  // G2 for tile i-1
+            after_sync(n >= 2 ? n - 2 : -1);
             wg_wait<1>();     // G1 done, G2 may run on
         } else {
             wg_wait<0>();
@@ -304,12 +314,16 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
     if (n_tiles > 0) step(0, std::true_type{});
     for (int n = 1; n < n_tiles; n++) step(n, std::false_type{});
     if (n_tiles > 0) {  // the last tile's dQ
-        sync_consumers(n_tiles >= 2 ? n_tiles - 2 : -1);
+        before_sync();
+        sync();
+        after_sync(n_tiles >= 2 ? n_tiles - 2 : -1);
         wg_fence();
         issue_dq(n_tiles - 1);
         wg_wait<0>();
         stage_dq(n_tiles - 1);
-        sync_consumers(n_tiles - 1);
+        before_sync();
+        sync();
+        after_sync(n_tiles - 1);
         if (issuer) tma_bulk_wait<0>();  // the reductions are done before the block's shared memory goes
     }
 

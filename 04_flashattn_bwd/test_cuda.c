@@ -410,7 +410,7 @@ Test(bwd_cuda, fallback_bf16_version21, .timeout = 120) {
     a.q = (void*)0x10000; a.k = (void*)0x20000; a.v = (void*)0x30000; a.o = (void*)0x40000;
     a.dout = (void*)0x50000; a.dq = (void*)0x60000; a.dk = (void*)0x70000; a.dv = (void*)0x80000;
     int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
-    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, i == 1 || i == 2 ? a.Nk : a.Nq, a.d);
+    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, (i == 1 || i == 2 || i >= 6) ? a.Nk : a.Nq, a.d);
     a.sk[1] = a.sv[1] = 0;
     const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 1);
     cr_assert(p.path != FLASH_BWD_PATH_TMA, "version 21 must not take a view TMA cannot describe");
