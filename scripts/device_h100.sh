@@ -26,12 +26,12 @@
 #   gpu34     stages 03 and 04's whole test binaries (their GPU tests run, the rest again)
 #   fwdov     issue 15: the overlapped wgmma forward (d 64, 128): its GPU tests, compute-sanitizer,
 #             every variant at N 4096 and 16384 beside SDPA flash and cuDNN in the same call
-#   bwd128    issue 15: the wgmma backward for d 128 (version 20, never run before): test_04's
+#   bwd128    issue 15: the wgmma backward for d 128 (version 20; first run 2026-11-26): test_04's
 #             version-20 tests and the plan tests, a longer --check, then N 16384, d 128, 16 heads,
 #             causal, bf16: version 20 vs the default (version 1's two passes at d 128) and SDPA
 #             flash / cuDNN in the same call, then compute-sanitizer memcheck and racecheck at
 #             d 128 (small ragged shapes, causal and not, both entry points); < 10 minutes
-#   fa3       issue 15: the FlashAttention-3-style forward's first GPU run (flash_fwd_bf16_fa3.cu):
+#   fa3       issue 15: the FlashAttention-3-style forward's checks (flash_fwd_bf16_fa3.cu; first run 2026-11-26):
 #             smoke runs with short limits first (a hang costs a minute, not the call), then the
 #             GPU tests and memcheck/racecheck/synccheck; if a smoke run fails, memcheck on the
 #             smallest shapes instead, for the diagnosis
