@@ -238,9 +238,11 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         wg_commit();
         if constexpr (!kFirst) {
             // The barrier while G1 runs (it needs nothing the barrier orders): dS^T of step n-1
-            // in, dQ of step n-2 staged. G2 needs no second wgmma.fence: dq was last touched
-            // (stage_dq) before the one above.
+            // in, dQ of step n-2 staged. Then a second wgmma.fence, so that G2 follows the
+            // barrier in the order version 19 proved (fence.proxy.async, barrier, wgmma.fence,
+            // wgmma); it does not wait for G1.
             sync();
+            wg_fence();
             issue_dq(n - 1);  // G2 for tile i-1
             after_sync(n >= 2 ? n - 2 : -1);
             wg_wait<1>();     // G1 done, G2 may run on
