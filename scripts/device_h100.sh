@@ -43,6 +43,11 @@
 #   train15   the bf16 train step with --attention flash (fa3 forward, version 19 backward at the
 #             models' head dim 64) beside naive attention and PyTorch eager / compiled, context
 #             512, small and medium, one run (train_compare.sh); then ours alone at 1024 and 2048
+#   v21       issue 15: the FlashAttention-3-style backward at d 64 (version 21, flash_bwd_tma.cu):
+#             smoke runs with 60-s limits first (an mbarrier protocol bug traps after 20 s), then
+#             its GPU tests and the plan tests, memcheck / racecheck / synccheck on ragged shapes;
+#             then the leaderboard with version 21 and with the default (20) beside SDPA, and ncu
+#             on one launch of each; a failed smoke run gets memcheck on the smallest shapes
 #   fa3ncu    ncu (SpeedOfLight, scheduler and warp-state stalls, pipes) on one launch each of the
 #             default, wgmma-ov and fa3 forwards at N 16384, d 64 and 128
 #   flashmodel the model trained with the default flash attention (fa3 forward, version 19/20
@@ -247,6 +252,49 @@ for s in "$@"; do
       step train_${size}_$T 60 "$B/04_flashattn_bwd/benchmark" --model $size --context $T --batch 4 --mode train \
         --precision bf16 --attention flash --warmup 3 --steps 10 --out $R/train15 --csv train_long.csv
     done; done
+    ;;
+  v21)
+    v21_ok=1
+    for sc in "333 201 --causal" "70 200" "517 517 --causal" "64 64"; do
+      read -r nq nk extra <<< "$sc"
+      # shellcheck disable=SC2086
+      step v21_smoke_${nq}_${nk} 60 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 21 --d 64 \
+        --B 1 --H 2 --Nq $nq --Nk $nk $extra --check --out '' || v21_ok=0
+    done
+    if [ $v21_ok = 1 ]; then
+      step t04_v21 200 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_cuda/*version21*'
+      step t04_plan21 20 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_api/*'
+      step v21_check 60 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 21 --d 64 \
+        --B 2 --H 3 --Nq 2048 --Nk 1900 --causal --check --out ''
+      mkdir -p $R/v21
+      for v in 21 20; do
+        step lb_v$v 100 "$B/04_flashattn_bwd/bench" --mode leaderboard --version $v --lb-reps 50 \
+          --csv $R/v21/04_leaderboard_v$v.csv
+      done
+      step lb_torch21 120 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 \
+        --impls sdpa_flash,sdpa_cudnn --reps 50 --csv $R/v21/04_leaderboard_torch.csv
+      for sc in "150 67 --causal" "70 200" "333 201 --causal --impl atomic"; do
+        read -r nq nk extra <<< "$sc"
+        for tool in memcheck racecheck synccheck; do
+          # shellcheck disable=SC2086
+          step san_v21_${nq}_${nk}_$tool 60 compute-sanitizer --tool $tool --error-exitcode 9 \
+            "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 21 --d 64 --B 1 --H 2 \
+            --Nq $nq --Nk $nk $extra --check --out ''
+        done
+      done
+      for v in 21 20; do
+        step ncu_bwd_v$v 120 ncu --clock-control none -k regex:"bwd_(tma|wgmma)" -c 1 --section SpeedOfLight \
+          --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy \
+          --section LaunchStats "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version $v --d 64 \
+          --B 1 --H 16 --Nq 16384 --Nk 16384 --causal --out ''
+      done
+    else  # the smallest shapes under memcheck: one tile, then two
+      for shape in "64 64" "128 128" "192 130"; do
+        set -- $shape
+        step v21_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/flash_bwd" \
+          --device cuda --dtype bf16 --version 21 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --check --out ''
+      done
+    fi
     ;;
   fa3ncu)  # ncu's view of the stalls: the default, wgmma-ov and fa3 forwards at N 16384 (clocks left alone)
     for d in 64 128; do
