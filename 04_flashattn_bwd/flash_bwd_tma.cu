@@ -70,15 +70,11 @@ struct TmaCfg {
     static constexpr int kFullArrivals = 1 + 32;  // thread 0's expect_tx, warp 0's L/D stores
     static constexpr int kBarDS = 1;              // the consumers' named barrier (0 is __syncthreads')
     static_assert(kRegsProducer * 128 + kRegsConsumer * 128 * NC <= 65536, "register file");
-    static_assert(kOffStg % 1024 == 0 && kOffdS % 1024 == 0 && kOffdO % 1024 == 0, "swizzled tiles");
+    static_assert(kOffK % 1024 == 0 && kOffV % 1024 == 0 && kOffKc % 1024 == 0 && kOffQ % 1024 == 0 &&
+                      kOffdO % 1024 == 0 && kOffdS % 1024 == 0 && kOffStg % 1024 == 0,
+                  "every tile on the swizzle's 1024-byte period");
+    static_assert(kFullArrivals == 33 && kBarDS >= 1 && kBarDS <= 15, "arrivals per stage; a named barrier id");
 };
-
-__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[4][4]) {
-#pragma unroll
-    for (int a = 0; a < 4; a++)
-#pragma unroll
-        for (int b = 0; b < 4; b++) asm volatile("" : "+r"(r[a][b])::"memory");
-}
 
 __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
     bwd_tma_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
@@ -157,6 +153,12 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
 #pragma unroll
     for (int e = 0; e < 32; e++) dK[e] = dV[e] = 0.0f;
 
+    auto fence_regs_u32 = [](uint32_t (&r)[4][4]) {  // fence_regs for G3's packed A operands
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 4; b++) asm volatile("" : "+r"(r[a][b])::"memory");
+    };
     // G2 for the tile of step m: dQ (64 queries x this warpgroup's 32 columns) over the 128 keys.
     auto issue_dq = [&](int m) {
         const uint32_t da0 = wg_desc_lo(kDescMNMajor, sbase + C::kOffdS + (uint32_t)(m & 1) * C::kTileS);
