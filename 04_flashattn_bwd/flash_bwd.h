@@ -2,9 +2,10 @@
 // CUDA kernels behind common/attention.h's attention_impl_t together with stage 03's forward.
 //
 // Where the kernels are (the full table with measured times: NOTES.md, "Version table"):
-//   DEFAULT: version 20 (FLASH_BWD_DEFAULT_VERSION below) = flash_bwd_wgmma.cu, the single pass
-//            on Hopper's wgmma for bf16 with 16-byte rows in sm_90a builds: version 19's kernel
-//            at d = 64, its d = 128 instance at d = 128; the other bf16 head dims 16 and 32 (and
+//   DEFAULT: version 21 (FLASH_BWD_DEFAULT_VERSION below), for bf16 with 16-byte rows in sm_90a
+//            builds: at d = 64 flash_bwd_tma.cu (FlashAttention-3's layout: TMA, warp
+//            specialisation, wgmma), or version 19's kernel where TMA cannot describe a view;
+//            at d = 128 version 20 (flash_bwd_wgmma.cu). The other bf16 head dims 16 and 32 (and
 //            d 64 without sm_90a) run version 10 of flash_bwd_fa2.cu, d 128 without sm_90a
 //            version 1's two passes (flash_bwd_mma.cu).
 //   versions 1-5   two-pass mma.sync kernels: flash_bwd_mma.cu (5's dK/dV: flash_bwd_dkdv_mt2.cu);
@@ -13,11 +14,12 @@
 //   versions 16-19 single pass on wgmma, d 64: flash_bwd_wgmma.cu
 //   version 20     19's single pass on wgmma for d 128 (flash_bwd_wgmma.cu, sm_90a builds; at d 64
 //                  it runs 19): 7.98 ms at N 16384, 16 heads, causal against version 1's 15.69
-//                  (H100, 2026-11-26), so the default.
+//                  (H100, 2026-11-26); what the default runs at d 128.
 //   version 21     FlashAttention-3's layout at d 64 (flash_bwd_tma.cu, sm_90a builds): a TMA
 //                  producer warpgroup, two wgmma consumer warpgroups, dQ by TMA reduce-add; where
 //                  TMA cannot describe a view, and at other head dims, it runs what 20 runs.
-//                  Built and compiled, not yet run on a GPU (NOTES.md "Version 21").
+//                  3.28 ms at the leaderboard point against version 19's 4.17 (H100,
+//                  2026-11-26): the default (NOTES.md "Version 21").
 //   fp32, unaligned rows: the SIMT kernels, flash_bwd_simt.cu
 //   the choice: flash_bwd_plan() (flash_bwd_dispatch.c); the launches: flash_bwd_cuda.cu
 //
@@ -110,9 +112,9 @@ int flash_bwd_tma_ok(const attn_args_t* a);
 // flash_backward_cuda is then the single pass too; elsewhere they run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
 // kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel
 // only): for per-kernel timings, the results are then incomplete. Bad values die.
-// The default is version 20 (wgmma: 19's kernel at d 64, 20's at d 128; version 10 at d 16 and
-// 32), the fastest measured with every test passing (NOTES.md).
-#define FLASH_BWD_DEFAULT_VERSION 20
+// The default is version 21 (flash_bwd_tma.cu at d 64, version 20's kernel at d 128, version 10
+// at d 16 and 32), the fastest measured with every test passing (NOTES.md).
+#define FLASH_BWD_DEFAULT_VERSION 21
 #define FLASH_BWD_MAX_VERSION 21
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);

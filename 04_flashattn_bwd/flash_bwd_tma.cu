@@ -311,6 +311,11 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         wg_wait<0>();
         fence_regs(dK);
         fence_regs(dV);
+        // Every lane read L_i, D_i from the slot (plain loads); one lane releases it for the
+        // warp, so the warp syncs first: that orders all 32 lanes' reads before the arrive, and
+        // so before the producer's next writes into the slot (racecheck flagged the reuse
+        // without it, 2026-11-26).
+        __syncwarp();
         mbar_arrive_if(empty(st), lane == 0);
         if constexpr (!kFirst) stage_dq(n - 1);
         else fence_proxy_async();  // this step's dS^T stores -> G2's reads after the next barrier

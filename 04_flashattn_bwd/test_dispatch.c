@@ -70,13 +70,18 @@ Test(bwd_api, plan_follows_the_version_table) {
     }
 }
 
-// The default (version 20) runs version 19's kernel at d 64 and its own at d 128 on Hopper builds.
-Test(bwd_api, plan_of_the_default_is_wgmma_at_d64_and_d128_on_hopper_builds) {
+// The default (version 21) runs flash_bwd_tma.cu at d 64 and version 20's kernel at d 128 on
+// Hopper builds; at d 64, 19's kernel where TMA cannot describe a view, 10 without sm_90a code.
+Test(bwd_api, plan_of_the_default_on_hopper_builds) {
     const attn_args_t a = plan_args(DT_BF16, 64);
     const flash_bwd_plan_t p = flash_bwd_plan(&a, FLASH_BWD_DEFAULT_VERSION, 0, 1);
-    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 20, "flash_bwd.h's header and NOTES.md name version 20 the default");
+    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 21, "flash_bwd.h's header and NOTES.md name version 21 the default");
     char name[96];
-    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v19 wgmma single pass (flash_bwd_wgmma.cu)");
+    cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v21 tma wgmma single pass (flash_bwd_tma.cu)");
+    attn_args_t b = a;
+    b.sk[1] = 0;  // K shared by the heads: no tensor map describes it
+    const flash_bwd_plan_t pb = flash_bwd_plan(&b, FLASH_BWD_DEFAULT_VERSION, 0, 1);
+    cr_assert_str_eq(flash_bwd_plan_name(&pb, name, sizeof name), "v19 wgmma single pass (flash_bwd_wgmma.cu)");
     const flash_bwd_plan_t q = flash_bwd_plan(&a, FLASH_BWD_DEFAULT_VERSION, 0, 0);  // no sm_90a code
     cr_assert_str_eq(flash_bwd_plan_name(&q, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
     const attn_args_t a128 = plan_args(DT_BF16, 128);
@@ -157,7 +162,6 @@ Test(bwd_api, plan_takes_simt_where_the_tensor_cores_cannot) {
 // dims what version 20 runs there.
 Test(bwd_api, plan_of_version_21) {
     cr_assert_eq(FLASH_BWD_MAX_VERSION, 21);
-    cr_assert_eq(FLASH_BWD_DEFAULT_VERSION, 20, "version 21 is not yet the default (not run on a GPU)");
     char name[96];
     const attn_args_t a64 = plan_args(DT_BF16, 64);
     cr_assert(flash_bwd_tma_ok(&a64));

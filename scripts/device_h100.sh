@@ -277,7 +277,7 @@ for s in "$@"; do
         read -r nq nk extra <<< "$sc"
         for tool in memcheck racecheck synccheck; do
           # shellcheck disable=SC2086
-          step san_v21_${nq}_${nk}_$tool 60 compute-sanitizer --tool $tool --error-exitcode 9 \
+          step san_v21_${nq}_${nk}_$tool 150 compute-sanitizer --tool $tool --error-exitcode 9 \
             "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 21 --d 64 --B 1 --H 2 \
             --Nq $nq --Nk $nk $extra --check --out ''
         done
