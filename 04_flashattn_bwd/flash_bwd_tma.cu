@@ -13,7 +13,7 @@
 //     query tile (Bq = 64) into a STAGES-deep ring; "full" mbarriers count TMA's bytes and the
 //     arrivals of warp 0's 32 lanes, which load L_i and D_i themselves (plain loads, 0 past Nq:
 //     an fp32 row of Nq floats is not always the 16-byte multiple a tensor map needs), and
-//     "empty" mbarriers count the 8 consumer warps' releases.
+//     "empty" mbarriers count the 256 consumer threads' releases.
 //   warpgroups 1 and 2, the consumers (setmaxnreg 232): 64 keys each (warpgroup c: keys 64c..).
 //     Per query tile i (step n = i - i_start, ring slot n % STAGES):
 //       wait full
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         mbar_init(bar_kv, 1);
         for (int st = 0; st < C::STAGES; st++) {
             mbar_init(full(st), C::kFullArrivals);
-            mbar_init(empty(st), 4 * C::NC);  // one arrival per consumer warp
+            mbar_init(empty(st), 128 * C::NC);  // one arrival per consumer thread (see the release)
         }
         mbar_fence_init();
     }
@@ -311,12 +311,13 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         wg_wait<0>();
         fence_regs(dK);
         fence_regs(dV);
-        // Every lane read L_i, D_i from the slot (plain loads); one lane releases it for the
-        // warp, so the warp syncs first: that orders all 32 lanes' reads before the arrive, and
-        // so before the producer's next writes into the slot (racecheck flagged the reuse
-        // without it, 2026-11-26).
-        __syncwarp();
-        mbar_arrive_if(empty(st), lane == 0);
+        // Every thread read L_i, D_i from the slot with plain loads, so every thread releases it
+        // (as CUTLASS's and FlashAttention-3's pipelines do): its own arrive orders its own reads
+        // before the producer's next writes into the slot. One arrive per warp after a
+        // __syncwarp is enough by the memory model, but racecheck reported the slot's reuse as a
+        // race that way (2026-11-26, 333 x 201 causal: 4 hazards), and this way it has nothing to
+        // take on trust.
+        mbar_arrive(empty(st));
         if constexpr (!kFirst) stage_dq(n - 1);
         else fence_proxy_async();  // this step's dS^T stores -> G2's reads after the next barrier
     };
