@@ -18,7 +18,7 @@
 //   version 21     FlashAttention-3's layout at d 64 (flash_bwd_tma.cu, sm_90a builds): a TMA
 //                  producer warpgroup, two wgmma consumer warpgroups, dQ by TMA reduce-add; where
 //                  TMA cannot describe a view, and at other head dims, it runs what 20 runs.
-//                  3.28 ms at the leaderboard point against version 19's 4.17 (H100,
+//                  3.26-3.37 ms at the leaderboard point against version 19's 4.17 (H100,
 //                  2026-11-26): the default (NOTES.md "Version 21").
 //   fp32, unaligned rows: the SIMT kernels, flash_bwd_simt.cu
 //   the choice: flash_bwd_plan() (flash_bwd_dispatch.c); the launches: flash_bwd_cuda.cu

@@ -341,7 +341,7 @@ Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
     }
 }
 
-// Version 21 (flash_bwd_tma.cu; written without a GPU): the TMA-fed single pass at d 64. The
+// Version 21 (flash_bwd_tma.cu; the default at d 64 since its first H100 runs): the TMA-fed single pass at d 64. The
 // sweep covers every head dim (d 16, 32: version 10; d 128: version 20) through both entry points.
 Test(bwd_cuda, sweep_bf16_version21, .timeout = 300) { flash_bwd_set_version(21); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_atomic_version21, .timeout = 300) { flash_bwd_set_version(21); sweep(DT_BF16, 1); }
