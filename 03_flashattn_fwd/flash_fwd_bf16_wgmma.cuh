@@ -55,14 +55,8 @@ __device__ __forceinline__ void wg_softmax_tile(const Params& p, float (&s)[32],
     }
 }
 
-// P~ as the A operand of O += P~ V_j: k-step kq = keys 16kq..16kq+15; two 8-key n-tiles make
-// one mma.m16n8k16 A fragment.
-__device__ __forceinline__ void wg_pack_p(const float (&s)[32], uint32_t (&pa)[4][4]) {
-#pragma unroll
-    for (int kq = 0; kq < 4; kq++)
-#pragma unroll
-        for (int x = 0; x < 4; x++) pa[kq][x] = pack_bf16(s[8 * kq + 2 * x], s[8 * kq + 2 * x + 1]);
-}
+// P~ as the A operand of O += P~ V_j: wg_pack_p (common/wgmma.cuh, shared with stage 04's
+// backward, which packs P^T and dS^T the same way).
 
 // O_i = diag(l)^-1 O_i and L_i = m scale + ln(l), for this thread's two rows.
 template <int DH>

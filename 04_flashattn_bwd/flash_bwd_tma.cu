@@ -287,13 +287,8 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
 
         // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq.. = 16 rows = 2048 bytes.
         uint32_t ap[4][4], as[4][4];
-#pragma unroll
-        for (int kq = 0; kq < 4; kq++)
-#pragma unroll
-            for (int x = 0; x < 4; x++) {
-                ap[kq][x] = pack_bf16(S[8 * kq + 2 * x], S[8 * kq + 2 * x + 1]);
-                as[kq][x] = pack_bf16(dP[8 * kq + 2 * x], dP[8 * kq + 2 * x + 1]);
-            }
+        wg_pack_p(S, ap);
+        wg_pack_p(dP, as);
         // Pins G3's operands before the fence: without it the zeros dK, dV start from are
         // copied between the first step's wgmma and ptxas injects a fence (C7519).
         fence_regs(dK);

@@ -307,13 +307,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq..16kq+15; N = 64 columns
         // of half h (d 128: two products per k-step, the same A).
         uint32_t ap[4][4], as[4][4];
-#pragma unroll
-        for (int kq = 0; kq < 4; kq++)
-#pragma unroll
-            for (int x = 0; x < 4; x++) {
-                ap[kq][x] = pack_bf16(S[8 * kq + 2 * x], S[8 * kq + 2 * x + 1]);
-                as[kq][x] = pack_bf16(dP[8 * kq + 2 * x], dP[8 * kq + 2 * x + 1]);
-            }
+        wg_pack_p(S, ap);
+        wg_pack_p(dP, as);
         wg_fence();
 #pragma unroll
         for (int kq = 0; kq < 4; kq++)

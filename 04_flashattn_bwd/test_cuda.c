@@ -291,44 +291,40 @@ Test(bwd_cuda, version20_runs_where_wgmma_is_built) {
 // The single pass adds dQ with atomics in whatever order the blocks run: dK and dV must be the
 // same bits run to run, dQ only close (its fp32 sums differ in the last bits, which can move a
 // bf16 rounding by one unit, 2^-8 relative: rtol 8e-3; atol 1e-6 for values near zero).
-Test(bwd_cuda, single_pass_run_to_run, .timeout = 60) {
-    SKIP_WITHOUT_GPU();
-    if (FLASH_BWD_DEFAULT_VERSION < 6) flash_bwd_set_version(10);  // else the default single pass
-    bwd_case_t c = {1, 2, 517, 517, 64, 1, DT_BF16, 1, 0};
-    const size_t n = (size_t)2 * 517 * 64, nl = (size_t)2 * 517;
-    float *q = randn_f32(n, 601), *k = randn_f32(n, 602), *v = randn_f32(n, 603), *dO = randn_f32(n, 604);
-    bwd_round_bf16(q, n); bwd_round_bf16(k, n); bwd_round_bf16(v, n); bwd_round_bf16(dO, n);
-    float *O = poisoned_f32(n), *L = poisoned_f32(nl);
-    attn_naive_forward_cpu(q, k, v, O, L, 2, 517, 517, 64, 1, 0.125f);
-    bwd_round_bf16(O, n);
-    float *q1, *k1, *v1, *q2, *k2, *v2;
-    run_gpu_backward(&c, q, k, v, dO, O, L, &q1, &k1, &v1);
-    run_gpu_backward(&c, q, k, v, dO, O, L, &q2, &k2, &v2);
-    cr_assert(memcmp(k1, k2, n * sizeof(float)) == 0, "dK differs between runs");
-    cr_assert(memcmp(v1, v2, n * sizeof(float)) == 0, "dV differs between runs");
-    ASSERT_ALLCLOSE(q2, q1, n, 8e-3, 1e-6, "dQ run to run");
-    free(q); free(k); free(v); free(dO); free(O); free(L);
-    free(q1); free(k1); free(v1); free(q2); free(k2); free(v2);
-}
-// The same for version 20 at d 128: its dQ is added by reductions in any order too.
-Test(bwd_cuda, single_pass_run_to_run_version20_d128, .timeout = 60) {
-    SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(20);
-    bwd_case_t c = {1, 2, 517, 389, 128, 1, DT_BF16, 0, 0};
-    const size_t nq = (size_t)2 * 517 * 128, nk = (size_t)2 * 389 * 128, nl = (size_t)2 * 517;
-    float *q = randn_f32(nq, 611), *k = randn_f32(nk, 612), *v = randn_f32(nk, 613), *dO = randn_f32(nq, 614);
+// version 0: the default's single pass (version 10 if the default were a two-pass one).
+static void run_to_run_case(int version, int Nq, int Nk, int d, int atomic, uint64_t seed) {
+    if (version) flash_bwd_set_version(version);
+    else if (FLASH_BWD_DEFAULT_VERSION < 6) flash_bwd_set_version(10);
+    bwd_case_t c = {1, 2, Nq, Nk, d, 1, DT_BF16, atomic, 0};
+    const size_t nq = (size_t)2 * Nq * d, nk = (size_t)2 * Nk * d, nl = (size_t)2 * Nq;
+    float *q = randn_f32(nq, seed), *k = randn_f32(nk, seed + 1), *v = randn_f32(nk, seed + 2);
+    float *dO = randn_f32(nq, seed + 3);
     bwd_round_bf16(q, nq); bwd_round_bf16(k, nk); bwd_round_bf16(v, nk); bwd_round_bf16(dO, nq);
     float *O = poisoned_f32(nq), *L = poisoned_f32(nl);
-    attn_naive_forward_cpu(q, k, v, O, L, 2, 517, 389, 128, 1, 1.0f / sqrtf(128.0f));
+    attn_naive_forward_cpu(q, k, v, O, L, 2, Nq, Nk, d, 1, 1.0f / sqrtf((float)d));
     bwd_round_bf16(O, nq);
     float *q1, *k1, *v1, *q2, *k2, *v2;
     run_gpu_backward(&c, q, k, v, dO, O, L, &q1, &k1, &v1);
     run_gpu_backward(&c, q, k, v, dO, O, L, &q2, &k2, &v2);
-    cr_assert(memcmp(k1, k2, nk * sizeof(float)) == 0, "dK differs between runs");
-    cr_assert(memcmp(v1, v2, nk * sizeof(float)) == 0, "dV differs between runs");
+    cr_assert(memcmp(k1, k2, nk * sizeof(float)) == 0, "dK differs between runs (version %d)", version);
+    cr_assert(memcmp(v1, v2, nk * sizeof(float)) == 0, "dV differs between runs (version %d)", version);
     ASSERT_ALLCLOSE(q2, q1, nq, 8e-3, 1e-6, "dQ run to run");
     free(q); free(k); free(v); free(dO); free(O); free(L);
     free(q1); free(k1); free(v1); free(q2); free(k2); free(v2);
+}
+Test(bwd_cuda, single_pass_run_to_run, .timeout = 60) {
+    SKIP_WITHOUT_GPU();
+    run_to_run_case(0, 517, 517, 64, 1, 601);
+}
+// Version 20 at d 128: its dQ is added by reductions in any order too.
+Test(bwd_cuda, single_pass_run_to_run_version20_d128, .timeout = 60) {
+    SKIP_WITHOUT_GPU();
+    run_to_run_case(20, 517, 389, 128, 0, 611);
+}
+// Version 21: dQ by TMA reduce-adds, in any order.
+Test(bwd_cuda, single_pass_run_to_run_version21, .timeout = 60) {
+    SKIP_WITHOUT_GPU();
+    run_to_run_case(21, 517, 389, 64, 0, 621);
 }
 Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
     SKIP_WITHOUT_GPU();
@@ -418,27 +414,6 @@ Test(bwd_cuda, fallback_bf16_version21, .timeout = 120) {
     const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 1);
     cr_assert(p.path != FLASH_BWD_PATH_TMA, "version 21 must not take a view TMA cannot describe");
 }
-// dK and dV the same bits run to run; dQ (TMA reduce-adds in any order) close.
-Test(bwd_cuda, single_pass_run_to_run_version21, .timeout = 60) {
-    SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(21);
-    bwd_case_t c = {1, 2, 517, 389, 64, 1, DT_BF16, 0, 0};
-    const size_t nq = (size_t)2 * 517 * 64, nk = (size_t)2 * 389 * 64, nl = (size_t)2 * 517;
-    float *q = randn_f32(nq, 621), *k = randn_f32(nk, 622), *v = randn_f32(nk, 623), *dO = randn_f32(nq, 624);
-    bwd_round_bf16(q, nq); bwd_round_bf16(k, nk); bwd_round_bf16(v, nk); bwd_round_bf16(dO, nq);
-    float *O = poisoned_f32(nq), *L = poisoned_f32(nl);
-    attn_naive_forward_cpu(q, k, v, O, L, 2, 517, 389, 64, 1, 0.125f);
-    bwd_round_bf16(O, nq);
-    float *q1, *k1, *v1, *q2, *k2, *v2;
-    run_gpu_backward(&c, q, k, v, dO, O, L, &q1, &k1, &v1);
-    run_gpu_backward(&c, q, k, v, dO, O, L, &q2, &k2, &v2);
-    cr_assert(memcmp(k1, k2, nk * sizeof(float)) == 0, "dK differs between runs");
-    cr_assert(memcmp(v1, v2, nk * sizeof(float)) == 0, "dV differs between runs");
-    ASSERT_ALLCLOSE(q2, q1, nq, 8e-3, 1e-6, "dQ run to run");
-    free(q); free(k); free(v); free(dO); free(O); free(L);
-    free(q1); free(k1); free(v1); free(q2); free(k2); free(v2);
-}
-
 // Longer sequences: many tiles, so the causal start/stop and the double buffering are exercised.
 Test(bwd_cuda, long_bf16_causal_d64) {
     SKIP_WITHOUT_GPU();

@@ -18,6 +18,7 @@
 // A core matrix is the same 128 bytes either way: 8 rows, 8 contiguous elements each.
 #pragma once
 #include <stdint.h>
+#include "common/mma_sync.cuh"  // pack_bf16
 
 // byte offset of element (r, c) of a [R][64] bf16 tile stored as core matrices (c % 8 == 0 for
 // the 16-byte chunk that starts there)
@@ -59,6 +60,18 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// A warpgroup's 64 x 64 fp32 accumulator (32 per thread: s[4n + e] is row 8 (e / 2) + lane / 4
+// of the warp's 16, column 8n + 2 (lane % 4) + e % 2) as the bf16 A operand of a wgmma that takes
+// A from registers: k-step kq = columns 16kq..16kq+15; two 8-column n-tiles make one
+// mma.m16n8k16-style A fragment. Stage 03 packs P~ for O += P~ V this way, stage 04 P^T and
+// dS^T for dV += P^T dO, dK += dS^T Q.
+__device__ __forceinline__ void wg_pack_p(const float (&s)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+    for (int kq = 0; kq < 4; kq++)
+#pragma unroll
+        for (int x = 0; x < 4; x++) pa[kq][x] = pack_bf16(s[8 * kq + 2 * x], s[8 * kq + 2 * x + 1]);
 }
 
 #define WG_ACC32                                                                                     \
