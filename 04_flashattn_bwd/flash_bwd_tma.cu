@@ -277,13 +277,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
         else p_ds(std::false_type{});
         // dS^T (bf16) to buffer n & 1, core matrices: key rows, query columns (version 19).
-        unsigned char* dsw = smem + C::kOffdS + (n & 1) * C::kTileS;
-#pragma unroll
-        for (int nn = 0; nn < 8; nn++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                *(uint32_t*)(dsw + core_off(kw + g + 8 * h, nn * 8 + 2 * t)) =
-                    pack_bf16(dP[4 * nn + 2 * h], dP[4 * nn + 2 * h + 1]);
+        wg_store_core_bf16(smem + C::kOffdS + (n & 1) * C::kTileS, dP, kw + g, t);
 
         // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq.. = 16 rows = 2048 bytes.
         uint32_t ap[4][4], as[4][4];

@@ -297,12 +297,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
         else p_ds(std::false_type{});
         // dS^T (bf16) to shared memory, core-matrix layout: key rows, query columns.
-        unsigned char* dsw = smem + kOffdS + buf * kTileS;
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                *(uint32_t*)(dsw + core_off(kw + g + 8 * h, n * 8 + 2 * t)) = pack_bf16(dP[4 * n + 2 * h], dP[4 * n + 2 * h + 1]);
+        wg_store_core_bf16(smem + kOffdS + buf * kTileS, dP, kw + g, t);
 
         // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq..16kq+15; N = 64 columns
         // of half h (d 128: two products per k-step, the same A).

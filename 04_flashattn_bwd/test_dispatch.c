@@ -89,6 +89,27 @@ Test(bwd_api, plan_of_the_default_on_hopper_builds) {
     cr_assert_str_eq(flash_bwd_plan_name(&r, name, sizeof name), "v20 wgmma single pass (flash_bwd_wgmma.cu)");
 }
 
+// What versions 20 and 21 share outside their own head dim: bf16 d 16 and 32 run version 10's
+// single pass with or without the wgmma code, fp32 (at head dim fd) the SIMT kernels, whose
+// single pass is what was asked for.
+static void small_dims_and_fp32(int version, int fd) {
+    char name[96];
+    const int small[2] = {16, 32};
+    for (int i = 0; i < 2; i++)
+        for (int wg = 0; wg <= 1; wg++) {
+            const attn_args_t a = plan_args(DT_BF16, small[i]);
+            const flash_bwd_plan_t p = flash_bwd_plan(&a, version, 0, wg);
+            cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)",
+                             "version %d d %d wgmma %d", version, small[i], wg);
+        }
+    const attn_args_t f = plan_args(DT_F32, fd);
+    for (int atomic = 0; atomic <= 1; atomic++) {
+        const flash_bwd_plan_t p = flash_bwd_plan(&f, version, atomic, 1);
+        cr_assert_eq(p.path, FLASH_BWD_PATH_SIMT, "version %d fp32 d %d, atomic %d", version, fd, atomic);
+        cr_assert_eq(p.single_pass, atomic);
+    }
+}
+
 // Version 20 (19's wgmma single pass for d 128), case by case with the printed names: only bf16
 // d 128 in a build with the wgmma kernels runs it; d 64 runs 19, d 16 and 32 version 10, d 128
 // without sm_90a code version 1's kernels (as every version >= 6 there), fp32 the SIMT kernels.
@@ -116,20 +137,7 @@ Test(bwd_api, plan_of_version_20) {
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v19 wgmma single pass (flash_bwd_wgmma.cu)");
     p = flash_bwd_plan(&a64, 20, 1, 0);
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
-    const int small[2] = {16, 32};
-    for (int i = 0; i < 2; i++)
-        for (int wg = 0; wg <= 1; wg++) {
-            const attn_args_t a = plan_args(DT_BF16, small[i]);
-            p = flash_bwd_plan(&a, 20, 0, wg);
-            cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)",
-                             "d %d wgmma %d", small[i], wg);
-        }
-    const attn_args_t f128 = plan_args(DT_F32, 128);
-    for (int atomic = 0; atomic <= 1; atomic++) {
-        p = flash_bwd_plan(&f128, 20, atomic, 1);
-        cr_assert_eq(p.path, FLASH_BWD_PATH_SIMT, "fp32 d 128, atomic %d", atomic);
-        cr_assert_eq(p.single_pass, atomic);
-    }
+    small_dims_and_fp32(20, 128);
     attn_args_t u128 = plan_args(DT_BF16, 128);
     u128.sq[2] = 132;  // a row stride the tensor cores cannot take
     p = flash_bwd_plan(&u128, 20, 0, 1);
@@ -203,20 +211,7 @@ Test(bwd_api, plan_of_version_21) {
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync two-pass (flash_bwd_mma.cu)");
     p = flash_bwd_plan(&a128, 21, 1, 0);
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync single pass (flash_bwd_mma.cu)");
-    const int small[2] = {16, 32};
-    for (int i = 0; i < 2; i++)
-        for (int wg = 0; wg <= 1; wg++) {
-            const attn_args_t a = plan_args(DT_BF16, small[i]);
-            p = flash_bwd_plan(&a, 21, 0, wg);
-            cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)",
-                             "d %d wgmma %d", small[i], wg);
-        }
-    const attn_args_t f64 = plan_args(DT_F32, 64);
-    for (int atomic = 0; atomic <= 1; atomic++) {
-        p = flash_bwd_plan(&f64, 21, atomic, 1);
-        cr_assert_eq(p.path, FLASH_BWD_PATH_SIMT, "fp32 d 64, atomic %d", atomic);
-        cr_assert_eq(p.single_pass, atomic);
-    }
+    small_dims_and_fp32(21, 64);
     attn_args_t u64 = plan_args(DT_BF16, 64);
     u64.sdo[2] = 68;  // a row stride the tensor cores cannot take
     p = flash_bwd_plan(&u64, 21, 0, 1);

@@ -44,6 +44,17 @@ __device__ __forceinline__ uint64_t wg_desc_join(uint64_t strides, uint32_t lo) 
     return (strides & 0xFFFFFFFF00000000ull) | lo;
 }
 
+// A warpgroup's 64 x 64 fp32 accumulator (acc[4n + e]: row row0 + 8 (e / 2), column
+// 8n + 2t + e % 2, with row0 = this thread's first row in the tile and t = lane % 4) stored as
+// bf16 into a core-matrix tile at `tile`: stage 04's dS^T, which the next step's dQ product reads.
+__device__ __forceinline__ void wg_store_core_bf16(unsigned char* tile, const float (&acc)[32], int row0, int t) {
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            *(uint32_t*)(tile + core_off(row0 + 8 * h, n * 8 + 2 * t)) = pack_bf16(acc[4 * n + 2 * h], acc[4 * n + 2 * h + 1]);
+}
+
 // True where the code was built for sm_90a, so that wgmma kernels exist (common/wgmma_check.cu).
 bool wgmma_built();
 
