@@ -519,3 +519,12 @@ void bwd_launch_fa2(const BwdParams& p, int version, cudaStream_t s) {
     default: DIE("bwd_launch_fa2: head dim %d has no single-pass kernel (16, 32, 64)", p.d);
     }
 }
+
+void bwd_launch_dq_convert16(const BwdParams& p, cudaStream_t s) {
+    switch (p.d) {
+    case 16: launch_dq_convert<16>(p, s); break;
+    case 32: launch_dq_convert<32>(p, s); break;
+    case 64: launch_dq_convert<64>(p, s); break;
+    default: DIE("bwd_launch_dq_convert16: head dim %d (16, 32, 64)", p.d);
+    }
+}

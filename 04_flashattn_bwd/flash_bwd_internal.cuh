@@ -63,6 +63,9 @@ void bwd_launch_dkdv_mt2(const BwdParams& p, cudaStream_t s);
 // p.dq_accum into p.dq; bf16, d in {16, 32, 64}. 16-19 launch bwd_launch_wgmma's kernel where it
 // was built (d 64, sm_90a), version 10's elsewhere (flash_bwd_plan names the same choice).
 void bwd_launch_fa2(const BwdParams& p, int version, cudaStream_t s);
+// The cast bwd_launch_fa2 ends with (p.dq_accum into p.dq, one 16-byte store per thread), for
+// the other single-pass kernels at d 16, 32, 64 (version 21's).
+void bwd_launch_dq_convert16(const BwdParams& p, cudaStream_t s);
 // Versions 16-19 (flash_bwd_wgmma.cu): the single pass on wgmma, d = 64; version 20: the same
 // for d = 128. The main kernel alone (the caller adds the cast: bwd_launch_fa2 at d 64,
 // bwd_launch_dq_convert at d 128). Available where the code was built for sm_90a.

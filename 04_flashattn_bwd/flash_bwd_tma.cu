@@ -42,7 +42,6 @@
 // of buffer n&1 (tile n-2's G2, waited in step n-1) before the stores of tile n.
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/check.h"
-#include "common/gpu.h"
 #include "common/tma.cuh"
 #include "common/tma.h"
 #include "common/wgmma.cuh"
@@ -345,23 +344,6 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
 #endif
 }
 
-// fp32 accumulator [BH, Nq, 64] -> dq (bf16, strided rows), one 16-byte store per thread. (The
-// same as flash_bwd_fa2.cu's cast at d 64, which is private to that file.)
-__global__ void __launch_bounds__(256) tma_dq_convert_kernel(BwdParams p) {
-    constexpr int CH = 64 / 8;
-    const int64_t n = (int64_t)p.B * p.H * p.Nq * CH;
-    for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < n; x += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = x / CH;
-        const int col = (int)(x % CH) * 8, bh = (int)(row / p.Nq), r = (int)(row % p.Nq);
-        const float4* src = (const float4*)(p.dq_accum + row * 64 + col);
-        const float4 a = src[0], b = src[1];
-        uint4 o;
-        o.x = pack_bf16(a.x, a.y); o.y = pack_bf16(a.z, a.w);
-        o.z = pack_bf16(b.x, b.y); o.w = pack_bf16(b.z, b.w);
-        *(uint4*)((bf16*)p.dq + view_off(p.sdq, bh, p.H, r) + col) = o;
-    }
-}
-
 }  // namespace
 
 // Version 21 (flash_bwd_plan chose it: bf16, d 64, 16-byte rows, an sm_90a build, views a tensor
@@ -400,9 +382,5 @@ void bwd_launch_tma(const BwdParams& p, cudaStream_t s) {
     bwd_tma_kernel<<<grid, C::THREADS, C::SMEM, s>>>(p, tq, tdo, tk, tv, tdq);
     CUDA_CHECK_LAST();
 
-    const int64_t n = (int64_t)p.B * p.H * p.Nq * 8;
-    const int64_t most = (int64_t)gpu_sm_count() * 16;  // a grid-stride loop, as flash_bwd_fa2.cu's
-    const unsigned blocks = (unsigned)((n + 255) / 256 < most ? (n + 255) / 256 : most);
-    tma_dq_convert_kernel<<<blocks, 256, 0, s>>>(p);
-    CUDA_CHECK_LAST();
+    bwd_launch_dq_convert16(p, s);  // flash_bwd_fa2.cu's 16-byte cast of the accumulator into dq
 }
