@@ -37,7 +37,7 @@
 #             smallest shapes instead, for the diagnosis
 #   sweep15   issue 15's tables from one run, PyTorch beside: bench-04 (the leaderboard with
 #             do_bench, then forward + backward over d 16..128 x N 128..65536, bf16, fp32 to
-#             N 8192) with the defaults (fa3 forward, version 20 backward); then the forward
+#             N 8192) with the defaults (fa3 forward, version 21 backward; 20 at d 128); then the forward
 #             alone over the same grid, 16 heads, bf16: the default, the old default (entry 0,
 #             mma.sync) and SDPA flash / cuDNN
 #   train15   the bf16 train step with --attention flash (fa3 forward, version 19 backward at the
@@ -50,7 +50,7 @@
 #             on one launch of each; a failed smoke run gets memcheck on the smallest shapes
 #   fa3ncu    ncu (SpeedOfLight, scheduler and warp-state stalls, pipes) on one launch each of the
 #             default, wgmma-ov and fa3 forwards at N 16384, d 64 and 128
-#   flashmodel the model trained with the default flash attention (fa3 forward, version 19/20
+#   flashmodel the model trained with the default flash attention (fa3 forward, version 21
 #             backward; head dim 64) under compute-sanitizer memcheck, one bf16 step
 #   fa3bench  its timings: every forward variant at N 4096 and 16384 (d 64, 128), the leaderboard
 #             point with fa3's forward (do_bench mean too), d 128 forward + backward with fa3 and
