@@ -14,6 +14,9 @@ extern "C" void flash_fwd_fa3_d64_launch(const attn_args_t* a, cudaStream_t stre
 // ... and its ablations: fa3-nopp without the ping-pong turns, fa3-noov without the softmax / P~V overlap
 extern "C" void flash_fwd_fa3_nopp_d64_launch(const attn_args_t* a, cudaStream_t stream);
 extern "C" void flash_fwd_fa3_noov_d64_launch(const attn_args_t* a, cudaStream_t stream);
+// ... and with three consumer warpgroups (Bq 192, FlashAttention-3's d-64 tile)
+extern "C" void flash_fwd_fa3_wg3_d64_launch(const attn_args_t* a, cudaStream_t stream);
+extern "C" void flash_fwd_fa3_wg3s3_d64_launch(const attn_args_t* a, cudaStream_t stream);  // 3 stages
 
 extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
     {"w4 mt2 bk64", 16 * 2 * 4, launch<Cfg<64, 4, 2, 64, 2>>},
@@ -35,6 +38,8 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[] = {
     {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d64_launch, 1, 1, 1},
     {"fa3-nopp w12 bq128 bk128", 128, flash_fwd_fa3_nopp_d64_launch, 1, 1},
     {"fa3-noov w12 bq128 bk128", 128, flash_fwd_fa3_noov_d64_launch, 1, 1},
+    {"fa3 w16 bq192 bk128", 192, flash_fwd_fa3_wg3_d64_launch, 1, 1},
+    {"fa3 w16 bq192 bk128 s3", 192, flash_fwd_fa3_wg3s3_d64_launch, 1, 1},
 };
 extern "C" const int flash_fwd_bf16_n_variants_d64 =
     (int)(sizeof flash_fwd_bf16_variants_d64 / sizeof flash_fwd_bf16_variants_d64[0]);

@@ -16,9 +16,11 @@
 //     products); wait for the rest, release V_{j-1}; rescale O; pack P~_j as bf16.
 //   The turn (FA3's ping-pong): consumer c waits on named barrier 1 + c and, once it has issued,
 //   arrives on the other's, so the two issue their products alternately and one's softmax runs
-//   under the other's matrix products. Both run the same number of tiles (Bq = Bk, tile i's
-//   diagonal tile is the last of both), which keeps the turns paired; consumer 1 opens the first
-//   turn for consumer 0 and skips its own last hand-over, so every barrier ends balanced.
+//   under the other's matrix products. All run the block's number of tiles, which keeps the
+//   turns paired; the last consumer opens the first turn for consumer 0 and skips its own last
+//   hand-over, so every barrier ends balanced.
+// The d-64 variant "fa3 w16 bq192" (FlashAttention-3's own d-64 tile) has 3 consumers (Bq 192,
+// setmaxnreg 32 / 160) whose turns go round the three: each K_j, V_j load then feeds 192 rows.
 // Shared memory is the 128-byte swizzle TMA writes and wgmma reads (common/tma.cuh): each
 // [rows][D] tile is D/64 boxes of [rows][64]. Q and K are K-major operands (k = d), V is MN-major
 // (k = the keys). Masks, the epilogue and the P~ packing are flash_fwd_bf16_wgmma.cuh's.
@@ -34,21 +36,25 @@ namespace {
 // PINGPONG: the consumers take turns (named barriers); OVERLAP: tile j's softmax runs while
 // P~_{j-1} V_{j-1} does (else the consumer waits for both products first). Both on is the kernel;
 // the variants with one off measure what each bought (NOTES.md).
-template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true>
+// NC: consumer warpgroups, 64 query rows each (2: Bq 128, the d-64 and d-128 kernel; 3: Bq 192,
+// FlashAttention-3's own tile for d 64, the turns going round the three).
+template <int D_, bool PINGPONG_ = true, bool OVERLAP_ = true, int NC_ = 2, int STAGES_ = 2>
 struct Fa3Cfg {
     static constexpr bool PINGPONG = PINGPONG_, OVERLAP = OVERLAP_;
     static constexpr int D = D_, DH = D_ / 64;  // 64-column boxes per row
-    static constexpr int NC = 2;                // consumer warpgroups, 64 query rows each
-    static constexpr int BQ = 64 * NC, BK = 128, THREADS = 128 * (NC + 1), STAGES = 2;
+    static constexpr int NC = NC_;
+    static constexpr int BQ = 64 * NC, BK = 128, THREADS = 128 * (NC + 1), STAGES = STAGES_;
     static constexpr uint32_t kBoxQ = BQ * 128, kBoxKV = BK * 128;  // bytes of one [rows][64] box
     static constexpr uint32_t kTileQ = DH * kBoxQ, kTileKV = DH * kBoxKV;
     static constexpr uint32_t kOffK = kTileQ, kOffV = kOffK + STAGES * kTileKV, kOffBar = kOffV + STAGES * kTileKV;
     static constexpr int kBars = 1 + 4 * STAGES + 1;  // Q full; K full, K empty, V full, V empty per stage; a scratch word
     // + 1024: the dynamic shared memory's base is rounded up to the swizzle's 1024-byte period.
     static constexpr size_t SMEM = kOffBar + kBars * 8 + 1024;  // d 64: 81 KB; d 128: 161 KB
-    static constexpr int kRegsProducer = 40, kRegsConsumer = 232;  // 128 x 40 + 256 x 232 <= 64 K
+    // 2 consumers: 128 x 40 + 256 x 232 <= 64 K; 3: 128 x 32 + 384 x 160 = 64 K (entry 128, the
+    // most __launch_bounds__(512, 1) allows)
+    static constexpr int kRegsProducer = NC == 2 ? 40 : 32, kRegsConsumer = NC == 2 ? 232 : 160;
     static constexpr int kTurnThreads = 256;  // a turn barrier: the waiting and the arriving warpgroup
-    static_assert(BQ == BK, "ping-pong needs the consumers to run the same number of key tiles");
+    static_assert((NC == 2 || NC == 3) && D * NC <= 256, "2 or 3 consumer warpgroups (3 only at d 64)");
     static_assert(kRegsProducer * 128 + kRegsConsumer * 128 * NC <= 65536, "register file");
 };
 
@@ -111,9 +117,9 @@ __device__ __forceinline__ void fa3_issue_pv(float (&o)[C::DH][32], const uint32
 // Masks (causal, keys past Nk) where MASK, then P~ = 2^(S scale log2e - m_new scale log2e) in
 // place, the new row max m, the factor alpha that rescales the old O and l, and the tile's row
 // sums. O itself is not touched: the previous tile's P~ V may still be writing it. Whether a
-// tile is masked is a template argument, not a test per tile: with Bq = Bk and query tiles on
-// multiples of Bk, only a block's last key tile can hold the diagonal or keys past Nk, so the
-// other tiles carry no mask code at all.
+// tile is masked is a template argument, not a test per tile: only a block's last tiles (from
+// j_mask in the kernel: the last one when Bq = Bk) can hold the diagonal or keys past Nk, so
+// the other tiles carry no mask code at all.
 template <class C, bool MASK>
 __device__ __forceinline__ void fa3_softmax(const Params& p, float (&s)[2][32], float (&m)[2], float (&alpha)[2],
                                             float (&rs)[2], int j0, int row0, int t) {
@@ -176,6 +182,11 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const BlockPos bp = block_pos(p, C::BQ);  // long causal tiles first
     const int Tk = (p.Nk + C::BK - 1) / C::BK;
     const int n_tiles = p.causal ? min(Tk, (bp.i0 + C::BQ - 1) / C::BK + 1) : Tk;
+    // The first key tile that takes the mask: the one holding the block's first row (causal),
+    // and at the latest the last one (keys past Nk). With Bq = Bk that is the block's last tile;
+    // with Bq 192 the diagonal crosses two or three. Every consumer runs all n_tiles (a tile
+    // wholly above one warpgroup's rows comes out as P~ = 0 there), which keeps the turns paired.
+    const int j_mask = p.causal ? min(bp.i0 / C::BK, Tk - 1) : Tk - 1;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
 
     if (threadIdx.x == 0) {
@@ -252,7 +263,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     fence_regs(s[0]);
     fence_regs(s[1]);
     mbar_arrive_if(k_empty(0), lane == 0);
-    if (n_tiles == 1) fa3_softmax<C, true>(p, s, m, alpha, rs, 0, row0, t);
+    if (j_mask == 0) fa3_softmax<C, true>(p, s, m, alpha, rs, 0, row0, t);
     else fa3_softmax<C, false>(p, s, m, alpha, rs, 0, row0, t);
     l[0] = rs[0];
     l[1] = rs[1];
@@ -298,8 +309,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         wg_pack_p(s[0], pa[0]);
         wg_pack_p(s[1], pa[1]);
     };
-    for (int j = 1; j < n_tiles - 1; j++) step(j, std::false_type());
-    if (n_tiles > 1) step(n_tiles - 1, std::true_type());  // the last tile: diagonal, ragged keys
+    for (int j = 1; j < j_mask; j++) step(j, std::false_type());
+    for (int j = max(1, j_mask); j < n_tiles; j++) step(j, std::true_type());  // diagonal, ragged keys
 
     // The last tile's P~ V.
     const int sl = (n_tiles - 1) % C::STAGES;
@@ -329,9 +340,9 @@ extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[];
 // the table's default (mma.sync), which also runs a view TMA cannot describe (a zero stride on an
 // axis longer than 1: heads or batches broadcast, which flash_fwd_supports accepts). Three tensor
 // maps per call (a few microseconds of host time).
-template <int D, bool PINGPONG = true, bool OVERLAP = true>
+template <int D, bool PINGPONG = true, bool OVERLAP = true, int NC = 2, int STAGES = 2>
 static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
-    typedef Fa3Cfg<D, PINGPONG, OVERLAP> C;
+    typedef Fa3Cfg<D, PINGPONG, OVERLAP, NC, STAGES> C;
     const flash_variant_t& fallback = (D == 64 ? flash_fwd_bf16_variants_d64 : flash_fwd_bf16_variants_d128)[0];
     tma_view_t vq, vk, vv;
     char err[256];
@@ -368,6 +379,9 @@ static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
 }
 extern "C" void flash_fwd_fa3_d64_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<64>(a, s); }
 extern "C" void flash_fwd_fa3_d128_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<128>(a, s); }
+// Three consumer warpgroups (Bq 192) at d 64.
+extern "C" void flash_fwd_fa3_wg3_d64_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<64, true, true, 3>(a, s); }
+extern "C" void flash_fwd_fa3_wg3s3_d64_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<64, true, true, 3, 3>(a, s); }
 // The ablations (benchmark corner): without the turns, without the softmax/P~V overlap.
 extern "C" void flash_fwd_fa3_nopp_d64_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<64, false>(a, s); }
 extern "C" void flash_fwd_fa3_nopp_d128_launch(const attn_args_t* a, cudaStream_t s) { launch_fa3<128, false>(a, s); }

@@ -169,7 +169,7 @@ Test(api, variant_that_runs_and_its_name) {
             flash_fwd_bf16_set_variant(d, FLASH_FWD_DEFAULT_VARIANT);
         }
     }
-    cr_assert_eq(n_wgmma, 10, "ten sm_90a variants (d 64's last six, d 128's last four), as flash_fwd_bf16_d64.cu and _d128.cu say");
+    cr_assert_eq(n_wgmma, 12, "twelve sm_90a variants (d 64's last eight, d 128's last four), as flash_fwd_bf16_d64.cu and _d128.cu say");
     // The TMA variants (fa3) run only on views a tensor map can describe; the call's rule says so.
     int n_tma = 0;
     for (int i = 0; i < 4; i++) {
@@ -195,7 +195,7 @@ Test(api, variant_that_runs_and_its_name) {
             cr_assert_eq(flash_fwd_bf16_variant_for(&a, v, 1), v, "d %d %s, one head", d, vl[v].name);
         }
     }
-    cr_assert_eq(n_tma, 6, "six TMA variants (fa3 and its two ablations at d 64 and 128)");
+    cr_assert_eq(n_tma, 8, "eight TMA variants (fa3 and its two ablations at d 64 and 128, fa3 with 3 consumers at d 64, 2 or 3 stages)");
     attn_args_t a0 = valid_args();
     cr_assert_eq(flash_fwd_bf16_variant_for(&a0, 1, 1), flash_fwd_bf16_variant_that_runs(64, 1, 1), "a non-TMA variant");
     cr_assert_eq(flash_fwd_bf16_variant_that_runs(48, 0, 1), -1);
