@@ -33,7 +33,7 @@ int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen);
 void flash_forward_cuda(const attn_args_t* a, cudaStream_t stream);
 // The kernel flash_forward_cuda runs for *a (dtype, head dim, and for the TMA variants the
 // sizes and strides) with this process's variant selection: the bf16 variant's name
-// ("w4 mt2 bk64", "wgmma w8 mt1 bk64", "fa3 w12 bq128 bk128", ...) or "f32 cuda-core";
+// ("w4 mt2 bk64", "wgmma w8 mt1 bk64", "fa3 w16 bq192 bk128", ...) or "f32 cuda-core";
 // "unsupported" where flash_fwd_supports would refuse the dtype or head dim. What benchmarks
 // print, so that the name is the dispatch's own answer. Asks the GPU only when the selected
 // variant is an sm_90a one (was it built?).

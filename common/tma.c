@@ -93,3 +93,25 @@ int tma_map_f32_3d(CUtensorMap* map, const void* base, const uint64_t dims[3], c
     if (r != CUDA_SUCCESS) return set_err(err, errlen, "TMA: cuTensorMapEncodeTiled failed (CUresult %d)", (int)r);
     return 0;
 }
+
+int tma_map_f32_rows(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows, uint32_t box_cols, char* err,
+                     size_t errlen) {
+    if (box_cols < 4 || box_cols > 256 || box_cols % 4 != 0)
+        return set_err(err, errlen, "TMA box of %u fp32 columns: a multiple of 4 (16 bytes) up to 256", box_cols);
+    if (cols < 1 || rows < 1 || cols % 4 != 0)
+        return set_err(err, errlen, "TMA fp32 rows of %llu columns: a row must be a multiple of 16 bytes (columns %% 4 == 0)",
+                       (unsigned long long)cols);
+    if (cols * 4 >= (1ull << 40)) return set_err(err, errlen, "TMA fp32 rows: a row stride of 2^40 bytes or more");
+    if ((uintptr_t)base % 16 != 0) return set_err(err, errlen, "TMA: the tensor's base address is not 16-byte aligned");
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encoder(err, errlen);
+    if (!enc) return -1;
+    const cuuint64_t gdims[2] = {cols, rows};
+    const cuuint64_t strides[1] = {cols * 4};
+    const cuuint32_t boxd[2] = {box_cols, 1};
+    const cuuint32_t estr[2] = {1, 1};
+    const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void*)base, gdims, strides, boxd, estr,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return set_err(err, errlen, "TMA: cuTensorMapEncodeTiled failed (CUresult %d)", (int)r);
+    return 0;
+}

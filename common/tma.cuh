@@ -98,6 +98,14 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
         : "memory");
 }
+// The same for a 2-D map (common/tma.h's tma_map_f32_rows: columns c0.., row c1).
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
 // shared[src] (a box in the layout the map's swizzle gives) added into the global tensor at
 // coordinates (c0, c1, c2) as fp32 by TMA (the map's element type); elements outside the tensor
 // are skipped. Asynchronous: a bulk group of the issuing thread (tma_bulk_commit / _wait below).

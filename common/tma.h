@@ -40,6 +40,12 @@ int tma_map_bf16_4d(CUtensorMap* map, const void* base, const tma_view_t* v, con
 // the array are neither read nor written. 0, or -1 with a reason (the shape's or the driver's).
 int tma_map_f32_3d(CUtensorMap* map, const void* base, const uint64_t dims[3], const uint32_t box[2], char* err,
                    size_t errlen);
+// Encodes an fp32 tensor map of a contiguous [rows][cols] array, no swizzle, with a box of
+// box_cols x 1 (one row's run of columns, e.g. a query tile's log-sum-exps): cols * 4 and
+// box_cols * 4 must be multiples of 16 bytes, box_cols at most 256. Columns past cols arrive as
+// zeros. 0, or -1 with a reason (the shape's or the driver's).
+int tma_map_f32_rows(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows, uint32_t box_cols, char* err,
+                     size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,10 @@
 #             synccheck, the leaderboard with each combination beside SDPA in the same call, the
 #             d-64 forward variants at N 16384, and ncu of version 22; a failed smoke run gets
 #             memcheck on the smallest shapes
+#   ldt21     issue 15: version 21 with L and D by TMA (Nq a multiple of 4) and the new d-64
+#             forward default (fa3 w16 bq192): smoke runs with 60-s limits (both L/D paths), then
+#             the leaderboard three times, each beside SDPA flash / cuDNN right after it (the
+#             GPU's clocks drift over a call), and ncu of version 21
 #   fa3bench  its timings: every forward variant at N 4096 and 16384 (d 64, 128), the leaderboard
 #             point with fa3's forward (do_bench mean too), d 128 forward + backward with fa3 and
 #             backward version 20; SDPA flash and cuDNN in the same call
@@ -373,6 +377,34 @@ for s in "$@"; do
         set -- $shape
         step w16_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/03_flashattn_fwd/flash_fwd" \
           --device cuda --dtype bf16 --variant $w16 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --causal --check --out ''
+      done
+    fi
+    ;;
+  ldt21)
+    ldt_ok=1
+    for sc in "332 201 --causal" "200 333" "516 516 --causal" "64 64" "4 4 --causal" "128 129" "333 201 --causal"; do
+      read -r nq nk extra <<< "$sc"
+      # shellcheck disable=SC2086
+      step ldt_smoke_${nq}_${nk} 60 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 21 --d 64 \
+        --B 1 --H 2 --Nq $nq --Nk $nk $extra --check --out '' || ldt_ok=0
+    done
+    if [ $ldt_ok = 1 ]; then
+      mkdir -p $R/ldt21
+      for r in 1 2 3; do
+        step lb_default_$r 100 "$B/04_flashattn_bwd/bench" --mode leaderboard --lb-reps 50 \
+          --csv $R/ldt21/04_leaderboard_$r.csv
+        step lb_torch_$r 120 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 \
+          --impls sdpa_flash,sdpa_cudnn --reps 50 --csv $R/ldt21/04_leaderboard_torch_$r.csv
+      done
+      step ncu_bwd_ldt 120 ncu --clock-control none -k regex:"bwd_tma" -c 1 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+        "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 21 --d 64 \
+        --B 1 --H 16 --Nq 16384 --Nk 16384 --causal --out ''
+    else
+      for shape in "64 64" "128 128" "4 4"; do
+        set -- $shape
+        step ldt_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/flash_bwd" \
+          --device cuda --dtype bf16 --version 21 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --check --out ''
       done
     fi
     ;;

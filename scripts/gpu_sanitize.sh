@@ -22,6 +22,7 @@ cases=(
   "$B/02_weighted_sum/weighted_sum --device cuda --rows 517 --d 1030 --dtype bf16 --check"
   "$B/02_weighted_sum/weighted_sum --device cuda --rows 300 --d 64 --grad-w atomic --check"
   "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 130 --Nk 77 --d 64 --causal --dtype bf16 --out ''"
+  "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 400 --Nk 390 --d 64 --causal --dtype bf16 --out ''"
   "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 70 --Nk 200 --d 128 --dtype bf16 --out ''"
   "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 33 --Nk 33 --d 16 --causal --dtype f32 --out ''"
   "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 150 --Nk 67 --d 64 --causal --dtype bf16 --check --out ''"
@@ -31,6 +32,8 @@ cases=(
   "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 150 --Nk 67 --d 64 --causal --dtype bf16 --version 21 --check --out ''"
   "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 70 --Nk 200 --d 64 --dtype bf16 --version 21 --impl atomic --check --out ''"
   "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 333 --Nk 201 --d 64 --causal --dtype bf16 --version 21 --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 332 --Nk 201 --d 64 --causal --dtype bf16 --version 21 --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 200 --Nk 333 --d 64 --dtype bf16 --version 21 --impl atomic --check --out ''"
 )
 for c in "${cases[@]}"; do
   for tool in memcheck racecheck; do eval run $tool "$c"; done

@@ -75,3 +75,21 @@ Test(tma, refuses_what_tma_cannot_describe) {
     const int64_t huge[3] = {(int64_t)1 << 40, 64 * 64, 64};  // 2^41 bytes
     expect_refused(2, 2, 64, 64, huge, "batch stride");
 }
+
+// The fp32 row map's shape checks come before the driver is asked, so they run without a GPU:
+// a row that is not a multiple of 16 bytes, a box outside 4..256 columns or not a multiple of 4,
+// a misaligned base; one line each.
+Test(tma, f32_rows_refuses_what_tma_cannot_describe) {
+    CUtensorMap m;
+    char err[200] = "";
+    static float buf[64];
+    cr_assert_eq(tma_map_f32_rows(&m, buf, 1001, 2, 64, err, sizeof err), -1);
+    cr_assert(strstr(err, "1001 columns") != NULL, "%s", err);
+    cr_assert_eq(tma_map_f32_rows(&m, buf, 1000, 2, 66, err, sizeof err), -1);
+    cr_assert(strstr(err, "box of 66") != NULL, "%s", err);
+    cr_assert_eq(tma_map_f32_rows(&m, buf, 1000, 2, 260, err, sizeof err), -1);
+    cr_assert(strstr(err, "box of 260") != NULL, "%s", err);
+    cr_assert_eq(tma_map_f32_rows(&m, (char*)buf + 4, 1000, 2, 64, err, sizeof err), -1);
+    cr_assert(strstr(err, "16-byte aligned") != NULL, "%s", err);
+    cr_assert(strchr(err, '\n') == NULL, "one line: '%s'", err);
+}
