@@ -52,12 +52,12 @@
 #             default, wgmma-ov and fa3 forwards at N 16384, d 64 and 128
 #   flashmodel the model trained with the default flash attention (fa3 forward, version 21
 #             backward; head dim 64) under compute-sanitizer memcheck, one bf16 step
-#   pp22      issue 15: backward version 22 (version 21's kernel with its consumers in ping-pong)
-#             and the forward with three consumer warpgroups (fa3 w16 bq192, 2 and 3 stages), first
-#             runs: smoke runs with 60-s limits, then their GPU tests, memcheck / racecheck /
-#             synccheck, the leaderboard with each combination beside SDPA in the same call, the
-#             d-64 forward variants at N 16384, and ncu of version 22; a failed smoke run gets
-#             memcheck on the smallest shapes
+#   v22       issue 15: backward version 22 (version 21's kernel with its two consumer
+#             warpgroups half a step apart, ping-pong): smoke runs with 60-s limits, its GPU tests
+#             and the plan tests, the leaderboard with versions 21 and 22 twice, each pair beside
+#             SDPA right after it, memcheck / racecheck / synccheck, ncu of both. (The first form
+#             of version 22 and the first fa3 w16 runs came from an earlier part, pp22, whose
+#             logs are in 04_flashattn_bwd/measured/2026-11-26_h100/pp22/.)
 #   ldt21     issue 15: version 21 with L and D by TMA (Nq a multiple of 4) and the new d-64
 #             forward default (fa3 w16 bq192): smoke runs with 60-s limits (both L/D paths), then
 #             the leaderboard three times, each beside SDPA flash / cuDNN right after it (the
@@ -306,48 +306,29 @@ for s in "$@"; do
       done
     fi
     ;;
-  pp22)
-    w16=$(variant_index 64 "fa3 w16 bq192 bk128"); w16s3=$(variant_index 64 "fa3 w16 bq192 bk128 s3")
-    echo "fa3 w16 variants: $w16, $w16s3" | tee -a "$O/steps.txt"
-    pp_ok=1; w16_ok=1
-    for sc in "333 201 --causal" "70 200" "517 517 --causal" "64 64" "1 1 --causal" "130 129"; do
+  v22)
+    v22_ok=1
+    for sc in "333 201 --causal" "332 201 --causal" "70 200" "200 333" "516 516 --causal" "64 64" "1 1 --causal" "4 4" "130 129"; do
       read -r nq nk extra <<< "$sc"
       # shellcheck disable=SC2086
       step v22_smoke_${nq}_${nk} 60 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 22 --d 64 \
-        --B 1 --H 2 --Nq $nq --Nk $nk $extra --check --out '' || pp_ok=0
+        --B 1 --H 2 --Nq $nq --Nk $nk $extra --check --out '' || v22_ok=0
     done
-    for v in $w16 $w16s3; do
-      for sc in "333 201 --causal" "70 200" "600 600 --causal" "1000 700"; do
-        read -r nq nk extra <<< "$sc"
-        # shellcheck disable=SC2086
-        step w16_smoke_${v}_${nq}_${nk} 60 "$B/03_flashattn_fwd/flash_fwd" --device cuda --dtype bf16 --variant $v \
-          --d 64 --B 1 --H 2 --Nq $nq --Nk $nk $extra --check --out '' || w16_ok=0
-      done
-    done
-    [ $w16_ok = 1 ] && step t03_cuda 300 "$B/03_flashattn_fwd/test_03" --jobs 1 --filter 'cuda/*'
-    if [ $pp_ok = 1 ]; then
-      step t04_v22 200 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_cuda/*version22*'
+    if [ $v22_ok = 1 ]; then
+      step t04_v22 200 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_cuda/*version2[12]*'
       step t04_plan 20 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_api/*'
       step v22_check 60 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 22 --d 64 \
         --B 2 --H 3 --Nq 2048 --Nk 1900 --causal --check --out ''
-    fi
-    mkdir -p $R/pp22
-    fv=""; [ $w16_ok = 1 ] && fv="64:$w16 64:$w16s3"
-    for v in 21 $([ $pp_ok = 1 ] && echo 22); do
-      for f in default $fv; do
-        tag=v${v}_$(echo $f | tr ':' '_')
-        step lb_$tag 100 "$B/04_flashattn_bwd/bench" --mode leaderboard --version $v \
-          $([ $f != default ] && echo --fwd-variants $f) --lb-reps 50 --csv $R/pp22/04_leaderboard_$tag.csv
+      mkdir -p $R/v22
+      for r in 1 2; do
+        for v in 21 22; do
+          step lb_v${v}_$r 100 "$B/04_flashattn_bwd/bench" --mode leaderboard --version $v --lb-reps 50 \
+            --csv $R/v22/04_leaderboard_v${v}_$r.csv
+        done
+        step lb_torch_$r 120 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 \
+          --impls sdpa_flash,sdpa_cudnn --reps 50 --csv $R/v22/04_leaderboard_torch_$r.csv
       done
-    done
-    step lb_torch 120 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 \
-      --impls sdpa_flash,sdpa_cudnn --reps 50 --csv $R/pp22/04_leaderboard_torch.csv
-    step scan_fwd64 120 "$B/03_flashattn_fwd/bench" --sweep flash --N 4096,16384 --d 64 --dtype bf16 --H 16 \
-      --scan-variants --reps 20 --csv $R/pp22/03_scan.csv
-    step torch_fwd64 120 python3 03_flashattn_fwd/bench_torch.py --H 16 --N 4096,16384 --d 64 --dtype bf16 \
-      --impls sdpa_flash,sdpa_cudnn --reps 20 --csv $R/pp22/03_torch.csv
-    if [ $pp_ok = 1 ]; then
-      for sc in "150 67 --causal" "70 200" "333 201 --causal --impl atomic"; do
+      for sc in "150 67 --causal" "148 67 --causal" "200 333 --impl atomic" "333 201 --causal --impl atomic"; do
         read -r nq nk extra <<< "$sc"
         for tool in memcheck racecheck synccheck; do
           # shellcheck disable=SC2086
@@ -356,27 +337,17 @@ for s in "$@"; do
             --Nq $nq --Nk $nk $extra --check --out ''
         done
       done
-      step ncu_bwd_v22 120 ncu --clock-control none -k regex:"bwd_tma" -c 1 --section SpeedOfLight \
-        --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy \
-        --section LaunchStats "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 22 --d 64 \
-        --B 1 --H 16 --Nq 16384 --Nk 16384 --causal --out ''
+      for v in 21 22; do
+        step ncu_bwd_v$v 120 ncu --clock-control none -k regex:"bwd_tma" -c 1 --section SpeedOfLight \
+          --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+          "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version $v --d 64 \
+          --B 1 --H 16 --Nq 16384 --Nk 16384 --causal --out ''
+      done
     else  # the smallest shapes under memcheck: one tile, then two
       for shape in "64 64" "128 128" "192 130"; do
         set -- $shape
         step v22_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/flash_bwd" \
           --device cuda --dtype bf16 --version 22 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --check --out ''
-      done
-    fi
-    if [ $w16_ok = 1 ]; then
-      for tool in memcheck racecheck synccheck; do
-        step san_w16_$tool 150 compute-sanitizer --tool $tool --error-exitcode 9 "$B/03_flashattn_fwd/flash_fwd" \
-          --device cuda --dtype bf16 --variant $w16 --d 64 --B 1 --H 2 --Nq 333 --Nk 201 --causal --check --out ''
-      done
-    else
-      for shape in "192 128" "384 384"; do
-        set -- $shape
-        step w16_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/03_flashattn_fwd/flash_fwd" \
-          --device cuda --dtype bf16 --variant $w16 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --causal --check --out ''
       done
     fi
     ;;
