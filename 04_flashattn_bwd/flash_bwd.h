@@ -101,21 +101,21 @@ flash_bwd_plan_t flash_bwd_current_plan(const attn_args_t* a, int atomic);
 // 1 if the tensor-core kernels take *a (bf16, d in {16, 32, 64, 128}, 16-byte aligned rows).
 int flash_bwd_mma_ok(const attn_args_t* a);
 // 1 if a tensor map describes the q, dout, k and v views of *a (common/tma.h's tma_view_bhnd):
-// versions 21 and 22 run their own kernel only then. Pure, no GPU.
+// version 21 runs its own kernel only then. Pure, no GPU.
 int flash_bwd_tma_ok(const attn_args_t* a);
 // Benchmark knobs (process-wide, not thread-safe; the defaults are what ships):
 // version of the tensor-core kernels, 1 to FLASH_BWD_MAX_VERSION (flash_bwd_mma.cu,
 // flash_bwd_fa2.cu, flash_bwd_wgmma.cu, flash_bwd_tma.cu and NOTES.md say what changed): 1-5
-// two-pass, 6-22 single-pass (16-19: wgmma, d 64, sm_90a builds, version 10 at other d; 20:
+// two-pass, 6-21 single-pass (16-19: wgmma, d 64, sm_90a builds, version 10 at other d; 20:
 // wgmma, d 128, sm_90a builds, 19 at d 64; 21: TMA + wgmma at d 64 where TMA describes the views,
-// elsewhere as 20; 22: 21 with its two consumer warpgroups in ping-pong; for bf16, d <= 64 with 16-byte rows (20, 21: also d 128)
+// elsewhere as 20; for bf16, d <= 64 with 16-byte rows (20, 21: also d 128)
 // flash_backward_cuda is then the single pass too; elsewhere they run version 1's kernels); parts of the two-pass tensor-core backward that run, 3 (both
 // kernels, the default), 1 (pre-pass and dK/dV kernel only) or 2 (pre-pass and dQ kernel
 // only): for per-kernel timings, the results are then incomplete. Bad values die.
 // The default is version 21 (flash_bwd_tma.cu at d 64, version 20's kernel at d 128, version 10
 // at d 16 and 32), the fastest measured with every test passing (NOTES.md).
 #define FLASH_BWD_DEFAULT_VERSION 21
-#define FLASH_BWD_MAX_VERSION 22
+#define FLASH_BWD_MAX_VERSION 21
 void flash_bwd_set_version(int version);
 void flash_bwd_set_parts(int parts);
 

@@ -109,7 +109,7 @@ static void backward_single_pass(const attn_args_t* a, const flash_bwd_plan_t& p
     bwd_launch_prepass(p, a->dtype, stream);
     switch (plan.path) {
     case FLASH_BWD_PATH_TMA:
-        bwd_launch_tma(p, plan.version, stream);  // versions 21, 22 (d 64): the kernel, then the cast into dq
+        bwd_launch_tma(p, stream);  // version 21 (d 64): the kernel, then the cast into dq
         return;
     case FLASH_BWD_PATH_WGMMA:
         if (plan.version == 20) {  // d 128 (flash_bwd_fa2.cu's cast has no d 128 instance)
@@ -131,7 +131,7 @@ static void backward_single_pass(const attn_args_t* a, const flash_bwd_plan_t& p
 extern "C" void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream) {
     check_args(a, "flash_backward_cuda");
     const flash_bwd_plan_t plan = flash_bwd_current_plan(a, 0);
-    if (plan.single_pass) {  // versions 6-22 on bf16, d <= 64, and 20, 21 at d 128 (sm_90a): one pass
+    if (plan.single_pass) {  // versions 6-21 on bf16, d <= 64, and 20, 21 at d 128 (sm_90a): one pass
         backward_single_pass(a, plan, stream);
         return;
     }

@@ -22,7 +22,7 @@ int flash_bwd_mma_ok(const attn_args_t* a) {
     return 1;
 }
 
-// Versions 21 and 22 load Q, dO, K and V by TMA: each [B, H, N, d] view must be one a tensor map
+// Version 21 loads Q, dO, K and V by TMA: each [B, H, N, d] view must be one a tensor map
 // describes (common/tma.h: no zero stride on an axis longer than 1, strides of 16-byte
 // multiples). The same pure test the plan below and nothing else decides with.
 int flash_bwd_tma_ok(const attn_args_t* a) {
@@ -37,14 +37,13 @@ int flash_bwd_tma_ok(const attn_args_t* a) {
 flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, int wgmma_built) {
     flash_bwd_plan_t p = {FLASH_BWD_PATH_SIMT, 0, atomic ? 1 : 0, "flash_bwd_simt.cu"};
     const int mma = flash_bwd_mma_ok(a);
-    if (version == 21 || version == 22) {
-        // Versions 21 and 22 (22: 21 with its consumers in ping-pong): the TMA-fed single pass
-        // (flash_bwd_tma.cu) for bf16 d 64 with 16-byte rows in sm_90a builds, where TMA
-        // describes the views; everywhere else what version 20 runs (19 at d 64, 20 at d 128, 10
-        // at d 16 and 32, version 1 without sm_90a code at d 128).
+    if (version == 21) {
+        // Version 21: the TMA-fed single pass (flash_bwd_tma.cu) for bf16 d 64 with 16-byte rows
+        // in sm_90a builds, where TMA describes the views; everywhere else what version 20 runs
+        // (19 at d 64, 20 at d 128, 10 at d 16 and 32, version 1 without sm_90a code at d 128).
         if (mma && a->d == 64 && wgmma_built && flash_bwd_tma_ok(a)) {
             p.single_pass = 1;
-            p.path = FLASH_BWD_PATH_TMA, p.version = version, p.file = "flash_bwd_tma.cu";
+            p.path = FLASH_BWD_PATH_TMA, p.version = 21, p.file = "flash_bwd_tma.cu";
             return p;
         }
         version = 20;

@@ -71,7 +71,7 @@ void bwd_launch_dq_convert16(const BwdParams& p, cudaStream_t s);
 // bwd_launch_dq_convert at d 128). Available where the code was built for sm_90a.
 void bwd_launch_wgmma(const BwdParams& p, int version, cudaStream_t s);
 bool bwd_wgmma_available();
-// Versions 21 and 22 (flash_bwd_tma.cu): the single pass with a TMA producer warpgroup and two
-// wgmma consumer warpgroups (22: in ping-pong), d = 64, sm_90a, views a tensor map describes
-// (flash_bwd_tma_ok); the kernel, then the cast of p.dq_accum (which must be zeroed) into p.dq.
-void bwd_launch_tma(const BwdParams& p, int version, cudaStream_t s);
+// Version 21 (flash_bwd_tma.cu): the single pass with a TMA producer warpgroup and two wgmma
+// consumer warpgroups, d = 64, sm_90a, views a tensor map describes (flash_bwd_tma_ok); the
+// kernel, then the cast of p.dq_accum (which must be zeroed) into p.dq.
+void bwd_launch_tma(const BwdParams& p, cudaStream_t s);

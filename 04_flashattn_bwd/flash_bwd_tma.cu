@@ -51,11 +51,8 @@ namespace {
 
 typedef __nv_bfloat16 bf16;
 
-// PP: version 22's ping-pong schedule (see the consumers' code); it keeps one more ring stage and
-// one more dS^T buffer than version 21.
-template <bool PP>
 struct TmaCfg {
-    static constexpr int Bq = 64, Bk = 128, NC = 2, THREADS = 128 * (NC + 1), STAGES = PP ? 4 : 3, NDS = PP ? 3 : 2;
+    static constexpr int Bq = 64, Bk = 128, NC = 2, THREADS = 128 * (NC + 1), STAGES = 3;
     static constexpr uint32_t kTileQ = Bq * 128;    // a [64 rows][64] bf16 box: 8 KB
     static constexpr uint32_t kTileK = Bk * 128;    // [128][64]: 16 KB
     static constexpr uint32_t kTileS = Bk * Bq * 2;  // dS^T, 128 keys x 64 queries: 16 KB
@@ -63,11 +60,11 @@ struct TmaCfg {
     // Every tile starts on a 1024-byte boundary (the swizzle's period).
     static constexpr uint32_t kOffK = 0, kOffV = kTileK, kOffKc = 2 * kTileK, kOffQ = 3 * kTileK,
                               kOffdO = kOffQ + STAGES * kTileQ, kOffdS = kOffdO + STAGES * kTileQ,
-                              kOffStg = kOffdS + NDS * kTileS, kOffL = kOffStg + NC * 2 * kTileStg,
+                              kOffStg = kOffdS + 2 * kTileS, kOffL = kOffStg + NC * 2 * kTileStg,
                               kOffD = kOffL + STAGES * Bq * 4, kOffBar = kOffD + STAGES * Bq * 4;
     static constexpr int kBars = 1 + 2 * STAGES;  // K/V full; per stage full, empty
     // + 1024: the dynamic shared memory's base is rounded up to the swizzle's period.
-    static constexpr size_t SMEM = kOffBar + kBars * 8 + 1024;  // version 21: 165 KB; 22: 195 KB
+    static constexpr size_t SMEM = kOffBar + kBars * 8 + 1024;  // 3 stages: 165 KB
     static constexpr int kRegsProducer = 40, kRegsConsumer = 232;  // 128 x 40 + 256 x 232 = 64 K
     // Arrivals per stage. L/D by TMA (LDT): "full" thread 0's expect_tx, "empty" one per consumer
     // warp; else "full" also warp 0's 32 lanes (their L/D stores), "empty" every consumer thread.
@@ -85,14 +82,14 @@ struct TmaCfg {
 // LDT: L and D come by TMA too (tl, td: [B*H][Nq] fp32 maps, Nq a multiple of 4), so the full
 // barrier counts TMA's bytes only and each consumer warp releases a slot once; else (tl, td
 // unused) warp 0 of the producer stores them and every consumer thread releases.
-template <bool PP, bool LDT>
-__global__ void __launch_bounds__(TmaCfg<PP>::THREADS, 1)
+template <bool LDT>
+__global__ void __launch_bounds__(TmaCfg::THREADS, 1)
     bwd_tma_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                    const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                    const __grid_constant__ CUtensorMap tdq, const __grid_constant__ CUtensorMap tl,
                    const __grid_constant__ CUtensorMap td) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef TmaCfg<PP> C;
+    typedef TmaCfg C;
     extern __shared__ unsigned char smem_tma[];
     const uint32_t sraw = smem_u32(smem_tma), sbase = (sraw + 1023u) & ~1023u;
     unsigned char* smem = smem_tma + (sbase - sraw);  // the same place as a generic pointer
@@ -180,45 +177,14 @@ __global__ void __launch_bounds__(TmaCfg<PP>::THREADS, 1)
 #pragma unroll
             for (int b = 0; b < 4; b++) asm volatile("" : "+r"(r[a][b])::"memory");
     };
-    auto ds_tile = [&](int m) { return C::kOffdS + ((uint32_t)m % C::NDS) * C::kTileS; };  // dS^T of step m
-    // Descriptors of this warpgroup's 64 rows of K_j, V_j (K-major, 128-byte swizzle); the
-    // k-step of 16 moves 32 bytes along the row.
-    const uint32_t kA = sbase + C::kOffK + c * 64 * 128, vA = sbase + C::kOffV + c * 64 * 128;
-    constexpr uint64_t kDescMN = wg_desc_sw128(C::kTileQ, 1024);  // Q_i, dO_i as B with K = the queries
-    // The products, issued (not committed) for the tile of step m, whose Q_i, dO_i are in ring
-    // slot m % STAGES.
-    // G1: S^T = K_j Q_i^T, dP^T = V_j dO_i^T.
-    auto g1 = [&](int m) {
-        const uint32_t qa = q_tile(m % C::STAGES), oa = do_tile(m % C::STAGES);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wg_m64n64_ss<0, 0>(S, wg_desc_sw(kDescSw128KMajor, kA + kk * 32), wg_desc_sw(kDescSw128KMajor, qa + kk * 32),
-                               kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wg_m64n64_ss<0, 0>(dP, wg_desc_sw(kDescSw128KMajor, vA + kk * 32), wg_desc_sw(kDescSw128KMajor, oa + kk * 32),
-                               kk > 0);
-    };
-    // G2: dQ (64 queries x this warpgroup's 32 columns) over the 128 keys.
-    auto g2 = [&](int m) {
-        const uint32_t da0 = wg_desc_lo(kDescMNMajor, sbase + ds_tile(m));
+    // G2 for the tile of step m: dQ (64 queries x this warpgroup's 32 columns) over the 128 keys.
+    auto issue_dq = [&](int m) {
+        const uint32_t da0 = wg_desc_lo(kDescMNMajor, sbase + C::kOffdS + (uint32_t)(m & 1) * C::kTileS);
         const uint32_t db0 = wg_desc_lo(kDescMNMajor, sbase + C::kOffKc + c * 4 * 128);  // columns 32c..
 #pragma unroll
         for (int kk = 0; kk < C::Bk / 16; kk++)
             wg_m64n32_ss<1, 1>(dq, wg_desc_join(kDescMNMajor, da0 + kk * 128), wg_desc_join(kDescMNMajor, db0 + kk * 128),
                                kk > 0);
-    };
-    // G3: dV += P^T dO_i, dK += dS^T Q_i (A from registers: ap, as); k-step kq = queries 16kq..
-    // = 16 rows = 2048 bytes.
-    auto g3 = [&](int m, const uint32_t (&ap)[4][4], const uint32_t (&as)[4][4]) {
-        const uint32_t qa = q_tile(m % C::STAGES), oa = do_tile(m % C::STAGES);
-#pragma unroll
-        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dV, ap[kq], wg_desc_sw(kDescMN, oa + kq * 2048), 1);
-#pragma unroll
-        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dK, as[kq], wg_desc_sw(kDescMN, qa + kq * 2048), 1);
-    };
-    auto issue_dq = [&](int m) {
-        g2(m);
         wg_commit();
     };
     // dQ of step m (scaled) into this warpgroup's staging box m & 1: row r, column 8n + 2t of
@@ -253,51 +219,6 @@ __global__ void __launch_bounds__(TmaCfg<PP>::THREADS, 1)
             tma_bulk_commit();
         }
     };
-    // P^T and dS^T of step m in place of S^T, dP^T: S[4n + e] is key kw + g + 8 (e / 2), query
-    // 8n + 2t + e % 2 (version 19); L_i, D_i from ring slot m % STAGES. Masked only where the
-    // warp's 16 keys meet the diagonal or pass Nk.
-    // Into P, dS, which may be S, dP themselves (version 21: in place).
-    auto p_ds = [&](int m, float (&P)[32], float (&dS)[32]) {
-        const int st = m % C::STAGES, q0 = (i_start + m) * C::Bq;
-        const float* Lb = (const float*)(smem + C::kOffL) + st * C::Bq;
-        const float* Db = (const float*)(smem + C::kOffD) + st * C::Bq;
-        auto run = [&](auto masked) {
-#pragma unroll
-            for (int nn = 0; nn < 8; nn++) {
-                const float2 l2 = *(const float2*)(Lb + nn * 8 + 2 * t), d2 = *(const float2*)(Db + nn * 8 + 2 * t);
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float l = (e & 1) ? l2.y : l2.x;
-                    float pr = ex2_approx(fmaf(S[4 * nn + e], sl2, -l * LOG2E_F));
-                    if constexpr (decltype(masked)::value) {
-                        const int kg = k0 + kw + g + ((e >> 1) << 3), qg = q0 + nn * 8 + 2 * t + (e & 1);
-                        if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
-                    }
-                    const float dpe = dP[4 * nn + e];
-                    P[4 * nn + e] = pr;
-                    dS[4 * nn + e] = pr * (dpe - ((e & 1) ? d2.y : d2.x));
-                }
-            }
-        };
-        if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) run(std::true_type{});
-        else run(std::false_type{});
-    };
-
-    // Releases ring slot st. Without LDT every thread read L_i, D_i from the slot with plain loads
-    // that warp 0 of the producer stored, so every thread releases it (as CUTLASS's and
-    // FlashAttention-3's pipelines do): its own arrive orders its own reads before the producer's
-    // next writes. One arrive per warp after a __syncwarp is enough by the memory model, but
-    // racecheck reported the slot's reuse as a race that way (2026-11-26, 333 x 201 causal: 4
-    // hazards). With L/D by TMA no thread stores into the slot: one arrive per warp, after the
-    // warp's reads (__syncwarp), as the forward releases K_j and V_j.
-    auto release = [&](int st) {
-        if constexpr (LDT) {
-            __syncwarp();
-            mbar_arrive_if(empty(st), lane == 0);
-        } else {
-            mbar_arrive(empty(st));
-        }
-    };
 
     if (n_tiles > 0) {
         mbar_wait(bar_kv, 0);
@@ -311,19 +232,29 @@ __global__ void __launch_bounds__(TmaCfg<PP>::THREADS, 1)
         }
         fence_proxy_async();  // read by G2 after the next consumer barrier
     }
+    // Descriptors of this warpgroup's 64 rows of K_j, V_j (K-major, 128-byte swizzle); the
+    // k-step of 16 moves 32 bytes along the row.
+    const uint32_t kA = sbase + C::kOffK + c * 64 * 128, vA = sbase + C::kOffV + c * 64 * 128;
+    constexpr uint64_t kDescMN = wg_desc_sw128(C::kTileQ, 1024);  // Q_i, dO_i as B with K = the queries
 
-    if constexpr (!PP) {
-    // ---------------------------------------------------------------- version 21's schedule
     // Step n (query tile i_start + n). FIRST (n = 0): no previous tile, so no barrier and no G2;
     // a template argument rather than a test, since a branch between wgmma.fence and G2 makes
     // ptxas inject another fence (C7519).
     auto step = [&](int n, auto first) {
         constexpr bool kFirst = decltype(first)::value;
-        const int st = n % C::STAGES;
+        const int st = n % C::STAGES, q0 = (i_start + n) * C::Bq;
         mbar_wait(full(st), (n / C::STAGES) & 1);
         if (!kFirst) before_sync();
+        const uint32_t qa = q_tile(st), oa = do_tile(st);
         wg_fence();
-        g1(n);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)  // G1
+            wg_m64n64_ss<0, 0>(S, wg_desc_sw(kDescSw128KMajor, kA + kk * 32), wg_desc_sw(kDescSw128KMajor, qa + kk * 32),
+                               kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wg_m64n64_ss<0, 0>(dP, wg_desc_sw(kDescSw128KMajor, vA + kk * 32), wg_desc_sw(kDescSw128KMajor, oa + kk * 32),
+                               kk > 0);
         wg_commit();
         if constexpr (!kFirst) {
             // The barrier while G1 runs (it needs nothing the barrier orders): dS^T of step n-1
@@ -340,10 +271,33 @@ __global__ void __launch_bounds__(TmaCfg<PP>::THREADS, 1)
         }
         fence_regs(S);
         fence_regs(dP);
-        p_ds(n, S, dP);
-        // dS^T (bf16) to buffer n & 1, core matrices: key rows, query columns (version 19).
-        wg_store_core_bf16(smem + ds_tile(n), dP, kw + g, t);
 
+        // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (version 19).
+        const float* Lb = (const float*)(smem + C::kOffL) + st * C::Bq;
+        const float* Db = (const float*)(smem + C::kOffD) + st * C::Bq;
+        auto p_ds = [&](auto masked) {
+#pragma unroll
+            for (int nn = 0; nn < 8; nn++) {
+                const float2 l2 = *(const float2*)(Lb + nn * 8 + 2 * t), d2 = *(const float2*)(Db + nn * 8 + 2 * t);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float l = (e & 1) ? l2.y : l2.x;
+                    float pr = ex2_approx(fmaf(S[4 * nn + e], sl2, -l * LOG2E_F));
+                    if constexpr (decltype(masked)::value) {
+                        const int kg = k0 + kw + g + ((e >> 1) << 3), qg = q0 + nn * 8 + 2 * t + (e & 1);
+                        if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
+                    }
+                    S[4 * nn + e] = pr;
+                    dP[4 * nn + e] = pr * (dP[4 * nn + e] - ((e & 1) ? d2.y : d2.x));
+                }
+            }
+        };
+        if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
+        else p_ds(std::false_type{});
+        // dS^T (bf16) to buffer n & 1, core matrices: key rows, query columns (version 19).
+        wg_store_core_bf16(smem + C::kOffdS + (n & 1) * C::kTileS, dP, kw + g, t);
+
+        // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq.. = 16 rows = 2048 bytes.
         uint32_t ap[4][4], as[4][4];
         wg_pack_p(S, ap);
         wg_pack_p(dP, as);
@@ -354,14 +308,30 @@ __global__ void __launch_bounds__(TmaCfg<PP>::THREADS, 1)
         fence_regs_u32(ap);
         fence_regs_u32(as);
         wg_fence();
-        g3(n, ap, as);
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dV, ap[kq], wg_desc_sw(kDescMN, oa + kq * 2048), 1);
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dK, as[kq], wg_desc_sw(kDescMN, qa + kq * 2048), 1);
         wg_commit();
         // G2 and G3 done (a wait_group 1 here as well made ptxas serialise every wgmma in
         // version 16, C7514): the slot's Q_i, dO_i, L_i, D_i are no longer read.
         wg_wait<0>();
         fence_regs(dK);
         fence_regs(dV);
-        release(st);
+        // Every thread read L_i, D_i from the slot with plain loads, so every thread releases it
+        // (as CUTLASS's and FlashAttention-3's pipelines do): its own arrive orders its own reads
+        // before the producer's next writes into the slot. One arrive per warp after a
+        // __syncwarp is enough by the memory model, but racecheck reported the slot's reuse as a
+        // race that way (2026-11-26, 333 x 201 causal: 4 hazards), and this way it has nothing to
+        // take on trust.
+        // With L/D by TMA no thread wrote the slot with a generic store: one arrive per warp,
+        // after the warp's reads (__syncwarp), as the forward releases K_j and V_j.
+        if constexpr (LDT) {
+            __syncwarp();
+            mbar_arrive_if(empty(st), lane == 0);
+        } else {
+            mbar_arrive(empty(st));
+        }
         if constexpr (!kFirst) stage_dq(n - 1);
         else fence_proxy_async();  // this step's dS^T stores -> G2's reads after the next barrier
     };
@@ -379,108 +349,6 @@ __global__ void __launch_bounds__(TmaCfg<PP>::THREADS, 1)
         sync();
         after_sync(n_tiles - 1);
         if (issuer) tma_bulk_wait<0>();  // the reductions are done before the block's shared memory goes
-    }
-    } else {
-    // ---------------------------------------------------------------- version 22's schedule
-    // Version 21's steps with the two warpgroups half a step apart, so that one's P^T, dS^T runs
-    // while the other's products do (the forward's ping-pong). Interval k (k = 0 .. n_tiles - 1),
-    // the same code for both warpgroups but for where the barrier R(k) sits:
-    //   wait for G1 of step k; G2 of step k-1 (it runs under what follows); P^T, dS^T of step k;
-    //   dS^T -> buffer k % 3; pack P^T, dS^T;
-    //   [R(k) here for warpgroup 1, "late"]
-    //   G3 of step k; wait for G2 and G3; release slot k; G1 of step k+1 (left running into the
-    //   next interval); stage dQ of step k-1;
-    //   [R(k) here for warpgroup 2, "early"]
-    //   after R(k): the reduction of the dQ box staged before it (early: step k-1; late: k-2).
-    // After R(k) warpgroup 1 issues G3 while warpgroup 2 waits for its G1 and computes P^T, dS^T
-    // of step k+1; then warpgroup 2's G3 and G1 run while warpgroup 1 computes. (G1 is issued
-    // after G3 has landed, not with it: S^T, dP^T, dK, dV and the packed P^T, dS^T all held by
-    // wgmma in flight at once make ptxas serialise every wgmma, C7511.)
-    // What R(k) orders: both warpgroups' dS^T of step k stored (fence.proxy.async first) before
-    // either's G2 of step k, issued in interval k+1; a dQ box staged before its reduction. A
-    // dS^T buffer is rewritten in interval k+3 (three buffers): both G2s of step k complete in
-    // interval k+1 (the wait after G3), before R(k+1) or R(k+2).
-    // R(k) is barrier.sync, not bar.sync: the two warpgroups meet it at different instructions,
-    // which the .aligned form (named_sync) does not promise to allow (synccheck reported it).
-    const bool late = c == 0;
-    uint32_t ap[4][4], as[4][4];
-    // P^T, dS^T out of place: written in place over S^T, dP^T (G1's accumulators) while G2 is in
-    // flight, ptxas serialises every wgmma (C7515).
-    float Pr[32], dSr[32];
-    auto slot_wait = [&](int m) { mbar_wait(full(m % C::STAGES), (m / C::STAGES) & 1); };
-    auto fence_all = [&]() {
-        fence_regs(S);
-        fence_regs(dP);
-        fence_regs(dK);
-        fence_regs(dV);
-        fence_regs(dq);
-        fence_regs_u32(ap);
-        fence_regs_u32(as);
-    };
-    auto meet = [&](int m) {  // R(k) and the reduction of the box staged before it (m; -1: none)
-        before_sync();
-        asm volatile("barrier.sync %0, %1;\n" ::"r"(C::kBarDS), "r"(128 * C::NC) : "memory");
-        after_sync(m);
-    };
-    // HAS_G2: k >= 1; HAS_G1: k + 1 < n_tiles. Template flags, not tests: no branch between
-    // wgmma.fence and a wgmma (C7519).
-    auto interval = [&](int k, auto has_g2, auto has_g1) {
-        wg_wait<0>();
-        fence_all();
-        if constexpr (decltype(has_g2)::value) {
-            wg_fence();
-            g2(k - 1);
-            wg_commit();
-        }
-        p_ds(k, Pr, dSr);
-        wg_store_core_bf16(smem + ds_tile(k), dSr, kw + g, t);
-        fence_proxy_async();  // the dS^T stores -> G2's reads after R(k)
-        wg_pack_p(Pr, ap);
-        wg_pack_p(dSr, as);
-        if constexpr (decltype(has_g1)::value) slot_wait(k + 1);
-        if (late) meet(k - 2);
-        // G3's operands pinned before the fence; not dq, which G2 is still writing (an asm that
-        // "defines" it there makes ptxas serialise every wgmma, C7515).
-        fence_regs(dK);
-        fence_regs(dV);
-        fence_regs_u32(ap);
-        fence_regs_u32(as);
-        wg_fence();
-        g3(k, ap, as);
-        wg_commit();
-        wg_wait<0>();
-        fence_all();
-        release(k % C::STAGES);  // G1 and G3 of step k done, L_i, D_i read
-        if constexpr (decltype(has_g1)::value) {
-            wg_fence();
-            g1(k + 1);
-            wg_commit();
-        }
-        if constexpr (decltype(has_g2)::value) stage_dq(k - 1);
-        if (!late) meet(k - 1);
-    };
-    if (n_tiles > 0) {
-        slot_wait(0);
-        fence_all();
-        wg_fence();
-        g1(0);
-        wg_commit();
-        if (n_tiles == 1) interval(0, std::false_type{}, std::false_type{});
-        else interval(0, std::false_type{}, std::true_type{});
-        for (int k = 1; k < n_tiles - 1; k++) interval(k, std::true_type{}, std::true_type{});
-        if (n_tiles > 1) interval(n_tiles - 1, std::true_type{}, std::false_type{});
-        // The tail: G2 of the last step, and the last dQ boxes out (the early warpgroup reduced
-        // step n-2's after R(n-1) already).
-        const int n = n_tiles;
-        fence_all();
-        wg_fence();
-        issue_dq(n - 1);
-        wg_wait<0>();
-        meet(late ? n - 2 : -1);  // R(n)
-        stage_dq(n - 1);
-        meet(n - 1);  // R(n+1)
-        if (issuer) tma_bulk_wait<0>();  // the reductions are done before the block's shared memory goes
-    }
     }
 
     // dK_j (scaled) and dV_j, once; keys past Nk are not written.
@@ -504,25 +372,24 @@ __global__ void __launch_bounds__(TmaCfg<PP>::THREADS, 1)
 
 }  // namespace
 
-// Versions 21 and 22 (flash_bwd_plan chose one: bf16, d 64, 16-byte rows, an sm_90a build,
-// views a tensor map describes): the kernel, then the cast of p.dq_accum (zeroed by the caller)
-// into dq.
-template <bool PP>
-static void launch_tma(const BwdParams& p, cudaStream_t s) {
-    typedef TmaCfg<PP> C;
+// Version 21 (flash_bwd_plan chose it: bf16, d 64, 16-byte rows, an sm_90a build, views a tensor
+// map describes): the kernel, then the cast of p.dq_accum (zeroed by the caller) into dq.
+void bwd_launch_tma(const BwdParams& p, cudaStream_t s) {
+    typedef TmaCfg C;
+    if (p.d != 64) DIE("bwd_launch_tma: head dim %d (version 21 is built for d = 64)", p.d);
     // The register split (setmaxnreg) assumes the entry count __launch_bounds__ gives (as the fa3
     // forward checks): a build that changed it would leave setmaxnreg.inc waiting forever.
     // L and D by TMA where a tensor map can hold their rows (Nq a multiple of 4: 16-byte rows).
     const bool ldt = p.Nq % 4 == 0;
-    const void* kernel = ldt ? (const void*)bwd_tma_kernel<PP, true> : (const void*)bwd_tma_kernel<PP, false>;
+    const void* kernel = ldt ? (const void*)bwd_tma_kernel<true> : (const void*)bwd_tma_kernel<false>;
     static int checked[2] = {0, 0};
     if (!checked[ldt]) {
         cudaFuncAttributes fa;
         CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
         const int entry = (C::kRegsProducer * 128 + C::kRegsConsumer * 128 * C::NC) / C::THREADS;
         if (fa.numRegs != entry)
-            DIE("bwd_tma_kernel<%d, %d> was built with %d registers per thread at entry; its setmaxnreg split (%d / %d) needs %d",
-                (int)PP, (int)ldt, fa.numRegs, C::kRegsProducer, C::kRegsConsumer, entry);
+            DIE("bwd_tma_kernel<%d> was built with %d registers per thread at entry; its setmaxnreg split (%d / %d) needs %d",
+                (int)ldt, fa.numRegs, C::kRegsProducer, C::kRegsConsumer, entry);
         checked[ldt] = 1;
     }
     tma_view_t vq, vdo, vk, vv;
@@ -545,16 +412,9 @@ static void launch_tma(const BwdParams& p, cudaStream_t s) {
         DIE("bwd_launch_tma: L/D: %s", err);
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
     dim3 grid(p.B * p.H, (p.Nk + C::Bk - 1) / C::Bk);  // x = head: the longest causal tiles start first
-    if (ldt) bwd_tma_kernel<PP, true><<<grid, C::THREADS, C::SMEM, s>>>(p, tq, tdo, tk, tv, tdq, tl, td);
-    else bwd_tma_kernel<PP, false><<<grid, C::THREADS, C::SMEM, s>>>(p, tq, tdo, tk, tv, tdq, tl, td);
+    if (ldt) bwd_tma_kernel<true><<<grid, C::THREADS, C::SMEM, s>>>(p, tq, tdo, tk, tv, tdq, tl, td);
+    else bwd_tma_kernel<false><<<grid, C::THREADS, C::SMEM, s>>>(p, tq, tdo, tk, tv, tdq, tl, td);
     CUDA_CHECK_LAST();
 
     bwd_launch_dq_convert16(p, s);  // flash_bwd_fa2.cu's 16-byte cast of the accumulator into dq
-}
-
-void bwd_launch_tma(const BwdParams& p, int version, cudaStream_t s) {
-    if (p.d != 64) DIE("bwd_launch_tma: head dim %d (versions 21 and 22 are built for d = 64)", p.d);
-    if (version == 21) launch_tma<false>(p, s);
-    else if (version == 22) launch_tma<true>(p, s);
-    else DIE("bwd_launch_tma: version %d (21 or 22)", version);
 }

@@ -124,7 +124,7 @@ Test(bwd_cli, bench_checks_every_flag_before_the_gpu) {
         const char* args;
         const char* text;
     } cases[] = {
-        {"--version 99", "--version must be 0 (default) or 1..22"},
+        {"--version 99", "--version must be 0 (default) or 1..21"},
         {"--N abc", "--N: not a comma list of sizes"},
         {"--d 48", "--d: head dim 48 not supported"},
         {"--dtype f16", "--dtype: 'f16' is not one of bf16|f32"},

@@ -321,14 +321,10 @@ Test(bwd_cuda, single_pass_run_to_run_version20_d128, .timeout = 60) {
     SKIP_WITHOUT_GPU();
     run_to_run_case(20, 517, 389, 128, 0, 611);
 }
-// Versions 21 and 22: dQ by TMA reduce-adds, in any order.
+// Version 21: dQ by TMA reduce-adds, in any order.
 Test(bwd_cuda, single_pass_run_to_run_version21, .timeout = 60) {
     SKIP_WITHOUT_GPU();
     run_to_run_case(21, 517, 389, 64, 0, 621);
-}
-Test(bwd_cuda, single_pass_run_to_run_version22, .timeout = 60) {
-    SKIP_WITHOUT_GPU();
-    run_to_run_case(22, 517, 389, 64, 0, 622);
 }
 Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
     SKIP_WITHOUT_GPU();
@@ -345,10 +341,7 @@ Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
 // sweep covers every head dim (d 16, 32: version 10; d 128: version 20) through both entry points.
 Test(bwd_cuda, sweep_bf16_version21, .timeout = 300) { flash_bwd_set_version(21); sweep(DT_BF16, 0); }
 Test(bwd_cuda, sweep_bf16_atomic_version21, .timeout = 300) { flash_bwd_set_version(21); sweep(DT_BF16, 1); }
-// Version 22 (21's kernel with its consumers in ping-pong), the same way.
-Test(bwd_cuda, sweep_bf16_version22, .timeout = 300) { flash_bwd_set_version(22); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_atomic_version22, .timeout = 300) { flash_bwd_set_version(22); sweep(DT_BF16, 1); }
-// Where the build has the wgmma kernels, versions 21 and 22 run their own at d 64 (a contiguous view).
+// Where the build has the wgmma kernels, version 21 runs its own at d 64 (a contiguous view).
 Test(bwd_cuda, version21_runs_where_wgmma_is_built) {
     SKIP_WITHOUT_GPU();
     attn_args_t a;
@@ -360,25 +353,22 @@ Test(bwd_cuda, version21_runs_where_wgmma_is_built) {
     for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, a.Nq, a.d);
     flash_bwd_set_version(19);
     const int built = flash_bwd_current_plan(&a, 0).path == FLASH_BWD_PATH_WGMMA;
-    for (int ver = 21; ver <= 22; ver++) {
-        flash_bwd_set_version(ver);
-        const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 0);
-        char name[96], want[96];
-        flash_bwd_plan_name(&p, name, sizeof name);
-        snprintf(want, sizeof want, "v%d tma wgmma single pass (flash_bwd_tma.cu)", ver);
-        if (built) cr_assert_str_eq(name, want);
-        else cr_assert_str_eq(name, "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
-    }
+    flash_bwd_set_version(21);
+    const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 0);
+    char name[96];
+    flash_bwd_plan_name(&p, name, sizeof name);
+    if (built) cr_assert_str_eq(name, "v21 tma wgmma single pass (flash_bwd_tma.cu)");
+    else cr_assert_str_eq(name, "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
 }
 // Ragged ends on both axes (the TMA zero fill, L = D = 0 past Nq, the dQ map's clipped rows),
 // Nq != Nk both ways (causal blocks with no query tile: Nk > Nq), one tile, one element, many
-// tiles (the ring wraps: 3 or 4 stages), causal and not, both entry points, several heads and
-// batches. Version 22's schedule has its own first, last and only intervals: one, two and many
-// tiles per block are all here.
-static void tma_shapes(int version, uint64_t seed) {
-    flash_bwd_set_version(version);
+// tiles (the ring wraps: 3 stages), causal and not, both entry points, several heads and batches.
+Test(bwd_cuda, shapes_bf16_version21, .timeout = 300) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(21);
     const int shapes[9][2] = {{150, 67}, {70, 200}, {333, 201}, {517, 517}, {64, 64},
                               {1, 1}, {128, 129}, {700, 650}, {201, 333}};
+    uint64_t seed = 2100;
     for (int si = 0; si < 9; si++)
         for (int causal = 0; causal < 2; causal++) {
             bwd_case_t c = {1, 2, shapes[si][0], shapes[si][1], 64, causal, DT_BF16, (si + causal) & 1, 0};
@@ -390,32 +380,17 @@ static void tma_shapes(int version, uint64_t seed) {
     c.causal = 0;
     check_case(c, seed++);
 }
-Test(bwd_cuda, shapes_bf16_version21, .timeout = 300) {
-    SKIP_WITHOUT_GPU();
-    tma_shapes(21, 2100);
-}
-Test(bwd_cuda, shapes_bf16_version22, .timeout = 300) {
-    SKIP_WITHOUT_GPU();
-    tma_shapes(22, 2200);
-}
 // Strided views as the model hands them over, (B, N, H, d + 8): TMA describes them (row stride
-// H (d + 8) elements, head stride d + 8), so version 21's and 22's kernel runs on them.
-static void tma_strided(int version, uint64_t seed) {
-    flash_bwd_set_version(version);
+// H (d + 8) elements, head stride d + 8), so version 21's kernel runs on them.
+Test(bwd_cuda, strided_bf16_version21, .timeout = 120) {
+    SKIP_WITHOUT_GPU();
+    flash_bwd_set_version(21);
     bwd_case_t c = {2, 3, 200, 190, 64, 1, DT_BF16, 0, 8};
-    check_case(c, seed);
+    check_case(c, 2150);
     c.causal = 0;
     c.atomic = 1;
     c.Nq = 97;
-    check_case(c, seed + 1);
-}
-Test(bwd_cuda, strided_bf16_version21, .timeout = 120) {
-    SKIP_WITHOUT_GPU();
-    tma_strided(21, 2150);
-}
-Test(bwd_cuda, strided_bf16_version22, .timeout = 120) {
-    SKIP_WITHOUT_GPU();
-    tma_strided(22, 2250);
+    check_case(c, 2151);
 }
 // A view TMA cannot describe (K and V shared by the heads: head stride 0) runs version 19
 // instead, through both entry points; the plan names it.
@@ -549,18 +524,6 @@ Test(bwd_cuda, sanitize_bf16_version21) {
     c.Nq = 148;  // a multiple of 4: L and D by TMA, one release per warp
     c.causal = 1;
     check_case(c, 99);
-}
-Test(bwd_cuda, sanitize_bf16_version22) {
-    SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(22);
-    bwd_case_t c = {1, 2, 150, 67, 64, 1, DT_BF16, 0, 0};
-    check_case(c, 197);
-    c.causal = 0;
-    c.atomic = 1;
-    check_case(c, 198);
-    c.Nq = 148;  // L and D by TMA
-    c.causal = 1;
-    check_case(c, 199);
 }
 Test(bwd_cuda, sanitize_f32) {
     SKIP_WITHOUT_GPU();

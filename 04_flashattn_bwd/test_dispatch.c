@@ -46,13 +46,13 @@ Test(bwd_api, plan_follows_the_version_table) {
         for (int v0 = 1; v0 <= FLASH_BWD_MAX_VERSION; v0++)
             for (int atomic = 0; atomic <= 1; atomic++)
                 for (int wg = 0; wg <= 1; wg++) {
-                    // Versions 21 and 22 run their own kernel at d 64 in Hopper builds (these
-                    // views are contiguous: TMA describes them), elsewhere what version 20 runs.
-                    if (v0 >= 21 && d == 64 && wg) {
-                        expect(&a, v0, atomic, wg, FLASH_BWD_PATH_TMA, v0, 1, "flash_bwd_tma.cu");
+                    // Version 21 runs its own kernel at d 64 in Hopper builds (these views are
+                    // contiguous: TMA describes them), elsewhere what version 20 runs.
+                    if (v0 == 21 && d == 64 && wg) {
+                        expect(&a, v0, atomic, wg, FLASH_BWD_PATH_TMA, 21, 1, "flash_bwd_tma.cu");
                         continue;
                     }
-                    const int v = v0 >= 21 ? 20 : v0;
+                    const int v = v0 == 21 ? 20 : v0;
                     if (v >= 6 && d <= 64) {  // the single-pass kernels, whether atomic was asked or not
                         if (v >= 16 && d == 64 && wg)  // 20 is built for d 128: 19 runs at d 64
                             expect(&a, v0, atomic, wg, FLASH_BWD_PATH_WGMMA, v == 20 ? 19 : v, 1, "flash_bwd_wgmma.cu");
@@ -164,21 +164,20 @@ Test(bwd_api, plan_takes_simt_where_the_tensor_cores_cannot) {
     cr_assert_str_eq(flash_bwd_kernel_name(&b), "simt");
 }
 
-// Versions 21 and 22 (the TMA-fed single pass, flash_bwd_tma.cu; 22 with its consumers in
-// ping-pong), case by case with the printed names:
+// Version 21 (the TMA-fed single pass, flash_bwd_tma.cu), case by case with the printed names:
 // bf16 d 64 in a Hopper build with views a tensor map describes runs it; a view TMA cannot
 // describe (K or V shared by the heads: head stride 0) runs version 19, as do the other head
 // dims what version 20 runs there.
-static void plan_of_tma_version(int ver) {
-    char name[96], own[96];
-    snprintf(own, sizeof own, "v%d tma wgmma single pass (flash_bwd_tma.cu)", ver);
+Test(bwd_api, plan_of_version_21) {
+    cr_assert_eq(FLASH_BWD_MAX_VERSION, 21);
+    char name[96];
     const attn_args_t a64 = plan_args(DT_BF16, 64);
     cr_assert(flash_bwd_tma_ok(&a64));
     for (int atomic = 0; atomic <= 1; atomic++) {
-        const flash_bwd_plan_t p = flash_bwd_plan(&a64, ver, atomic, 1);
-        cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), own);
+        const flash_bwd_plan_t p = flash_bwd_plan(&a64, 21, atomic, 1);
+        cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v21 tma wgmma single pass (flash_bwd_tma.cu)");
         cr_assert_eq(p.path, FLASH_BWD_PATH_TMA);
-        const flash_bwd_plan_t q = flash_bwd_plan(&a64, ver, atomic, 0);  // no sm_90a code
+        const flash_bwd_plan_t q = flash_bwd_plan(&a64, 21, atomic, 0);  // no sm_90a code
         cr_assert_str_eq(flash_bwd_plan_name(&q, name, sizeof name), "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
     }
     // Views TMA cannot describe: a zero head stride (K, V or both; also Q, dO) with H > 1.
@@ -189,7 +188,7 @@ static void plan_of_tma_version(int ver) {
         s[1] = 0;
         cr_assert(flash_bwd_mma_ok(&b), "%s: the mma kernels still take it", which[x]);
         cr_assert(!flash_bwd_tma_ok(&b), "%s: head stride 0 with H = 2", which[x]);
-        const flash_bwd_plan_t p = flash_bwd_plan(&b, ver, x & 1, 1);
+        const flash_bwd_plan_t p = flash_bwd_plan(&b, 21, x & 1, 1);
         cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v19 wgmma single pass (flash_bwd_wgmma.cu)", "%s",
                          which[x]);
     }
@@ -197,29 +196,24 @@ static void plan_of_tma_version(int ver) {
     attn_args_t c = plan_args(DT_BF16, 64);
     c.sk[0] = c.sv[0] = 0;
     cr_assert(flash_bwd_tma_ok(&c));
-    flash_bwd_plan_t p = flash_bwd_plan(&c, ver, 0, 1);
+    flash_bwd_plan_t p = flash_bwd_plan(&c, 21, 0, 1);
     cr_assert_eq(p.path, FLASH_BWD_PATH_TMA);
     c.B = 2;  // now the batch moves: stride 0 is a broadcast TMA cannot express
     cr_assert(!flash_bwd_tma_ok(&c));
-    p = flash_bwd_plan(&c, ver, 0, 1);
+    p = flash_bwd_plan(&c, 21, 0, 1);
     cr_assert_eq(p.path, FLASH_BWD_PATH_WGMMA);
     cr_assert_eq(p.version, 19);
     // The other head dims: what version 20 runs.
     const attn_args_t a128 = plan_args(DT_BF16, 128);
-    p = flash_bwd_plan(&a128, ver, 0, 1);
+    p = flash_bwd_plan(&a128, 21, 0, 1);
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v20 wgmma single pass (flash_bwd_wgmma.cu)");
-    p = flash_bwd_plan(&a128, ver, 0, 0);
+    p = flash_bwd_plan(&a128, 21, 0, 0);
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync two-pass (flash_bwd_mma.cu)");
-    p = flash_bwd_plan(&a128, ver, 1, 0);
+    p = flash_bwd_plan(&a128, 21, 1, 0);
     cr_assert_str_eq(flash_bwd_plan_name(&p, name, sizeof name), "v1 mma.sync single pass (flash_bwd_mma.cu)");
-    small_dims_and_fp32(ver, 64);
+    small_dims_and_fp32(21, 64);
     attn_args_t u64 = plan_args(DT_BF16, 64);
     u64.sdo[2] = 68;  // a row stride the tensor cores cannot take
-    p = flash_bwd_plan(&u64, ver, 0, 1);
+    p = flash_bwd_plan(&u64, 21, 0, 1);
     cr_assert_eq(p.path, FLASH_BWD_PATH_SIMT);
-}
-Test(bwd_api, plan_of_version_21) { plan_of_tma_version(21); }
-Test(bwd_api, plan_of_version_22) {
-    cr_assert_eq(FLASH_BWD_MAX_VERSION, 22);
-    plan_of_tma_version(22);
 }

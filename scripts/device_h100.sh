@@ -52,12 +52,10 @@
 #             default, wgmma-ov and fa3 forwards at N 16384, d 64 and 128
 #   flashmodel the model trained with the default flash attention (fa3 forward, version 21
 #             backward; head dim 64) under compute-sanitizer memcheck, one bf16 step
-#   v22       issue 15: backward version 22 (version 21's kernel with its two consumer
-#             warpgroups half a step apart, ping-pong): smoke runs with 60-s limits, its GPU tests
-#             and the plan tests, the leaderboard with versions 21 and 22 twice, each pair beside
-#             SDPA right after it, memcheck / racecheck / synccheck, ncu of both. (The first form
-#             of version 22 and the first fa3 w16 runs came from an earlier part, pp22, whose
-#             logs are in 04_flashattn_bwd/measured/2026-11-26_h100/pp22/.)
+#   (pp22, v22: the parts that ran backward version 22, version 21's kernel with its consumers in
+#             ping-pong, in two forms, and fa3 w16's first runs, on 2026-11-26; version 22 lost and
+#             was removed, so were they: their logs are in 04_flashattn_bwd/measured/2026-11-26_h100/
+#             pp22/ and v22b/, the commits 06ebd55 and 634f0ed hold the code)
 #   ldt21     issue 15: version 21 with L and D by TMA (Nq a multiple of 4) and the new d-64
 #             forward default (fa3 w16 bq192): smoke runs with 60-s limits (both L/D paths), then
 #             the leaderboard three times, each beside SDPA flash / cuDNN right after it (the
@@ -303,51 +301,6 @@ for s in "$@"; do
         set -- $shape
         step v21_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/flash_bwd" \
           --device cuda --dtype bf16 --version 21 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --check --out ''
-      done
-    fi
-    ;;
-  v22)
-    v22_ok=1
-    for sc in "333 201 --causal" "332 201 --causal" "70 200" "200 333" "516 516 --causal" "64 64" "1 1 --causal" "4 4" "130 129"; do
-      read -r nq nk extra <<< "$sc"
-      # shellcheck disable=SC2086
-      step v22_smoke_${nq}_${nk} 60 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 22 --d 64 \
-        --B 1 --H 2 --Nq $nq --Nk $nk $extra --check --out '' || v22_ok=0
-    done
-    if [ $v22_ok = 1 ]; then
-      step t04_v22 200 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_cuda/*version2[12]*'
-      step t04_plan 20 "$B/04_flashattn_bwd/test_04" --jobs 1 --filter 'bwd_api/*'
-      step v22_check 60 "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 22 --d 64 \
-        --B 2 --H 3 --Nq 2048 --Nk 1900 --causal --check --out ''
-      mkdir -p $R/v22
-      for r in 1 2; do
-        for v in 21 22; do
-          step lb_v${v}_$r 100 "$B/04_flashattn_bwd/bench" --mode leaderboard --version $v --lb-reps 50 \
-            --csv $R/v22/04_leaderboard_v${v}_$r.csv
-        done
-        step lb_torch_$r 120 python3 04_flashattn_bwd/bench_torch.py --N 16384 --d 64 --dtype bf16 \
-          --impls sdpa_flash,sdpa_cudnn --reps 50 --csv $R/v22/04_leaderboard_torch_$r.csv
-      done
-      for sc in "150 67 --causal" "148 67 --causal" "200 333 --impl atomic" "333 201 --causal --impl atomic"; do
-        read -r nq nk extra <<< "$sc"
-        for tool in memcheck racecheck synccheck; do
-          # shellcheck disable=SC2086
-          step san_v22_${nq}_${nk}_$tool 150 compute-sanitizer --tool $tool --error-exitcode 9 \
-            "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 22 --d 64 --B 1 --H 2 \
-            --Nq $nq --Nk $nk $extra --check --out ''
-        done
-      done
-      for v in 21 22; do
-        step ncu_bwd_v$v 120 ncu --clock-control none -k regex:"bwd_tma" -c 1 --section SpeedOfLight \
-          --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
-          "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version $v --d 64 \
-          --B 1 --H 16 --Nq 16384 --Nk 16384 --causal --out ''
-      done
-    else  # the smallest shapes under memcheck: one tile, then two
-      for shape in "64 64" "128 128" "192 130"; do
-        set -- $shape
-        step v22_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/flash_bwd" \
-          --device cuda --dtype bf16 --version 22 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --check --out ''
       done
     fi
     ;;
