@@ -60,7 +60,7 @@
 #             forward default (fa3 w16 bq192): smoke runs with 60-s limits (both L/D paths), then
 #             the leaderboard three times, each beside SDPA flash / cuDNN right after it (the
 #             GPU's clocks drift over a call), and ncu of version 21
-#   ldtab     version 21 with and without L/D by TMA in one call: N 16380 (not a multiple of 4:
+#   ldtab     version 21 with and without L/D by TMA in one call: N 16382 (not a multiple of 4:
 #             warp 0's stores, one release per consumer thread) against N 16384 (TMA, one per
 #             warp), d 64, 16 heads, causal, bf16, alternated twice; ncu of one launch of each
 #   fa3bench  its timings: every forward variant at N 4096 and 16384 (d 64, 128), the leaderboard
@@ -338,12 +338,12 @@ for s in "$@"; do
   ldtab)
     mkdir -p $R/ldtab
     for r in 1 2; do
-      for n in 16380 16384; do
+      for n in 16382 16384; do
         step ldtab_${n}_$r 60 "$B/04_flashattn_bwd/bench" --mode sweep --dtype bf16 --d 64 --N $n --H 16 \
           --causal 1 --version 21 --reps 30 --naive-max-N 0 --csv $R/ldtab/04_${n}_$r.csv
       done
     done
-    for n in 16380 16384; do
+    for n in 16382 16384; do
       step ncu_ldtab_$n 120 ncu --clock-control none -k regex:"bwd_tma" -c 1 --section SpeedOfLight \
         --section SchedulerStats "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 21 --d 64 \
         --B 1 --H 16 --Nq $n --Nk $n --causal --out ''
