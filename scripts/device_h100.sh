@@ -84,6 +84,17 @@ variant_index() {
   grep -o '^    {"[^"]*"' "03_flashattn_fwd/flash_fwd_bf16_d$1.cu" | sed 's/^    {"//; s/"$//' |
     awk -v p="$2" 'index($0, p) == 1 {print NR - 1; exit}'
 }
+# bwd_diag TAG VERSION "NQ NK"...: after a failed smoke run, that backward version under
+# memcheck on the smallest shapes (d 64, one head), for the diagnosis.
+bwd_diag() {
+  local tag=$1 v=$2 shape
+  shift 2
+  for shape in "$@"; do
+    read -r nq nk <<< "$shape"
+    step ${tag}_diag_${nq}_$nk 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/flash_bwd" \
+      --device cuda --dtype bf16 --version "$v" --d 64 --B 1 --H 1 --Nq "$nq" --Nk "$nk" --check --out ''
+  done
+}
 for s in "$@"; do
   case $s in
   tests)
@@ -300,11 +311,7 @@ for s in "$@"; do
           --B 1 --H 16 --Nq 16384 --Nk 16384 --causal --out ''
       done
     else  # the smallest shapes under memcheck: one tile, then two
-      for shape in "64 64" "128 128" "192 130"; do
-        set -- $shape
-        step v21_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/flash_bwd" \
-          --device cuda --dtype bf16 --version 21 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --check --out ''
-      done
+      bwd_diag v21 21 "64 64" "128 128" "192 130"
     fi
     ;;
   ldt21)
@@ -328,11 +335,7 @@ for s in "$@"; do
         "$B/04_flashattn_bwd/flash_bwd" --device cuda --dtype bf16 --version 21 --d 64 \
         --B 1 --H 16 --Nq 16384 --Nk 16384 --causal --out ''
     else
-      for shape in "64 64" "128 128" "4 4"; do
-        set -- $shape
-        step ldt_diag_$1_$2 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/04_flashattn_bwd/flash_bwd" \
-          --device cuda --dtype bf16 --version 21 --d 64 --B 1 --H 1 --Nq $1 --Nk $2 --check --out ''
-      done
+      bwd_diag ldt 21 "64 64" "128 128" "4 4"
     fi
     ;;
   ldtab)
