@@ -10,10 +10,11 @@
 //
 // Block (bh, j): 3 warpgroups, 128 keys (Bk), one block per SM (__launch_bounds__(384, 1)).
 //   warpgroup 0, the producer (setmaxnreg 40): thread 0 loads K_j, V_j once, then Q_i, dO_i per
-//     query tile (Bq = 64) into a STAGES-deep ring; "full" mbarriers count TMA's bytes and the
-//     arrivals of warp 0's 32 lanes, which load L_i and D_i themselves (plain loads, 0 past Nq:
-//     an fp32 row of Nq floats is not always the 16-byte multiple a tensor map needs), and
-//     "empty" mbarriers count the 256 consumer threads' releases.
+//     query tile (Bq = 64) into a STAGES-deep ring, and L_i, D_i too where Nq is a multiple of 4
+//     (LDT: an fp32 row of Nq floats is then the 16-byte multiple a tensor map needs); "full"
+//     mbarriers count TMA's bytes, and "empty" ones the 8 consumer warps' releases. Other Nq:
+//     warp 0's 32 lanes store L_i, D_i themselves (plain loads, 0 past Nq), "full" counts their
+//     arrivals too, and "empty" counts the 256 consumer threads' releases (see the release).
 //   warpgroups 1 and 2, the consumers (setmaxnreg 232): 64 keys each (warpgroup c: keys 64c..).
 //     Per query tile i (step n = i - i_start, ring slot n % STAGES):
 //       wait full
@@ -318,7 +319,8 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         wg_wait<0>();
         fence_regs(dK);
         fence_regs(dV);
-        // Every thread read L_i, D_i from the slot with plain loads, so every thread releases it
+        // Without LDT, warp 0 stored L_i, D_i into the slot and every thread read them with plain
+        // loads, so every thread releases it
         // (as CUTLASS's and FlashAttention-3's pipelines do): its own arrive orders its own reads
         // before the producer's next writes into the slot. One arrive per warp after a
         // __syncwarp is enough by the memory model, but racecheck reported the slot's reuse as a
