@@ -5,10 +5,13 @@
 #   make test       every test (GPU tests skip with a reason on a machine without a GPU)
 #   make test-NN    one stage's tests (make test-03); make test-common for common/
 #   make bench-NN   one stage's benchmark (writes tables under results/)
+#   make report-NN  regenerate a stage README's tables from its results/ folder
 #   make roofline   every kernel of 01-04 on the GPU's measured roofline (results/roofline/)
 #   make grade      the handout's problems with their points (results/grade.md, grade.json)
 #   make student DEST=dir [STAGES=01,02]   the student edition: solution regions become stubs
 #   make check-markers                     the solution-region markers are well formed
+#   make lab        every stage's notebook (lab/NN_stage/: what was tried and does not ship)
+#   make test-lab   the lab's own tests (never part of make test or make grade)
 #   make fuzz       the .npy reader under libFuzzer for FUZZ_SECONDS (default 60)
 #   make clean
 #
@@ -181,7 +184,10 @@ $$($(1)_TBIN): $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_
 	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS) $$(CRIT_LDFLAGS) $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) $$(CRIT_LDLIBS) -o $$@
 endif
 
-.PHONY: test-$(2) bench-$(2) build-$(2)
+.PHONY: test-$(2) bench-$(2) build-$(2) report-$(2)
+report-$(2):
+	@python3 scripts/report.py $(1)/README.md
+
 build-$(2): $$($(1)_PROGS) $$($(1)_TBIN) $(COMMON_PROGS)
 test-$(2): deps build-$(2) $(COMMON_PROGS)
 	@BUILD=$(BUILD) scripts/run_tests.sh $$($(1)_TBIN) $$(if $$($(1)_TBIN),,--none "$(1): no tests yet$(if $(HAVE_CRITERION),, (Criterion not found))")
@@ -192,12 +198,70 @@ STAGE_LIBS_SO_FAR := $$($(1)_LIB) $$(STAGE_LIBS_SO_FAR)
 endef
 $(foreach s,$(STAGE_DIRS),$(eval $(call STAGE_RULES,$(s),$(firstword $(subst _, ,$(s))))))
 
+# ---------------------------------------------------------------- the lab
+# lab/NN_name/ is stage NN's notebook: kernels and variants that do not ship, their benchmarks,
+# tests, journal and logs. It builds like a stage (build/lab/NN_name/liblabNN.a, one program per
+# X_main.c, one Criterion binary test_labNN from its test_*.c) and may link every lesson and every
+# earlier lab folder; nothing outside lab/ may include or link it (scripts/check_layout.py, run
+# with every build). `make lab` builds it, `make test-lab` tests it; `all`, `test` and `grade`
+# never touch it.
+LAB_DIRS := $(filter $(addprefix lab/,$(STAGE_DIRS)),$(patsubst %/,%,$(wildcard lab/[0-9][0-9]_*/)))
+LAB_PROGS :=
+LAB_TEST_BINS :=
+LAB_LIBS_SO_FAR :=
+# $(1) = lab dir, $(2) = stage number
+define LAB_RULES
+$(1)_SRC   := $$(filter-out $(1)/%_main.c $(1)/test_%.c,$$(wildcard $(1)/*.c)) $$(wildcard $(1)/*.cu)
+$(1)_OBJ   := $$(call objs,$$($(1)_SRC))
+$(1)_LIB   := $$(if $$($(1)_SRC),$(BUILD)/$(1)/liblab$(2).a,)
+$(1)_LINK  := $$($(1)_LIB) $$(LAB_LIBS_SO_FAR) $$(STAGE_LIBS_SO_FAR)
+$(1)_PROGS := $$(patsubst $(1)/%_main.c,$(BUILD)/$(1)/%,$$(wildcard $(1)/*_main.c))
+$(1)_TSRC  := $$(wildcard $(1)/test_*.c)
+$(1)_TBIN  := $$(if $$(and $$($(1)_TSRC),$(HAVE_CRITERION)),$(BUILD)/$(1)/test_lab$(2),)
+LAB_PROGS  += $$($(1)_PROGS)
+LAB_TEST_BINS += $$($(1)_TBIN)
+
+ifneq ($$($(1)_LIB),)
+$$($(1)_LIB): $$($(1)_OBJ)
+	@mkdir -p $$(@D)
+	@rm -f $$@
+	$$(call quiet,AR,$$@)ar rcs $$@ $$^
+endif
+
+$(BUILD)/$(1)/%: $(BUILD)/$(1)/%_main.c.o $$($(1)_LINK) $(COMMON_LIB)
+	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS) $$< $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) -o $$@
+
+ifneq ($$($(1)_TBIN),)
+$$($(1)_TBIN): $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB)
+	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS) $$(CRIT_LDFLAGS) $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) $$(CRIT_LDLIBS) -o $$@
+endif
+
+LAB_LIBS_SO_FAR := $$($(1)_LIB) $$(LAB_LIBS_SO_FAR)
+endef
+$(foreach s,$(LAB_DIRS),$(eval $(call LAB_RULES,$(s),$(firstword $(subst _, ,$(notdir $(s)))))))
+
+.PHONY: lab test-lab check-layout
+lab: deps check-layout $(COMMON_LIB) $(LAB_PROGS) $(LAB_TEST_BINS)
+test-lab: lab
+	@BUILD=$(BUILD) scripts/run_tests.sh $(LAB_TEST_BINS) $(if $(LAB_TEST_BINS),,--none "lab: no tests$(if $(HAVE_CRITERION),, (Criterion not found))")
+
+# Every stage README's measured tables are what its results/ folder regenerates (make report-NN
+# rewrites them; check-reports only compares).
+.PHONY: check-reports
+check-reports:
+	@python3 scripts/report.py --check $(wildcard $(addsuffix /README.md,$(STAGE_DIRS)))
+
+# Dependencies run one way: common/ includes no stage, a stage includes only common/ and earlier
+# stages, and nothing outside lab/ includes or links lab/.
+check-layout:
+	@python3 scripts/check_layout.py
+
 # keep objects of programs (make would delete them as intermediates and relink every time)
 .SECONDARY:
 
 # ---------------------------------------------------------------- top-level targets
 .PHONY: all deps setup run test tests-only test-common grade fuzz clean student check-markers test-student
-all: deps check-markers $(COMMON_LIB) $(ALL_PROGS) $(TEST_BINS)
+all: deps check-markers check-layout $(COMMON_LIB) $(ALL_PROGS) $(TEST_BINS)
 
 # The student edition (scripts/student.py; README "For instructors"). The marker check runs with
 # every build: a nested, unclosed or unlisted region fails it.

@@ -60,3 +60,57 @@ Test(build, ptxas_c7512_is_explained, .timeout = 300) {
     cr_assert(strstr(out, "note: ptxas C7512 (wgmma serialized) on backward version 18 only: expected"), "%s", out);
     cr_assert_null(strstr(out, "Potential Performance Loss"), "%s", out);
 }
+
+// The layout's one-way dependencies (scripts/check_layout.py, run by every build): the
+// repository passes, and a tree with one planted violation of each rule fails, naming each.
+static void plant(const char* root, const char* rel, const char* text) {
+    char path[1024], cmd[1200 + 1024];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
+    cr_assert_eq(system(cmd), 0);
+    FILE* f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(build, layout_check_passes_on_the_repository, .timeout = 60) {
+    cr_assert_eq(run_capture("python3 scripts/check_layout.py", out, sizeof out), 0, "%s", out);
+}
+
+Test(build, layout_check_refuses_a_lesson_that_includes_the_lab, .timeout = 60) {
+    const char* root = fresh("layout");
+    plant(root, "04_bwd/kernel.cu", "#include \"common/check.h\"\n#include \"lab/04_bwd/rung.cuh\"\n");
+    plant(root, "lab/04_bwd/rung.cuh", "#include \"04_bwd/kernel.h\"\n");  // the lab may use the lesson
+    plant(root, "common/model.c", "#include \"03_fwd/flash.h\"\n");
+    plant(root, "03_fwd/flash.c", "#include \"05_comm/comm.h\"\n");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 scripts/check_layout.py --root %s", root);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "04_bwd/kernel.cu:2: includes lab/04_bwd/rung.cuh: nothing outside lab/ may include lab/"), "%s", out);
+    cr_assert(strstr(out, "common/model.c:1: includes 03_fwd/flash.h: common/ never includes a stage"), "%s", out);
+    cr_assert(strstr(out, "03_fwd/flash.c:1: includes 05_comm/comm.h"), "%s", out);
+    cr_assert_null(strstr(out, "lab/04_bwd/rung.cuh:1:"), "the lab including its lesson is allowed:\n%s", out);
+}
+
+// make report-NN: every stage README's tables are what its results/ folder regenerates, and a
+// number changed in a results file is caught.
+Test(build, readme_tables_are_what_results_regenerate, .timeout = 60) {
+    cr_assert_eq(run_capture("python3 scripts/report.py --check [0-9][0-9]_*/README.md", out, sizeof out), 0, "%s", out);
+}
+
+Test(build, report_catches_a_table_that_drifted_from_its_results, .timeout = 60) {
+    const char* root = fresh("report");
+    plant(root, "results/2026-11-27_h200/step.csv", "size,ms\nsmall,6.95\n");
+    plant(root, "README.md", "<!-- results: results/2026-11-27_h200/step.csv caption=\"Step (ms)\" -->\n<!-- /results -->\n");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 scripts/report.py %s/README.md && python3 scripts/report.py --check %s/README.md", root, root);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 0, "%s", out);
+    plant(root, "results/2026-11-27_h200/step.csv", "size,ms\nsmall,7.95\n");
+    snprintf(cmd, sizeof cmd, "python3 scripts/report.py --check %s/README.md", root);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "differ from what results/ regenerates"), "%s", out);
+    snprintf(cmd, sizeof cmd, "python3 scripts/report.py %s/README.md && grep -q '| small | 7.95 |' %s/README.md && cat %s/README.md", root, root, root);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "NVIDIA H200, 2026-11-27."), "%s", out);
+}
