@@ -4,6 +4,7 @@
 #   make run        the tour: environment report, then every stage's demo
 #   make test       every test (GPU tests skip with a reason on a machine without a GPU)
 #   make test-NN    one stage's tests (make test-03); make test-common for common/
+#   make test-gpu   the whole suite on a GPU machine, spread over its GPUs (one line per binary)
 #   make bench-NN   one stage's benchmark (writes tables under results/)
 #   make report-NN  regenerate a stage README's tables from its results/ folder
 #   make roofline   every kernel of 01-04 on the GPU's measured roofline (results/roofline/)
@@ -292,6 +293,12 @@ test: setup
 
 tests-only: all
 	@BUILD=$(BUILD) scripts/run_tests.sh $(TEST_BINS) $(if $(HAVE_CRITERION),,--none "Criterion not found: no tests were built")
+
+# The GPU suite (on a GPU machine): every test binary, one-GPU binaries spread over the GPUs, the
+# stages whose tests start multi-rank jobs on all GPUs, each binary under TEST_GPU_LIMIT seconds.
+.PHONY: test-gpu
+test-gpu: all
+	@BUILD=$(BUILD) scripts/test_gpu.sh --multi "$(foreach s,$(filter $(STAGES_MPI),$(STAGE_DIRS)),$($(s)_TBIN))" $(TEST_BINS)
 
 test-common: deps $(COMMON_TEST_BIN) $(COMMON_PROGS)
 	@BUILD=$(BUILD) scripts/run_tests.sh $(COMMON_TEST_BIN)

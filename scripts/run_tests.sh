@@ -3,7 +3,8 @@
 #   scripts/run_tests.sh [--grade FILE] [--none "why no tests"] BIN...
 # The last line is "N passed, N failed, N skipped"; the exit status is non-zero if any test
 # failed or crashed. Binaries run from the repository root (fixtures are found relative to it).
-# With --grade, also writes a per-stage score table (Markdown) to FILE.
+# With --grade, also writes a per-stage score table (Markdown) to FILE. TEST_LIMIT=S (seconds)
+# ends a binary that runs longer (timeout -k 10), and it counts as failed with the reason.
 set -u
 cd "$(dirname "$0")/.."
 grade=""
@@ -27,8 +28,19 @@ for b in "${bins[@]}"; do
   fi
   json="$tmp/$name.json"
   # --jobs: Criterion forks one process per test; 2 at a time keeps a 2-core CI machine responsive
-  "$b" --jobs "${TEST_JOBS:-$(nproc)}" --json="$json" > "$tmp/$name.log" 2>&1
+  t0=$(date +%s)
+  if [ -n "${TEST_LIMIT:-}" ]; then
+    timeout -k 10 "$TEST_LIMIT" "$b" --jobs "${TEST_JOBS:-$(nproc)}" --json="$json" > "$tmp/$name.log" 2>&1
+  else
+    "$b" --jobs "${TEST_JOBS:-$(nproc)}" --json="$json" > "$tmp/$name.log" 2>&1
+  fi
   rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  if [ -n "${TEST_LIMIT:-}" ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }; then
+    echo "✗ $name: ended at its limit of ${TEST_LIMIT} s (TEST_LIMIT) — log follows"
+    grep -v '^\[----\]\s*$' "$tmp/$name.log" | tail -n 30
+    bad=1; tf=$((tf + 1)); rows+=("| $name | 0 | 1 | 0 | over its time limit |"); continue
+  fi
   read -r p f e s < <(python3 - "$json" <<'PY'
 import json, sys
 try:
@@ -41,10 +53,10 @@ PY
   f=$((f + e))
   if [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then
     bad=1
-    echo "✗ $name: $p passed, $f failed, $s skipped (exit $rc) — log follows"
+    echo "✗ $name: $p passed, $f failed, $s skipped (exit $rc, ${secs} s) — log follows"
     grep -v '^\[----\]\s*$' "$tmp/$name.log" | tail -n 60
   else
-    echo "✓ $name: $p passed, $f failed, $s skipped"
+    echo "✓ $name: $p passed, $f failed, $s skipped (${secs} s)"
   fi
   # every skipped test says why, once
   python3 - "$json" <<'PY'

@@ -114,3 +114,50 @@ Test(build, report_catches_a_table_that_drifted_from_its_results, .timeout = 60)
     cr_assert_eq(run_capture(cmd, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "NVIDIA H200, 2026-11-27."), "%s", out);
 }
+
+// make test-gpu's runner (scripts/test_gpu.sh), checked without a GPU: a stand-in nvidia-smi
+// lists two GPUs or none, and stand-in test binaries write Criterion's JSON. The one-GPU binaries
+// are spread over the lanes (each sees one GPU), a binary past its limit is ended and counted as
+// failed, the closing line adds every lane up; with no GPU the runner refuses in one line.
+static void fake_bin(const char* root, const char* name, const char* body) {
+    char rel[256], text[2048];
+    snprintf(rel, sizeof rel, "bin/%s", name);
+    snprintf(text, sizeof text,
+             "#!/bin/sh\nfor a; do case \"$a\" in --json=*) J=${a#--json=};; esac; done\n%s\n", body);
+    plant(root, rel, text);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "chmod +x %s/%s", root, rel);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(build, test_gpu_spreads_binaries_and_counts_every_lane, .timeout = 120) {
+    const char* root = fresh("testgpu");
+    fake_bin(root, "nvidia-smi", "case \"$*\" in *-L*) echo 'GPU 0: X'; echo 'GPU 1: X';; *) echo X; echo X;; esac");
+    const char* json = "echo \"{\\\"passed\\\": 3, \\\"failed\\\": 0, \\\"errored\\\": 0, \\\"skipped\\\": 1}\" > $J; "
+                       "echo \"gpu=$CUDA_VISIBLE_DEVICES\" >> %s/seen";
+    char body[1536];
+    snprintf(body, sizeof body, json, root);
+    fake_bin(root, "test_a", body);
+    fake_bin(root, "test_b", body);
+    fake_bin(root, "test_slow", "sleep 30");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "PATH=%s/bin:$PATH TEST_GPU_LOGS=%s/logs scripts/test_gpu.sh --limit 2 --multi '%s/bin/test_slow' "
+             "%s/bin/test_a %s/bin/test_b %s/bin/test_slow; echo \"rc=$?\"; sort %s/seen",
+             root, root, root, root, root, root, root);
+    run_capture(cmd, out, sizeof out);
+    cr_assert(strstr(out, "✓ test_a: 3 passed, 0 failed, 1 skipped"), "%s", out);
+    cr_assert(strstr(out, "✓ test_b: 3 passed, 0 failed, 1 skipped"), "%s", out);
+    cr_assert(strstr(out, "✗ test_slow: ended at its limit of 2 s"), "%s", out);
+    cr_assert(strstr(out, "\n6 passed, 1 failed, 2 skipped\nrc=1\n"), "%s", out);
+    cr_assert(strstr(out, "gpu=0\ngpu=1"), "the two one-GPU binaries should run one on each GPU:\n%s", out);
+}
+
+Test(build, test_gpu_refuses_without_a_gpu, .timeout = 60) {
+    const char* root = fresh("testgpu0");
+    fake_bin(root, "nvidia-smi", "exit 9");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "PATH=%s/bin:$PATH scripts/test_gpu.sh build/tests/test_common", root);
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "test_gpu: error: no CUDA GPU here"), "%s", out);
+}
