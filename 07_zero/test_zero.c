@@ -361,7 +361,7 @@ Test(zero_train_mpi, sharded_construction_equals_the_whole_model_2_3_4_ranks) {
     for (int np = 2; np <= 4; np++)
         for (int k = 0; k < 4; k++) {
             char a[256], lean[17], full[17];
-            snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 2 --warmup 1 --zero %s", levels[k]);
+            snprintf(a, sizeof a, "--backend mpi --model tiny --context 16 --batch 2 --steps 2 --warmup 1 --zero %s", levels[k]);
             int st = run_prog("zero_train", np, a);
             cr_assert_eq(st, 0, "%d ranks, %s: exit %d:\n%s", np, a, st, g_out);
             cr_assert(strstr(g_out, "setup peak") && strstr(g_out, "(lean;"), "%d ranks, %s: not lean:\n%s", np, a, g_out);
@@ -435,7 +435,7 @@ static void ckpt_block_equals_none(int np, const char* level, int gpu) {
     size_t acts[2];
     for (int k = 0; k < 2; k++) {
         snprintf(a, sizeof a, "%s--model tiny --layers 3 --context 16 --batch 2 --steps 3 --warmup 1 --zero %s --checkpoint %s",
-                 gpu ? "--backend nccl " : "", level, k ? "block" : "none");
+                 gpu ? "--backend nccl " : "--backend mpi ", level, k ? "block" : "none");
         const int st = run_prog("zero_train", np, a);
         cr_assert_eq(st, 0, "%d ranks, %s: exit %d:\n%s", np, a, st, g_out);
         cr_assert(!strstr(g_out, "DIFFERENT") && !strstr(g_out, "!= "), "%s:\n%s", a, g_out);
