@@ -3,7 +3,7 @@
 
     python3 lab/01_benchmarking/make_results.py      (from the repository root)
 
-sizes.csv (2026-11-23_h100/sizes), ckpt.csv (2026-11-23_h100/ckpt + ctxmax), compare.csv,
+sizes.csv (2026-11-23_h100/sizes), compare.csv,
 warmup.csv and accumulation.csv (full_sweep_2026-11-22). The other results files (kernels.csv,
 attention.csv, memory.csv) hold numbers read off the profiler logs and memory_phases CSVs; they
 were written by hand from the tables in NOTES.md, which name their sources.
@@ -51,33 +51,6 @@ for size in ["small", "medium", "large", "xl", "2.7B"]:
 write(f"{R}/2026-11-23_h100/sizes.csv",
       ["size", "fwd fp32", "fwd+bwd fp32", "fwd bf16", "fwd+bwd bf16", "bwd/fwd fp32", "bwd/fwd bf16",
        "TFLOP/s fp32", "TFLOP/s bf16", "bf16 speed-up"], body)
-
-# Activation checkpointing: XL, batch 4, context 2048, bf16 train step, 2 warm-up + 5 timed.
-# "acts predicted" is the formula of model_ckpt (GB = 1e9 bytes); the measured acts tag is the
-# memory_phases file of each policy ("after init" line).
-predicted = {"none": 62.97, "block": 3.83, "every-2": 3.88, "every-4": 5.87, "every-7": 9.54,
-             "every-12": 15.94, "every-24": 31.56, "every-48": 62.97}
-longest = {}
-for r in rows(f"{M}/2026-11-23_h100/ctxmax/ctxmax.csv"):
-    if r["status"] == "ok":
-        longest[r["checkpoint"]] = max(longest.get(r["checkpoint"], 0), int(r["context"]))
-body = []
-for r in rows(f"{M}/2026-11-23_h100/ckpt/ckpt.csv"):
-    c = r["checkpoint"]
-    ph = f"{M}/2026-11-23_h100/ckpt/memory_phases_xl_ctx2048_b4_bf16_train" + ("" if c == "none" else f"_ckpt-{c}") + ".csv"
-    acts = ""
-    if os.path.exists(ph):
-        for p in rows(ph):
-            if p["point"] == "after init":
-                acts = p["acts"].replace(" GiB", "")
-                break
-    ok = r["status"] == "ok"
-    body.append([c, f"{predicted[c]:.2f}", acts,
-                 f"{float(r['peak_gib']):.2f}" if ok else "OOM",
-                 pm(r["step_ms"], r["step_std"], 1) if ok else "OOM",
-                 str(longest[c]) if c in longest else ("under 2048" if c == "none" else "")])
-write(f"{R}/2026-11-23_h100/ckpt.csv",
-      ["checkpoint", "acts predicted GB", "acts GiB", "peak GiB", "step ms", "longest context"], body)
 
 # Ours beside PyTorch, same GPU, same call: 3 warm-up + 10 timed steps each.
 ours = {(r["model"], r["mode"], r["precision"]): r for r in rows(f"{M}/full_sweep_2026-11-22/compare_ours.csv")}
