@@ -15,7 +15,7 @@
 #   compare       compare.sh: ours vs PyTorch eager / autocast / compile    -> compare.md
 #
 # Env: BUILD (build dir; make passes it), BENCH_PRECISIONS (default "fp32 bf16"), BENCH_WARMUP_MODEL/_CONTEXT,, BENCH_OUT (results dir), BENCH_QUICK=1 (a small
-# subset for a short GPU lease: 56 s on an H100), BENCH_SIZES, BENCH_CONTEXTS, BENCH_WARMUP,
+# subset for a short GPU slot: about a minute on an H100), BENCH_SIZES, BENCH_CONTEXTS, BENCH_WARMUP,
 # BENCH_STEPS, BENCH_MEM_CONTEXTS, BENCH_TIMEOUT (seconds per benchmark run), BENCH_MEM_MODEL
 # (default 2.7B), BENCH_DEVICE=cpu (checks this script on a machine without a GPU:
 # BENCH_DEVICE=cpu BENCH_SIZES=tiny BENCH_MEM_MODEL=tiny BENCH_PARTS=sizes,warmup,memory).

@@ -68,7 +68,7 @@ static int run_gpu(const char* size, int batch, int seq, int steps, const adamw_
     return down;
 }
 
-// The names this demo used before it took the benchmark's (issue 17): said once, not kept.
+// The names this demo used before it took the benchmark's: said once, not kept.
 static void refuse_old_names(int argc, char** argv) {
     static const char* const old[][2] = {{"size", "model"}, {"seq", "context"}, {"gpu-size", "gpu-model"}};
     for (int a = 1; a < argc; a++)

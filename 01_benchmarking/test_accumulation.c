@@ -116,8 +116,8 @@ Test(accumulation, program_prints_the_table_and_rejects_bad_flags) {
     cr_assert(strstr(out, "auto|cpu|cuda"), "the message must list the choices:\n%s", out);
 }
 
-// Issue 17: --csv "" wrote hidden .csv/.json files and --csv a/b/c wrote into subfolders, where
-// the benchmark refuses the same thing; an --out that cannot be created gave no reason.
+// --csv "" must not write hidden .csv/.json files nor --csv a/b/c into subfolders (the
+// benchmark refuses the same thing), and an --out that cannot be created must say why.
 Test(accumulation, csv_is_a_plain_name_and_out_says_why) {
     struct {
         const char* args;

@@ -102,7 +102,7 @@ Test(benchmark, out_of_memory_is_a_row_not_a_crash) {
     cr_assert(strstr(out, "| OOM") && strstr(out, "out of memory"), "%s", out);
 }
 
-// ---- issue 17: output places checked before the run, sizes bounded up front, the CPU path's
+// ---- output places checked before the run, sizes bounded up front, the CPU path's
 // warning and progress, and memplot's reasons.
 
 static int count_files(const char* dir) {

@@ -324,7 +324,7 @@ Test(model_cpu, demo_program_rejects_bad_flags) {
         {"--model huge", "huge"},
         {"--steps 0", "--steps is 0"},
         {"--data /nonexistent/file.txt", "/nonexistent/file.txt: cannot open"},
-        // Issue 17: one vocabulary with the benchmark (--model, --context); the old names say so.
+        // One vocabulary with the benchmark (--model, --context); the old names say so.
         {"--size tiny", "--size is now --model"},
         {"--seq=32", "--seq is now --context"},
         {"--gpu-size small", "--gpu-size is now --gpu-model"},

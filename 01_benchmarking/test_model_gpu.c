@@ -304,7 +304,7 @@ static void load_flat(const param_layout_t* lay, const char* dir, float* flat) {
 }
 
 // fp32 against float64 PyTorch: the difference is our fp32 rounding (about 1e-6 relative),
-// so the SPEC's fixture tolerances are loose here; we use 1e-4 of each tensor's scale.
+// so a tight tolerance holds: 1e-4 of each tensor's scale.
 Test(model_gpu, fp32_matches_pytorch_fixture) {
     SKIP_WITHOUT_GPU();
     char probe[512];

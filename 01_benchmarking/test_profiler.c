@@ -122,7 +122,7 @@ Test(profiler_regions, a_new_session_forgets_ranges_left_open) {
     nvtx_push("left open");
     nvtx_track(0);  // the session ends inside the range...
     nvtx_track(1);  // ...and the next one starts with nothing open
-    cr_assert_eq(nvtx_region_current(), NVTX_REGION_NONE, "a range of the last session leaked");
+    cr_assert_eq(nvtx_region_current(), NVTX_REGION_NONE, "a range of the previous profiling session leaked");
     nvtx_pop();  // the late pop of "left open": ignored, not an underflow
     nvtx_push("x");
     cr_assert_str_eq(nvtx_region_name(nvtx_region_current()), "x");
@@ -312,7 +312,7 @@ Test(profiler, restart_forgets_the_previous_session) {
     prow_t r[16];
     int nr = read_csv(path, r, 16);
     dump(r, nr);
-    cr_assert_eq(nr, 1, "only the second session's one kernel");
+    cr_assert_eq(nr, 1, "only the restarted session's one kernel");
     cr_assert_eq(calls_of(r, nr, "forward", "ptk_alpha_kernel", NULL), 1);
 }
 

@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
     };
     cli_parse(argc, argv, "weighted sum: forward/backward GB/s vs device copy bandwidth", opts,
               CLI_COUNT(opts));
-    // Every flag is checked before the GPU is asked for (issue 17): a typo is named as such on
+    // Every flag is checked before the GPU is asked for: a typo is named as such on
     // any machine, not hidden behind "needs a CUDA GPU".
     int64_t rows_list[64];
     const int nrows = parse_size_list(rows_s, rows_list, 64);

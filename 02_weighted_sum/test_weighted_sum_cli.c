@@ -116,7 +116,7 @@ Test(ws_cli, cuda_without_gpu_says_so) {
     cr_assert(strstr(out, "needs a CUDA GPU"), "%s", out);
 }
 
-// ---- issue 17
+// ---- checks before a run: flags first, then the GPU, the output place and the inputs
 
 static int run_out(const char* cmd, char* out, size_t len) { return run_capture(cmd, out, len); }
 

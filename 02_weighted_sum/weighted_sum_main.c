@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
               "y = (x * w).sum(-1) and its backward, on random data or .npy files; writes .npy",
               opts, CLI_COUNT(opts));
 
-    // ---- every flag first (issue 17), then the GPU, the output place, the inputs
+    // ---- every flag first, then the GPU, the output place, the inputs
     char err[512];
     if (rows_tile < 0) fail("--rows-tile must be >= 0 (0: default), got %d", rows_tile);
     ws_config_t cfg = ws_config_default();

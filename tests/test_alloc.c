@@ -85,8 +85,8 @@ Test(alloc, fmt_bytes_units) {
     cr_assert_str_eq(fmt_bytes(3ull << 50, b, sizeof b), "3.00 PiB");
 }
 
-// Sizes a user asks for are checked against the machine before anything is allocated (issue 17:
-// impossible sizes are bad input, exit 2, not an out-of-memory death with exit 1).
+// Sizes a user asks for are checked against the machine before anything is allocated:
+// impossible sizes are bad input, exit 2, not an out-of-memory death with exit 1.
 Test(alloc, mem_fits_says_how_much_is_needed_and_there) {
     char err[256] = "";
     cr_assert_eq(mem_fits(DEV_CPU, 1 << 20, err, sizeof err), 1, "1 MiB fits any machine");

@@ -1,4 +1,4 @@
-// The build's own output (issue 17): `make run` printed 136 full compiler lines before the tour,
+// The build's own output: `make run` once printed 136 full compiler lines before the tour,
 // one of them inside the dependency report under -j2, and ptxas's C7512 advisory without a word
 // of explanation. Each test builds a few objects into a fresh directory of its own, so the
 // real build/ is never touched.

@@ -186,7 +186,7 @@ Test(fileio, mkdir_p_nested_existing_and_blocked) {
     cr_assert_eq(mkdir_parent("plain.csv"), 0, "no directory part: nothing to do");
 }
 
-// ---- issue 17: checks before a run, and output sets that appear whole or not at all
+// ---- checks before a run, and output sets that appear whole or not at all
 
 static int exists(const char* path) {
     struct stat st;

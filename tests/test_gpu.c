@@ -26,7 +26,7 @@ Test(gpu, count_and_reason_agree) {
     cr_assert_neq(strlen(v), 0u);
 }
 
-// Issue 17: on a machine with no driver at all, the CUDA runtime says "CUDA driver version is
+// On a machine with no driver at all, the CUDA runtime says "CUDA driver version is
 // insufficient for CUDA runtime version", which sends the user hunting for a newer driver. The
 // reason must say that there is none.
 Test(gpu, no_driver_is_named_as_such) {
@@ -88,7 +88,7 @@ Test(check, envreport_runs_without_gpu_or_with) {
     cr_assert(strstr(out, "cuBLAS") != NULL);
 }
 
-// Issue 17: --json into a place that cannot be written was a warning and exit 0.
+// --json into a place that cannot be written is bad input (exit 2), not a warning and exit 0.
 Test(check, envreport_json_unwritable_is_exit_2) {
     char out[4096], cmd[2 * PATH_MAX], dir[600], bd[PATH_MAX];
     cr_assert_not_null(realpath(build_dir(), bd), "%s", build_dir());

@@ -174,7 +174,7 @@ Test(memtrace, png_from_gnuplot_or_minus_one) {
     cr_assert_eq(memtrace_plot_png(csv, png, "two\nlines", err, sizeof err), -1, "a newline is refused");
     cr_assert(strstr(err, "newline"), "%s", err);
     int have_gnuplot = system("command -v gnuplot >/dev/null 2>&1") == 0;
-    // A quote in the title is fine (gnuplot's '' escape): issue 17 found it refused as "gnuplot failed".
+    // A quote in the title is fine (gnuplot's '' escape), not refused as "gnuplot failed".
     int rc = memtrace_plot_png(csv, png, "it's quoted_with_underscores", err, sizeof err);
     if (!have_gnuplot) {
         cr_assert_eq(rc, -1, "without gnuplot the plot must report -1");

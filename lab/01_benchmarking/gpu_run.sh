@@ -4,11 +4,11 @@
 # mode), compute-sanitizer memcheck on short tiny runs, PyTorch side by side (eager fp32 and
 # autocast bf16; torch.compile for small if time is left), and a kernel/memory profile.
 #
-#   OUT=/some/dir 01_benchmarking/gpu_run.sh      (the device run passes its $OUT)
+#   OUT=/some/dir lab/01_benchmarking/gpu_run.sh      (the device run passes its $OUT)
 # Env: OUT (logs and results, default results/01_benchmarking/gpu_run), BUDGET_S (default 280):
 # a part that would not fit in what is left is skipped and says so.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-results/01_benchmarking/gpu_run}
 BUDGET=${BUDGET_S:-280}
 BIN=build/01_benchmarking/benchmark

@@ -2,7 +2,7 @@
 # The one device run behind this stage's README numbers: build, tests, the benchmark (ours and
 # PyTorch), and compute-sanitizer memcheck on the CUDA tests. Logs, tables and the plot go to
 # $OUT (default /tmp/ws_gpu_run). Run from the repository root on a GPU machine:
-#   OUT=/tmp/out 02_weighted_sum/gpu_run.sh
+#   OUT=/tmp/out lab/02_weighted_sum/gpu_run.sh
 set -u
 OUT=${OUT:-/tmp/ws_gpu_run}
 mkdir -p "$OUT"

@@ -4,11 +4,11 @@
 # accumulation tests, then the quick sweep. Under $OUT (default results/gpu_run): log.txt, the
 # test output, bench.md (every table), and results.tar.gz (every CSV/JSON/PNG of the sweep:
 # the run tool brings back only a handful of files, so the many small ones travel as one).
-#   OUT=/tmp/x 01_benchmarking/gpu_run_sweeps.sh
+#   OUT=/tmp/x lab/01_benchmarking/gpu_run_sweeps.sh
 # Env: SWEEP_BUDGET_S (seconds for bench.sh; default: what is left of 225 s after build and tests),
 #      BENCH_QUICK (default 1).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-results/gpu_run}
 RES=$(mktemp -d)/results  # the sweep's files; tarred into $OUT at the end
 mkdir -p "$OUT" "$RES"
