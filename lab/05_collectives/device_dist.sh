@@ -3,10 +3,10 @@
 # no device time spent compiling). Every step has its own time limit and writes its log
 # under results/device/; after every step the whole of results/ is packed into $OUT/all.tgz
 # (a step that overruns still leaves the others' results), and $OUT/steps.txt lists the steps.
-#   OUT=/tmp/o scripts/device_dist.sh 06 05
+#   OUT=/tmp/o lab/05_collectives/device_dist.sh 06 05
 # B: the build directory carried over (default build; e.g. build-dev, built from a clean clone).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 O=${OUT:-results/device_out}
 L=results/device  # the logs (a loop below must not reuse the name)
 mkdir -p "$O" "$L" results/05_collectives results/06_ddp results/07_zero

@@ -2,9 +2,9 @@
 # Stage 05 on a GPU machine in one call (what a device lease runs): build, the stage's tests
 # (GPU ones included), compute-sanitizer on the ring kernel, make bench-05; logs and results
 # under results/05_collectives/, packed into $OUT/stage05.tgz when $OUT is set.
-#   CRITERION_HOME=$PWD/.criterion 05_collectives/gpu_run.sh
+#   CRITERION_HOME=$PWD/.criterion lab/05_collectives/gpu_run.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 SETUP_SKIP=1
 R=results/05_collectives
 mkdir -p "$R"
