@@ -22,12 +22,16 @@ def log(path):
     text = open(path).read()
     psi = int(re.search(r"GPU NVIDIA H200, (\d+) parameters", text).group(1))
     step = re.search(r"done: ([\d.]+) ms a step", text)
-    mem = None
+    mem = phase = None
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 10 and cells[1] == "0" and re.match(r"^[\d.]+$", cells[2]):
-            mem = cells
-            break
+        if len(cells) in (8, 10) and cells[1] == "0" and re.match(r"^[\d.]+$", cells[2]):
+            if len(cells) == 10 and mem is None:
+                mem = cells
+            if len(cells) == 8 and phase is None:
+                phase = cells
+    log.phase = phase  # after init, step 1 before / at the optimizer step, ... (MiB, rank 0)
+    log.setup = float(re.search(r"setup peak \(rank 0, device\): ([\d.]+) MiB", text).group(1))
     return psi, float(step.group(1)) if step else None, mem
 
 
@@ -42,10 +46,13 @@ for k, path in [(k, f"{M}/2026-11-23c_h200x2/zero_xl_phase_z{k}.log") for k in r
     ddp_ms = ddp_ms or ms
     over = "" if m[0] == "ddp" else f"{(ms / ddp_ms - 1) * 100:+.1f}%"
     g = lambda i: f"{float(m[i]) / GIB:.2f}"
-    body.append([name, f"{ms:.1f}", over, g(2), g(3), g(4), g(5), g(6), g(7), g(8),
+    ph = log.phase
+    body.append([name, f"{ms:.1f}", over, g(2), g(3), g(4), g(5), g(6),
+                 f"{log.setup / GIB:.2f}", f"{float(ph[3]) / GIB:.2f}" if ph else "-", g(7), g(8),
                  m[9].split(" = ")[0].replace("Psi", "Ψ")])
 write("zero_xl.csv", ["level", "step (ms)", "over DDP", "params", "grads", "optim", "acts",
-                      "workspace", "peak", "p+g+o", "formula"], body)
+                      "workspace", "after init", "before the optimizer step", "peak (at the step)",
+                      "p+g+o", "formula"], body)
 
 # PyTorch's counterparts, beside ours from the same call (all levels in one run)
 ours = {r["run"]: r for r in csv.DictReader(open(f"{M}/2026-11-23_h200x2/ours.csv"))}
