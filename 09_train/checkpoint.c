@@ -396,11 +396,12 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
                 had = 0;
             }
             ckpt_check_launcher("before committing a checkpoint");
-            if (rc != 0) {
-            } else if (had && (rm_rf(old) != 0 || rename(fin, old) != 0)) rc = ERR("cannot move %s aside: %s", fin, strerror(errno));
-            else if (rename(tmp, fin) != 0) rc = ERR("cannot rename %s to %s: %s", tmp, fin, strerror(errno));
-            else if (fsync_dir(dir) != 0) rc = ERR("cannot fsync %s: %s", dir, strerror(errno));
-            else if (had) rm_rf(old);
+            if (rc == 0) {
+                if (had && (rm_rf(old) != 0 || rename(fin, old) != 0)) rc = ERR("cannot move %s aside: %s", fin, strerror(errno));
+                else if (rename(tmp, fin) != 0) rc = ERR("cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+                else if (fsync_dir(dir) != 0) rc = ERR("cannot fsync %s: %s", dir, strerror(errno));
+                else if (had) rm_rf(old);
+            }
         }
         // Only now, with the new checkpoint complete and durable: drop the oldest beyond `keep`,
         // and the .tmp directories that jobs killed while saving left behind.

@@ -16,16 +16,18 @@
 // The manifest names the world size, the ZeRO level, the padded total of that layout, the model, the global batch, the step (=
 // the learning-rate schedule's position = AdamW's step count), the schedule (lr, min lr, warm-up,
 // length, clip, weight decay), the sampler's seed and counter
-// (the only RNG the trainer draws from after initialisation), and for every file its byte count,
+// (the only RNG the trainer draws from after initialisation), the run id and the token file's
+// identity (optional lines: "run", "data"; see ckpt_data_t), and for every file its byte count,
 // its 64-bit checksum (ckpt_sum) and (optimizer shards) its range count and element count; its own last
 // line is the checksum of the lines before it. Format 2 (this one); format 1 (moments of one
 // [lo, hi) range a file) is refused with a line saying so.
 //
 // Atomicity: every rank writes its files into DIR/.tmp.step_<N>/ (each file: temporary name,
 // fsync, rename — common/fileio.h); then the checksums are gathered, rank 0 writes the manifest,
-// fsyncs the directory and renames it to step_<N>, fsyncs DIR, and only then removes the
-// checkpoints beyond the newest `keep`. A job killed at any point leaves the previous checkpoint
-// whole (and maybe a .tmp directory, ignored and removed by the next save).
+// fsyncs the directory and renames it to step_<N>, fsyncs DIR, and only then removes this run's
+// complete checkpoints beyond the newest `keep` (older than step N; never a newer one, an
+// incomplete one or another run's: the manifest's run id). A job killed at any point leaves the
+// previous checkpoint whole (and maybe a .tmp directory, ignored and removed by the next save).
 //
 // Resume: ckpt_find checks the newest step_* directory fully (manifest parses and its checksum
 // matches; every file present, of the size and checksum the manifest says) and, if anything is
@@ -136,8 +138,12 @@ typedef struct {
 // params (total, host): rank 0's are written. ranges (n_ranges): the flat runs this rank's
 // optimizer owns, in the order of its packed moments m, v (host, Σ numel each); has_state 0:
 // this rank writes no optimizer file. hist: rank 0's history (meta->step · CKPT_HIST floats).
-// Keeps the newest `keep` checkpoints (>= 1). A failed write ends the job (comm_fatal, exit 1,
-// the path and the reason); nothing older is touched before the new one is complete.
+// Keeps the newest `keep` (>= 1) complete checkpoints of run meta->run_id, this one counted;
+// removes only older ones of that run. A step_<N> already there that is not a complete
+// checkpoint of this run is moved to step_<N>.kept (a note on stderr), never removed. A failed
+// write ends the job (comm_fatal, exit 1, the path and the reason); nothing older is touched
+// before the new one is complete. Under mpirun a rank whose launcher died ends before writing,
+// committing or removing anything (ckpt_check_launcher).
 // Returns the checkpoint's directory in out (rank 0; others get it too). tm (may be NULL): where
 // this rank's time went.
 void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params,
