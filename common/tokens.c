@@ -104,6 +104,9 @@ static struct {
     int n;
 } g_guard[GUARD_MAX];
 
+static struct sigaction g_prev_bus;
+static int g_guarding;
+
 static void on_sigbus(int sig, siginfo_t* si, void* uc) {
     (void)uc;
     const char* a = si ? (const char*)si->si_addr : NULL;
@@ -112,8 +115,10 @@ static void on_sigbus(int sig, siginfo_t* si, void* uc) {
             if (write(STDERR_FILENO, g_guard[i].line, (size_t)g_guard[i].n) < 0) { /* nowhere to say it */ }
             _exit(EXIT_BAD_INPUT);
         }
-    signal(sig, SIG_DFL);  // not ours: the default action (a core dump), at once
-    raise(sig);
+    // Not ours: the handler before ours (MPI's, say) or the default action. A fault re-raises
+    // itself when the handler returns; a sent signal is sent again.
+    sigaction(sig, &g_prev_bus, NULL);
+    if (!si || si->si_code <= 0) raise(sig);
 }
 
 void tokens_guard(const tokens_t* t) {
@@ -134,7 +139,8 @@ void tokens_guard(const tokens_t* t) {
     sa.sa_sigaction = on_sigbus;
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, NULL) != 0) DIE("sigaction(SIGBUS) failed");
+    if (sigaction(SIGBUS, &sa, g_guarding ? NULL : &g_prev_bus) != 0) DIE("sigaction(SIGBUS) failed");
+    g_guarding = 1;
 }
 
 void tokens_close(tokens_t* t) {
