@@ -165,7 +165,7 @@ Test(ckpt_dir, damaged_newer_checkpoint_and_keep_1_keep_the_resumable_one, .time
 }
 
 // Another run's checkpoints (copied in beside this run's) are never removed, whatever --keep
-// says; a fresh run refuses a directory that holds checkpoints, in one line naming the two ways
+// says (one in the way of a step this run writes is moved to step_N.kept); a fresh run refuses a directory that holds checkpoints, in one line naming the two ways
 // out, and writes nothing there.
 Test(ckpt_dir, another_runs_checkpoints_are_never_removed_and_a_fresh_run_refuses, .timeout = 120) {
     const char* data = corpus_copy("c.bin");
@@ -183,11 +183,21 @@ Test(ckpt_dir, another_runs_checkpoints_are_never_removed_and_a_fresh_run_refuse
     copy_into(p, b);
     snprintf(p, sizeof p, "%s/step_000000003", a);
     copy_into(p, b);
+    // and A's step 5, damaged: B's resume refuses it, and B's own step 5 moves it aside
+    snprintf(p, sizeof p, "%s/step_000000005", a);
+    copy_into(p, b);
+    snprintf(p, sizeof p, "%s/step_000000005/params.bin", b);
+    cr_assert_eq(truncate(p, 100), 0);
     st = train(1, data, COMMON " --steps 6 --ckpt-every 1 --keep 1 --ckpt-dir %s --resume", b);
     cr_assert_eq(st, 0, "run B resumed exited %d:\n%s", st, g_log);
+    cr_assert(strstr(g_log, "step_000000005: refused") && strstr(g_log, "step_000000004: step 4") &&
+              strstr(g_log, "was not a complete checkpoint of this run; moved to"), "%s", g_log);
     char l[4096];
     listing(b, l, sizeof l);
-    cr_assert_str_eq(l, "step_000000001\nstep_000000003\nstep_000000006\n", "after B's resume with --keep 1:\n%s", l);
+    cr_assert_str_eq(l, "step_000000001\nstep_000000003\nstep_000000005.kept\nstep_000000006\n", "after B's resume with --keep 1:\n%s", l);
+    snprintf(p, sizeof p, "%s/step_000000005.kept/params.bin", b);
+    struct stat sb;
+    cr_assert(stat(p, &sb) == 0 && sb.st_size == 100, "A's damaged step 5 was not kept as it was");
     cr_assert(run_of(b, "step_000000001") == ra && run_of(b, "step_000000003") == ra && run_of(b, "step_000000006") == rb);
 
     // A fresh run in A's directory: refused, nothing written.
@@ -256,7 +266,7 @@ Test(ckpt_dir, the_lock_refuses_a_second_job_and_takes_over_a_dead_ones, .timeou
     const char* log = tmp_path("first.log");
     const char* d2 = tmp_path("two_jobs");
     char args[600];
-    snprintf(args, sizeof args, COMMON " --steps 3000 --ckpt-every 50 --log-every 1 --ckpt-dir %s", d2);
+    snprintf(args, sizeof args, COMMON " --steps 20000 --ckpt-every 50 --log-every 1 --ckpt-dir %s", d2);
     const pid_t job = train_bg(1, data, args, log);
     cr_assert(wait_for(log, "step     60/", 60), "the first job did not get going:\n%s", g_log);
     char holder[800];
@@ -264,7 +274,7 @@ Test(ckpt_dir, the_lock_refuses_a_second_job_and_takes_over_a_dead_ones, .timeou
     cr_assert(file_has(holder, "pid "), "no lock content");
     long rank0 = 0;
     cr_assert(sscanf(g_log, "pid %ld host", &rank0) == 1, "%s", g_log);
-    st = train(1, data, COMMON " --steps 3000 --ckpt-every 50 --ckpt-dir %s --resume", d2);
+    st = train(1, data, COMMON " --steps 20000 --ckpt-every 50 --ckpt-dir %s --resume", d2);
     cr_assert_eq(st, 2, "the second job exited %d:\n%s", st, g_log);
     snprintf(text, sizeof text, "is in use by another job (pid %ld host %s", rank0, host);
     cr_assert(strstr(g_log, text), "no '%s' in:\n%s", text, g_log);
