@@ -936,9 +936,9 @@ int main(int argc, char** argv) {
     meta.lr = lr, meta.min_lr = min_lr, meta.warmup = warmup, meta.steps = steps, meta.clip = clip, meta.wd = wd;
     // The run: a new id at the fresh start (rank 0's, shared), the checkpoint's on a resume (one
     // written before runs had ids starts a new run: its checkpoints are never removed).
-    long long rid = found && mf.run_id ? (long long)mf.run_id : t.r == 0 ? (long long)ckpt_new_run_id() : 0;
-    comm_host_allreduce_i64(t.c, &rid, 1, COMM_SUM);  // rank 0's, or every rank's same value x W
-    meta.run_id = found && mf.run_id ? mf.run_id : (uint64_t)rid;
+    long long rid = t.r != 0 ? 0 : found && mf.run_id ? (long long)mf.run_id : (long long)ckpt_new_run_id();
+    comm_host_allreduce_i64(t.c, &rid, 1, COMM_SUM);  // rank 0's, to every rank
+    meta.run_id = (uint64_t)rid;
     meta.has_data = 1, meta.data = data_id;
     meta.padded = zero == 3 ? (uint64_t)zero3_shard_elems(t.z3) * (uint64_t)t.W : t.P;
     // Optimizer state: every ZeRO rank writes its shard; under DDP it is replicated, rank 0 writes it.
