@@ -1,5 +1,5 @@
 // The checkpoint directory and the data's identity (README: "Checkpoints and resume"), end to
-// end on the CPU under scripts/mpirun.sh: retention removes only this run's complete older
+// end on the CPU (--backend mpi, also on GPU hosts) under scripts/mpirun.sh: retention removes only this run's complete older
 // checkpoints (a damaged newer one and another run's are never touched); a fresh run refuses a
 // directory that holds checkpoints and --resume one that holds none; rank 0's lock refuses a
 // second job and takes over the lock of a dead one; ranks whose launcher was killed write no
@@ -48,7 +48,7 @@ static const char* corpus_copy(const char* name) {
     return path;
 }
 
-#define COMMON "--context 16 --batch 4 --log-every 100 --eval-every 0"
+#define COMMON "--backend mpi --context 16 --batch 4 --log-every 100 --eval-every 0"
 
 // One job of np ranks, waited for: its exit status, its output in g_log.
 __attribute__((format(printf, 3, 4))) static int train(int np, const char* data, const char* fmt, ...) {
@@ -420,8 +420,8 @@ static void change_under_a_job(const char* name, int truncate_it) {
     char* real = realpath(data, NULL);
     const char* log = tmp_path(truncate_it ? "trunc.log" : "rewrite.log");
     // (truncated: no evaluation, so that no check of the file sees the change before a read does)
-    const pid_t job = train_bg(1, data, truncate_it ? "--context 16 --batch 4 --log-every 1 --steps 5000 --eval-every 0"
-                                                    : "--context 16 --batch 4 --log-every 1 --steps 5000 --eval-every 10", log);
+    const pid_t job = train_bg(1, data, truncate_it ? "--backend mpi --context 16 --batch 4 --log-every 1 --steps 5000 --eval-every 0"
+                                                    : "--backend mpi --context 16 --batch 4 --log-every 1 --steps 5000 --eval-every 10", log);
     cr_assert(wait_for(log, "step     15/", 60), "the job did not get going:\n%s", g_log);
     if (truncate_it) {
         cr_assert_eq(truncate(data, 4096), 0);
