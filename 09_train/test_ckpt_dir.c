@@ -1,9 +1,9 @@
-// The checkpoint directory and the data's identity (README: "Checkpoints and resume"), end to
-// end on the CPU (--backend mpi, also on GPU hosts) under scripts/mpirun.sh: retention removes only this run's complete older
-// checkpoints (a damaged newer one and another run's are never touched); a fresh run refuses a
-// directory that holds checkpoints and --resume one that holds none; rank 0's lock refuses a
-// second job and takes over the lock of a dead one; ranks whose launcher was killed write no
-// more checkpoints; a resume on another token file is refused unless told; a token file
+// The checkpoint directory and the data's identity (README: "Checkpoints and resume"), end to end
+// on the CPU (--backend mpi, also on GPU hosts) under scripts/mpirun.sh: retention removes only
+// this run's complete older checkpoints (a damaged newer one and another run's are never touched);
+// a fresh run refuses a directory that holds checkpoints and --resume one that holds none; rank 0's
+// lock refuses a second job and takes over the lock of a dead one; ranks whose launcher was killed
+// write no more checkpoints; a resume on another token file is refused unless told; a token file
 // rewritten or truncated under a running job ends it with one line naming the file.
 #include <errno.h>
 #include <fcntl.h>
