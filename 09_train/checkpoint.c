@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -140,6 +143,11 @@ static void manifest_text(const ckpt_manifest_t* m, char* buf, size_t len) {
     PUT("schedule lr %.17g min_lr %.17g warmup %lld steps %lld clip %.17g wd %.17g\n", m->lr, m->min_lr,
         (long long)m->warmup, (long long)m->steps, m->clip, m->wd);
     if (m->pp > 0) PUT("pipeline pp %d dp %d layout %s\n", m->pp, m->dp, m->layout);
+    if (m->run_id) PUT("run %016llx\n", (unsigned long long)m->run_id);
+    if (m->has_data)
+        PUT("data bytes %llu mtime_ns %lld sum64 %016llx covers %s path %s\n", (unsigned long long)m->data.bytes,
+            (long long)m->data.mtime_ns, (unsigned long long)m->data.sum,
+            m->data.sampled ? "64x65536" : "whole", m->data.path);
     for (int i = 0; i < m->n_files; i++) {
         const ckpt_file_t* f = &m->files[i];
         PUT("file %s bytes %llu sum64 %016llx ranges %llu elems %llu\n", f->name, (unsigned long long)f->bytes,
@@ -188,6 +196,24 @@ static int manifest_parse(const char* text, ckpt_manifest_t* m, char* err, size_
     if (strncmp(p, "pipeline ", 9) == 0) {
         if (sscanf(p, "pipeline pp %d dp %d layout %199[^\n]\n%n", &m->pp, &m->dp, m->layout, &n) != 3 || m->pp < 1 || m->dp < 1)
             return ERR("manifest.txt: unreadable pipeline line");
+        p += n;
+    }
+    // Optional lines (manifests written before them lack them): the run, the data.
+    unsigned long long rid;
+    if (strncmp(p, "run ", 4) == 0) {
+        if (sscanf(p, "run %llx\n%n", &rid, &n) != 1 || rid == 0) return ERR("manifest.txt: unreadable run line");
+        m->run_id = rid;
+        p += n;
+    }
+    if (strncmp(p, "data ", 5) == 0) {
+        unsigned long long db, ds;
+        long long mt;
+        char cov[16];
+        if (sscanf(p, "data bytes %llu mtime_ns %lld sum64 %llx covers %15s path %511[^\n]\n%n", &db, &mt, &ds, cov,
+                   m->data.path, &n) != 5 || (strcmp(cov, "whole") != 0 && strcmp(cov, "64x65536") != 0))
+            return ERR("manifest.txt: unreadable data line");
+        m->has_data = 1;
+        m->data.bytes = db, m->data.mtime_ns = mt, m->data.sum = ds, m->data.sampled = strcmp(cov, "whole") != 0;
         p += n;
     }
     m->warmup = wu, m->steps = st;
@@ -247,11 +273,38 @@ static int list_steps(const char* dir, long long* steps, int max) {
     return n;
 }
 
+static int read_all(const char* path, char** buf, size_t* len, char* err, size_t errlen);
+
+// Is `path` a complete checkpoint of run `run` (its manifest whole, of that run, every file
+// present at its size)? The files' checksums are not read (a retention pass must stay cheap);
+// these reads are not counted in ckpt_bytes_read.
+static int same_run_complete(const char* path, uint64_t run) {
+    if (!run) return 0;
+    const uint64_t saved = g_bytes_read;
+    char p[1100], e[512];
+    char* text;
+    size_t len;
+    snprintf(p, sizeof p, "%s/manifest.txt", path);
+    int ok = read_all(p, &text, &len, e, sizeof e) == 0;
+    g_bytes_read = saved;
+    if (!ok) return 0;
+    static ckpt_manifest_t mf;  // (large: CKPT_MAX_FILES entries; rank 0 only, one at a time)
+    ok = manifest_parse(text, &mf, e, sizeof e) == 0 && mf.run_id == run;
+    free(text);
+    for (int i = 0; ok && i < mf.n_files; i++) {
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", path, mf.files[i].name);
+        ok = stat(p, &st) == 0 && (uint64_t)st.st_size == mf.files[i].bytes;
+    }
+    return ok;
+}
+
 void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params,
                const ckpt_range_t* ranges, int n_ranges, const float* m, const float* v, int has_state,
                const float* hist, int keep, char* out, size_t outlen, ckpt_save_timing_t* tm) {
     const int r = c->rank, W = c->world;
     const double t_start = time_now_s();
+    ckpt_check_launcher("before writing a checkpoint");
     double t_sum = 0;
     uint64_t written = 0;
     char tmp[1024], fin[1024], p[1100], err[4096] = "";
@@ -328,10 +381,27 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
         if (rc == 0) {
             struct stat st;
             int had = stat(fin, &st) == 0;
-            if (had && (rm_rf(old) != 0 || rename(fin, old) != 0)) rc = ERR("cannot move %s aside: %s", fin, strerror(errno));
-            else if (rename(tmp, fin) != 0) rc = ERR("cannot rename %s to %s: %s", tmp, fin, strerror(errno));
-            else if (fsync_dir(dir) != 0) rc = ERR("cannot fsync %s: %s", dir, strerror(errno));
-            else if (had) rm_rf(old);
+            // One that is not a complete checkpoint of this run (refused, or another run's) is
+            // never removed: it is moved to step_N.kept[.K] (no longer a step_* name) and kept.
+            if (had && !same_run_complete(fin, meta->run_id)) {
+                char kept[1200];
+                for (int k = 0; k < 1000; k++) {
+                    if (k) snprintf(kept, sizeof kept, "%s.kept.%d", fin, k);
+                    else snprintf(kept, sizeof kept, "%s.kept", fin);
+                    if (lstat(kept, &st) != 0) break;
+                }
+                ckpt_check_launcher("before moving a checkpoint aside");
+                if (rename(fin, kept) != 0) rc = ERR("cannot move %s aside: %s", fin, strerror(errno));
+                else fprintf(stderr, "checkpoint: note: %s was not a complete checkpoint of this run; moved to %s\n", fin, kept);
+                had = 0;
+            }
+            ckpt_check_launcher("before committing a checkpoint");
+            if (rc == 0) {
+                if (had && (rm_rf(old) != 0 || rename(fin, old) != 0)) rc = ERR("cannot move %s aside: %s", fin, strerror(errno));
+                else if (rename(tmp, fin) != 0) rc = ERR("cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+                else if (fsync_dir(dir) != 0) rc = ERR("cannot fsync %s: %s", dir, strerror(errno));
+                else if (had) rm_rf(old);
+            }
         }
         // Only now, with the new checkpoint complete and durable: drop the oldest beyond `keep`,
         // and the .tmp directories that jobs killed while saving left behind.
@@ -343,10 +413,17 @@ void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* p
                     if (rm_rf(p) != 0) fprintf(stderr, "checkpoint: warning: cannot remove %s: %s\n", p, strerror(errno));
                 }
             if (dd) closedir(dd);
+            // Retention: the newest `keep` complete checkpoints of this run, counting the one
+            // just written; only older ones of this run are removed. Newer ones (a damaged one
+            // the resume refused), incomplete ones and other runs' are never touched.
             long long steps[4096];
-            int n = list_steps(dir, steps, 4096);
-            for (int i = keep; i < n; i++) {
+            int n = list_steps(dir, steps, 4096), have = 1;
+            for (int i = 0; i < n; i++) {
+                if (steps[i] >= meta->step) continue;
                 snprintf(p, sizeof p, "%s/step_%09lld", dir, steps[i]);
+                if (!same_run_complete(p, meta->run_id)) continue;
+                if (have < keep) { have++; continue; }
+                ckpt_check_launcher("before removing an old checkpoint");
                 if (rm_rf(p) != 0) fprintf(stderr, "checkpoint: warning: cannot remove the old %s: %s\n", p, strerror(errno));
             }
         }
@@ -494,4 +571,150 @@ int ckpt_read_state(const char* path, const ckpt_manifest_t* mf, const ckpt_rang
     if (covered != need)
         return ERR("%s: the optimizer shards hold %zu of the %zu elements this rank's optimizer needs", path, covered, need);
     return 0;
+}
+
+// ------------------------------------------------------------------ the directory, the run, the launcher, the data
+int ckpt_count(const char* dir, long long* newest) {
+    long long steps[4096];
+    const int n = list_steps(dir, steps, 4096);
+    *newest = n ? steps[0] : -1;
+    return n;
+}
+
+uint64_t ckpt_new_run_id(void) {
+    uint64_t x = 0;
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd >= 0) {
+        if (read(fd, &x, sizeof x) != (ssize_t)sizeof x) x = 0;
+        close(fd);
+    }
+    if (!x) {  // no /dev/urandom: the time and the pid, mixed
+        x = (uint64_t)(time_now_s() * 1e9) ^ ((uint64_t)getpid() << 32);
+        x = (x ^ (x >> 30)) * SUM_K2;
+        x ^= x >> 31;
+    }
+    return x ? x : 1;
+}
+
+// Is process `pid` alive on this host? (EPERM: alive, owned by another user.)
+static int pid_alive(long pid) { return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM); }
+
+int ckpt_lock(const char* dir, double wait_s, char* note, size_t notelen, char* err, size_t errlen) {
+    char path[1100], host[256] = "", text[512];
+    note[0] = 0;
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "unknown");
+    if (mkdir_p(dir) != 0) return ERR("cannot create %s: %s", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/lock", dir);
+    const double t0 = time_now_s();
+    for (;;) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) return ERR("cannot open %s: %s", path, strerror(errno));
+        ssize_t k = pread(fd, text, sizeof text - 1, 0);
+        text[k > 0 ? k : 0] = 0;
+        char* nl = strchr(text, '\n');
+        if (nl) *nl = 0;
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int e = errno;
+            close(fd);
+            if (e != EWOULDBLOCK) return ERR("cannot lock %s: %s", path, strerror(e));
+            // Held. A leftover rank of a job whose launcher is gone ends within a step: wait.
+            long pid = 0, launcher = 0;
+            char h[256] = "";
+            const int got = sscanf(text, "pid %ld host %255s launcher %ld", &pid, h, &launcher);
+            const int orphan = got == 3 && strcmp(h, host) == 0 && launcher > 1 && !pid_alive(launcher);
+            if (orphan && time_now_s() - t0 < wait_s) {
+                usleep(100 * 1000);
+                continue;
+            }
+            return ERR("%s is in use by another job (%s; lock file %s)%s", dir, *text ? text : "its holder wrote nothing yet", path,
+                       orphan ? ", a leftover of a job whose launcher is gone that did not end in time" : "");
+        }
+        // Locked. The same file still at that name? (A job ending may have replaced it.)
+        struct stat a, b;
+        if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+            close(fd);
+            continue;
+        }
+        if (*text) snprintf(note, notelen, "checkpoint: note: taking over the lock of a job that ended without releasing it (%s)", text);
+        const time_t now = time(NULL);
+        char when[64];
+        struct tm tmv;
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tmv));
+        const char* ws = getenv("OMPI_COMM_WORLD_SIZE");
+        const int n = snprintf(text, sizeof text, "pid %ld host %s launcher %ld start %lld (%s)\n", (long)getpid(), host,
+                               ws ? (long)getppid() : 0L, (long long)now, when);
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n || fsync(fd) != 0) {
+            const int e = errno;
+            close(fd);
+            return ERR("cannot write %s: %s", path, strerror(e));
+        }
+        return fd;
+    }
+}
+
+void ckpt_unlock(int fd) {
+    if (fd < 0) return;
+    if (ftruncate(fd, 0) != 0) { /* a lock file left full only costs the next job a note */ }
+    close(fd);  // releases the flock
+}
+
+static long g_launcher;  // the parent recorded under mpirun (0: not watched)
+void ckpt_watch_launcher(void) {
+    g_launcher = getenv("OMPI_COMM_WORLD_SIZE") ? (long)getppid() : 0;
+}
+void ckpt_check_launcher(const char* when) {
+    if (!g_launcher || (long)getppid() == g_launcher) return;
+    // Orphaned: mpirun (or its daemon) is gone, so the job is over. One line if stderr still
+    // goes somewhere, and out at once: no checkpoint is written or removed after this.
+    char line[300];
+    const int n = snprintf(line, sizeof line, "%s: error: the launcher (pid %ld) is gone; this rank (pid %ld) ends %s\n",
+                           progname(), g_launcher, (long)getpid(), when);
+    if (write(STDERR_FILENO, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1)) < 0) { /* nowhere to say it */ }
+    _exit(EXIT_FAILURE_RT);
+}
+
+int ckpt_data_identity(const char* path, ckpt_data_t* out, char* err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->path, sizeof out->path, "%s", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ERR("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) { int e = errno; close(fd); return ERR("%s: cannot stat: %s", path, strerror(e)); }
+    out->bytes = (uint64_t)st.st_size;
+    out->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    const uint64_t whole = (uint64_t)CKPT_DATA_PIECES * CKPT_DATA_PIECE;
+    out->sampled = out->bytes > whole;
+    static unsigned char buf[CKPT_DATA_PIECE];
+    ckpt_sum_t h;
+    ckpt_sum_init(&h);
+    ckpt_sum_update(&h, &out->bytes, sizeof out->bytes);
+    const int pieces = out->sampled ? CKPT_DATA_PIECES : 1;
+    for (int i = 0; i < pieces; i++) {
+        const uint64_t len = out->sampled ? CKPT_DATA_PIECE : out->bytes;
+        const uint64_t off = out->sampled ? (out->bytes - CKPT_DATA_PIECE) * (uint64_t)i / (CKPT_DATA_PIECES - 1) : 0;
+        for (uint64_t done = 0; done < len;) {
+            const size_t want = len - done < sizeof buf ? (size_t)(len - done) : sizeof buf;
+            const ssize_t k = pread(fd, buf, want, (off_t)(off + done));
+            if (k <= 0) {
+                const int e = errno;
+                close(fd);
+                return ERR("%s: %s", path, k == 0 ? "shorter than its size while being read (it is changing)" : strerror(e));
+            }
+            ckpt_sum_update(&h, buf, (size_t)k);
+            done += (uint64_t)k;
+        }
+    }
+    close(fd);
+    out->sum = ckpt_sum_final(&h);
+    return 0;
+}
+
+int ckpt_data_same(const ckpt_data_t* a, const ckpt_data_t* b, char* why, size_t whylen) {
+    if (a->bytes != b->bytes)
+        return snprintf(why, whylen, "%llu bytes then, %llu now", (unsigned long long)a->bytes, (unsigned long long)b->bytes), 0;
+    if (a->sum != b->sum || a->sampled != b->sampled)
+        return snprintf(why, whylen, "the same size, but the checksum of its %s differs (%016llx then, %016llx now)",
+                        a->sampled ? "sampled bytes" : "bytes", (unsigned long long)a->sum, (unsigned long long)b->sum), 0;
+    if (whylen) why[0] = 0;
+    return 1;
 }

@@ -16,16 +16,18 @@
 // The manifest names the world size, the ZeRO level, the padded total of that layout, the model, the global batch, the step (=
 // the learning-rate schedule's position = AdamW's step count), the schedule (lr, min lr, warm-up,
 // length, clip, weight decay), the sampler's seed and counter
-// (the only RNG the trainer draws from after initialisation), and for every file its byte count,
+// (the only RNG the trainer draws from after initialisation), the run id and the token file's
+// identity (optional lines: "run", "data"; see ckpt_data_t), and for every file its byte count,
 // its 64-bit checksum (ckpt_sum) and (optimizer shards) its range count and element count; its own last
 // line is the checksum of the lines before it. Format 2 (this one); format 1 (moments of one
 // [lo, hi) range a file) is refused with a line saying so.
 //
 // Atomicity: every rank writes its files into DIR/.tmp.step_<N>/ (each file: temporary name,
 // fsync, rename — common/fileio.h); then the checksums are gathered, rank 0 writes the manifest,
-// fsyncs the directory and renames it to step_<N>, fsyncs DIR, and only then removes the
-// checkpoints beyond the newest `keep`. A job killed at any point leaves the previous checkpoint
-// whole (and maybe a .tmp directory, ignored and removed by the next save).
+// fsyncs the directory and renames it to step_<N>, fsyncs DIR, and only then removes this run's
+// complete checkpoints beyond the newest `keep` (older than step N; never a newer one, an
+// incomplete one or another run's: the manifest's run id). A job killed at any point leaves the
+// previous checkpoint whole (and maybe a .tmp directory, ignored and removed by the next save).
 //
 // Resume: ckpt_find checks the newest step_* directory fully (manifest parses and its checksum
 // matches; every file present, of the size and checksum the manifest says) and, if anything is
@@ -57,6 +59,21 @@ typedef struct {
     uint64_t off, numel;
 } ckpt_range_t;
 
+// The identity of a token file: its path, size, modification time and a checksum of a sample
+// of its bytes — the whole file up to CKPT_DATA_PIECES x CKPT_DATA_PIECE bytes (4 MiB), else
+// CKPT_DATA_PIECES pieces of CKPT_DATA_PIECE bytes at evenly spaced offsets (the first at 0, the
+// last ending at the end); the size is hashed first. Cheap (4 MiB read at most), so it is taken
+// at the start, at every checkpoint and evaluation and at every epoch's start.
+#define CKPT_DATA_PIECES 64
+#define CKPT_DATA_PIECE 65536
+typedef struct {
+    char path[512];
+    uint64_t bytes;
+    int64_t mtime_ns;
+    uint64_t sum;    // ckpt_sum of the size (8 bytes) then the sampled bytes in file order
+    int sampled;     // 0: the whole file is covered; 1: the 64 pieces
+} ckpt_data_t;
+
 typedef struct {
     int64_t step;        // optimizer steps done; the schedule's position; AdamW's t
     int world, zero;
@@ -76,6 +93,12 @@ typedef struct {
     // keyed by the flat layout, parameters are whole: any P, D or mode can resume it).
     int pp, dp;
     char layout[200];
+    // The run (a random id made at the fresh start and carried through every resume; 0: a
+    // manifest written before runs had ids): retention deletes only this run's checkpoints.
+    uint64_t run_id;
+    // The token file the run trains on (has_data 0: a manifest written before this was recorded).
+    int has_data;
+    ckpt_data_t data;
     int n_files;
     ckpt_file_t files[CKPT_MAX_FILES];
 } ckpt_manifest_t;
@@ -115,8 +138,12 @@ typedef struct {
 // params (total, host): rank 0's are written. ranges (n_ranges): the flat runs this rank's
 // optimizer owns, in the order of its packed moments m, v (host, Σ numel each); has_state 0:
 // this rank writes no optimizer file. hist: rank 0's history (meta->step · CKPT_HIST floats).
-// Keeps the newest `keep` checkpoints (>= 1). A failed write ends the job (comm_fatal, exit 1,
-// the path and the reason); nothing older is touched before the new one is complete.
+// Keeps the newest `keep` (>= 1) complete checkpoints of run meta->run_id, this one counted;
+// removes only older ones of that run. A step_<N> already there that is not a complete
+// checkpoint of this run is moved to step_<N>.kept (a note on stderr), never removed. A failed
+// write ends the job (comm_fatal, exit 1, the path and the reason); nothing older is touched
+// before the new one is complete. Under mpirun a rank whose launcher died ends before writing,
+// committing or removing anything (ckpt_check_launcher).
 // Returns the checkpoint's directory in out (rank 0; others get it too). tm (may be NULL): where
 // this rank's time went.
 void ckpt_save(comm_t* c, const char* dir, ckpt_manifest_t* meta, const float* params,
@@ -142,6 +169,34 @@ int ckpt_read_history(const char* path, const ckpt_manifest_t* mf, float* hist, 
 // Bytes this process has read from checkpoint files so far (ckpt_validate / ckpt_find's full
 // check and the readers): the difference around a resume is what it read.
 uint64_t ckpt_bytes_read(void);
+
+// ---- the directory, the run, the launcher and the data (README: "Checkpoints and resume")
+// The number of step_* directories under dir (0 if dir does not exist); the newest step in
+// *newest (-1 if none). Damaged ones count: a fresh run must not start beside them.
+int ckpt_count(const char* dir, long long* newest);
+// A random run id (never 0).
+uint64_t ckpt_new_run_id(void);
+// The job's lock on dir (rank 0 holds it from before anything is read or written to the end):
+// DIR/lock, held with flock and holding "pid P host H launcher L start S (date)". Returns the
+// descriptor, or -1 with the reason in err ("in use by pid 123 on host h since ...").
+// A lock left by a job that died (the flock is gone with the process; the file still names it)
+// is taken over and *note says so (else note is empty). A holder on this host whose launcher is
+// gone is a job's leftover rank, about to end: waited for (up to wait_s seconds) before refusing.
+int ckpt_lock(const char* dir, double wait_s, char* note, size_t notelen, char* err, size_t errlen);
+// Releases it at the job's clean end: the file is emptied (an empty lock file is not stale).
+void ckpt_unlock(int fd);
+// Under mpirun: records this rank's parent (mpirun or its daemon); ckpt_check_launcher then ends
+// this process (one line, exit 1) if the parent has changed — the launcher died and this rank
+// was orphaned. ckpt_save calls it before writing and again right before its commit rename and
+// its deletions; the trainer calls it every step. Without a launcher (no OMPI_COMM_WORLD_SIZE in
+// the environment) nothing is watched: a single process outlives its shell (nohup) as it should.
+void ckpt_watch_launcher(void);
+void ckpt_check_launcher(const char* when);
+// The identity of the token file at path now. 0, or -1 with the reason.
+int ckpt_data_identity(const char* path, ckpt_data_t* out, char* err, size_t errlen);
+// 1 if a and b are the same contents (size and checksum, over the same coverage); else 0 and
+// what differs in why ("size 1000 then, 2000 now").
+int ckpt_data_same(const ckpt_data_t* a, const ckpt_data_t* b, char* why, size_t whylen);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -471,6 +472,27 @@ static void write_csv(const char* path, const float* hist, int64_t steps) {
     if (afile_commit(f) != 0) DIE("cannot write %s", path);
 }
 
+// The token file must not change under a job: rank 0 compares its size, modification time and
+// sampled checksum (ckpt_data_identity) with the start's, at every evaluation, epoch and
+// checkpoint; a change ends the job with one line naming the file, before anything more is saved.
+static void data_check(trainer_t* t, const ckpt_data_t* id) {
+    char why[700] = "";
+    long long bad = 0;
+    if (t->r == 0) {
+        ckpt_data_t now;
+        if (ckpt_data_identity(id->path, &now, why, sizeof why) != 0) bad = 1;
+        else if (!ckpt_data_same(id, &now, why, sizeof why)) bad = 1;
+        else if (now.mtime_ns != id->mtime_ns) bad = 1, snprintf(why, sizeof why, "rewritten: its modification time moved");
+    }
+    if (t->W > 1) comm_host_allreduce_i64(t->c, &bad, 1, COMM_MAX);
+    if (!bad) return;
+    if (t->r == 0)
+        comm_fatal(t->c, EXIT_BAD_INPUT, "--data: %s changed during training (%s); it must not change while a job trains on "
+                   "it: restore it and --resume from the last checkpoint", id->path, why);
+    comm_barrier(t->c);  // the other ranks wait for rank 0's line and its end of the job
+    comm_fatal(t->c, EXIT_BAD_INPUT, "--data: the token file changed during training (rank 0 says how)");
+}
+
 int main(int argc, char** argv) {
     const char* data = NULL;
     const char* model_s = "tiny";
@@ -481,7 +503,7 @@ int main(int argc, char** argv) {
     const char* out = "";
     int context = 64, B = 8, A = 1, steps = 200, warmup = -1, seed = 1, dp = 0, zero = 0, vocab = 0;
     int log_every = 10, eval_every = 50, eval_batches = 4, ckpt_every = 0, keep = 2, resume = 0;
-    int kill_step = -1, signal_at = -1;
+    int kill_step = -1, signal_at = -1, data_changed_ok = 0, start_if_empty = 0;
     int pp = 0, chunks = 0, mbs = 0, layers = 0;
     const char* sched_s = "1f1b";
     double peak_tflops = 0;
@@ -513,7 +535,9 @@ int main(int argc, char** argv) {
         {"ckpt-dir", CLI_STR, &ckpt_dir, "", "checkpoint directory (empty: no checkpoints)", NULL},
         {"ckpt-every", CLI_INT, &ckpt_every, "0", "a checkpoint every k steps (0: only at the end and on SIGTERM/SIGINT)", NULL},
         {"keep", CLI_INT, &keep, "2", "checkpoints kept (the newest ones)", NULL},
-        {"resume", CLI_FLAG, &resume, "0", "continue from the newest complete checkpoint in --ckpt-dir", NULL},
+        {"resume", CLI_FLAG, &resume, "0", "continue from the newest complete checkpoint in --ckpt-dir (refused if it holds none)", NULL},
+        {"start-if-empty", CLI_FLAG, &start_if_empty, "0", "with --resume: start from step 0 where --ckpt-dir holds no checkpoint yet (a job script that always resumes)", NULL},
+        {"data-changed-ok", CLI_FLAG, &data_changed_ok, "0", "with --resume: train on a --data file other than the checkpoint's (refused without it)", NULL},
         {"out", CLI_STR, &out, "", "directory for train.csv and loss.png (rank 0)", NULL},
         {"die-at-step", CLI_INT, &kill_step, "-1", "test: SIGKILL every rank in this step, after the backward", NULL},
         {"signal-at-step", CLI_INT, &signal_at, "-1", "test: send SIGTERM to itself (rank 0) after this step", NULL},
@@ -573,6 +597,13 @@ int main(int argc, char** argv) {
     trainer_t t = {0};
     t.B = B, t.A = A, t.T = context, t.zero = zero;
     if (tokens_open(&t.tok, data, err, sizeof err) != 0) BAD("--data: %s", err);
+    ckpt_data_t data_id;  // the file's identity now: recorded in every checkpoint, checked as the job goes
+    if (ckpt_data_identity(data, &data_id, err, sizeof err) != 0) BAD("--data: %s", err);
+    {
+        char* rp = realpath(data, NULL);  // the manifest names the file absolutely
+        if (rp) snprintf(data_id.path, sizeof data_id.path, "%s", rp);
+        free(rp);
+    }
     if (vocab == 0) vocab = t.tok.max_id < 256 ? 256 : t.tok.max_id + 1;
     if (t.tok.max_id >= vocab) BAD("--vocab: %d is too small for %s (its largest id is %d)", vocab, data, t.tok.max_id);
     model_config_t cfg;
@@ -616,7 +647,30 @@ int main(int argc, char** argv) {
         partition_format(&t.part, pf, sizeof pf);
         snprintf(part_s, sizeof part_s, "%s v %d m %d: %s", sched_name(kind), v, A, pf);
     }
+    // ---- the checkpoint directory (README: "Checkpoints and resume"). A fresh run refuses one
+    // that holds checkpoints, --resume one that holds none; then rank 0 locks it for the job.
+    int lock_fd = -1;
+    if ((start_if_empty || data_changed_ok) && !resume) BAD("--start-if-empty and --data-changed-ok go with --resume");
+    if (*ckpt_dir) {
+        long long newest;
+        const int nck = ckpt_count(ckpt_dir, &newest);
+        struct stat dst;
+        if (!resume && nck)
+            BAD("--ckpt-dir: %s already holds %d checkpoint%s (the newest step_%09lld); give --resume to continue that run, "
+                "or another --ckpt-dir", ckpt_dir, nck, nck > 1 ? "s" : "", newest);
+        if (resume && !nck && !start_if_empty)
+            BAD("--resume: %s holds no checkpoint%s; give the directory of the run to continue, or --start-if-empty to "
+                "start from step 0 there", ckpt_dir, stat(ckpt_dir, &dst) != 0 ? " (it does not exist)" : "");
+        if (comm_env_rank() == 0) {
+            char note[800];
+            lock_fd = ckpt_lock(ckpt_dir, 15.0, note, sizeof note, err, sizeof err);
+            if (lock_fd < 0) BAD("--ckpt-dir: %s; wait for it to end, or give another --ckpt-dir", err);
+            if (*note) printf("%s\n", note), fflush(stdout);
+        }
+    }
+    ckpt_watch_launcher();
     t.c = comm_init(backend, comm_timeout_flag(timeout_s));
+    tokens_guard(&t.tok);  // after MPI's own handlers: a truncated token file ends the job in one line
     t.W = t.c->world, t.r = t.c->rank;
     if (t.W != W) comm_fatal(t.c, 1, "world size %d, the environment said %d", t.W, W);
     t.pp = pp, t.D = Dp, t.mc = cfg;
@@ -702,6 +756,18 @@ int main(int argc, char** argv) {
                            pp ? "replicas" : "ranks", (long long)mf.global_batch);
             if (mf.step > steps) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s is at step %lld, beyond --steps %d", path, (long long)mf.step, steps);
             if (mf.seed != (uint64_t)seed) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s was trained with --seed %llu; give that seed", path, (unsigned long long)mf.seed);
+            // The data: another file (or this one changed) is refused unless --data-changed-ok.
+            char why[300];
+            if (!mf.has_data) {
+                if (t.r == 0) printf("resume: note: %s records no token file (written before checkpoints did); %s not checked\n", path, data);
+            } else if (!ckpt_data_same(&mf.data, &data_id, why, sizeof why)) {
+                if (!data_changed_ok)
+                    comm_fatal(t.c, EXIT_BAD_INPUT, "--data: %s is not the token file %s was trained on (%s: %s); give that "
+                               "file, or --data-changed-ok to go on with this one", data, path, mf.data.path, why);
+                if (t.r == 0) printf("resume: note: --data-changed-ok: training on %s from here; %s was trained on %s (%s)\n", data_id.path, path, mf.data.path, why);
+            } else if (t.r == 0 && strcmp(mf.data.path, data_id.path) != 0) {
+                printf("resume: note: %s holds the same bytes as %s, which %s was trained on\n", data_id.path, mf.data.path, path);
+            }
             const double tl = time_now_s();
             int rc = ckpt_read_params(path, &mf, t.gpu ? pbuf : t.m.params, err, sizeof err);
             if (rc == 0 && t.gpu) model_gpu_set_params(t.gm, pbuf);
@@ -868,6 +934,12 @@ int main(int argc, char** argv) {
     meta.T = context, meta.vocab = cfg.vocab, meta.d_model = cfg.d_model, meta.n_layers = cfg.n_layers;
     meta.n_heads = cfg.n_heads, meta.d_ff = cfg.d_ff, meta.seed = (uint64_t)seed;
     meta.lr = lr, meta.min_lr = min_lr, meta.warmup = warmup, meta.steps = steps, meta.clip = clip, meta.wd = wd;
+    // The run: a new id at the fresh start (rank 0's, shared), the checkpoint's on a resume (one
+    // written before runs had ids starts a new run: its checkpoints are never removed).
+    long long rid = t.r != 0 ? 0 : found && mf.run_id ? (long long)mf.run_id : (long long)ckpt_new_run_id();
+    comm_host_allreduce_i64(t.c, &rid, 1, COMM_SUM);  // rank 0's, to every rank
+    meta.run_id = (uint64_t)rid;
+    meta.has_data = 1, meta.data = data_id;
     meta.padded = zero == 3 ? (uint64_t)zero3_shard_elems(t.z3) * (uint64_t)t.W : t.P;
     // Optimizer state: every ZeRO rank writes its shard; under DDP it is replicated, rank 0 writes it.
     // --pp: replica 0's ranks each write the moments of their own slices.
@@ -875,6 +947,7 @@ int main(int argc, char** argv) {
     char where[1100];
 #define SAVE()                                                                                          \
     do {                                                                                                \
+        data_check(&t, &data_id);                                                                       \
         meta.step = step;                                                                               \
         meta.sampler_counter = t.smp.counter;                                                           \
         double t0_ = time_now_s();                                                                      \
@@ -901,7 +974,9 @@ int main(int argc, char** argv) {
     double t_log = time_now_s();
     int64_t tok_log = 0;
     double last_eval = NAN;
+    int64_t epoch = t.smp.counter / (int64_t)t.smp.n_win;
     while (step < steps) {
+        ckpt_check_launcher("before its next step");  // under mpirun: a rank whose launcher died ends here
         double gnorm;
         const double cur_lr = lr_cosine(step, lr, min_lr, warmup, steps);
         const double t0 = time_now_s();
@@ -914,7 +989,11 @@ int main(int argc, char** argv) {
         h[4] = NAN;
         step++;
         tok_log += (int64_t)gbatch * context;
-        if ((eval_every && step % eval_every == 0) || step == steps) h[4] = (float)(last_eval = evaluate(&t, eval_batches));
+        const int eval_now = (eval_every && step % eval_every == 0) || step == steps;
+        const int64_t ep = t.smp.counter / (int64_t)t.smp.n_win;
+        if (eval_now || ep != epoch) data_check(&t, &data_id);  // at every evaluation and epoch
+        epoch = ep;
+        if (eval_now) h[4] = (float)(last_eval = evaluate(&t, eval_batches));
         const int log_now = step % log_every == 0 || step == steps;
         if (t.r == 0 && tty && !log_now) {
             // On a terminal, one line rewritten every step between the logged ones.
@@ -1012,6 +1091,7 @@ int main(int argc, char** argv) {
     free(t.fr), free(pbuf), free(t.hm), free(t.hv), free(t.in), free(t.tg), free(hist);
     sampler_free(&t.smp);
     tokens_close(&t.tok);
+    ckpt_unlock(lock_fd);
     comm_destroy(t.c, 1);
     return same ? 0 : 1;
 }

@@ -2,6 +2,7 @@
 #include "common/tokens.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,59 @@ int tokens_open(tokens_t* t, const char* path, char* err, size_t errlen) {
     return 0;
 }
 
+// tokens_guard: the mapped ranges and their lines, made before any signal can need them (the
+// handler only compares addresses and writes).
+#define GUARD_MAX 8
+static struct {
+    volatile sig_atomic_t used;
+    const char* lo;
+    size_t len;
+    char line[700];
+    int n;
+} g_guard[GUARD_MAX];
+
+static struct sigaction g_prev_bus;
+static int g_guarding;
+
+static void on_sigbus(int sig, siginfo_t* si, void* uc) {
+    (void)uc;
+    const char* a = si ? (const char*)si->si_addr : NULL;
+    for (int i = 0; i < GUARD_MAX; i++)
+        if (g_guard[i].used && a >= g_guard[i].lo && a < g_guard[i].lo + g_guard[i].len) {
+            if (write(STDERR_FILENO, g_guard[i].line, (size_t)g_guard[i].n) < 0) { /* nowhere to say it */ }
+            _exit(EXIT_BAD_INPUT);
+        }
+    // Not ours: the handler before ours (MPI's, say) or the default action. A fault re-raises
+    // itself when the handler returns; a sent signal is sent again.
+    sigaction(sig, &g_prev_bus, NULL);
+    if (!si || si->si_code <= 0) raise(sig);
+}
+
+void tokens_guard(const tokens_t* t) {
+    if (!t->map) return;
+    int k = 0;
+    while (k < GUARD_MAX && g_guard[k].used) k++;
+    if (k == GUARD_MAX) DIE("tokens_guard: more than %d token files", GUARD_MAX);
+    g_guard[k].lo = t->map;
+    g_guard[k].len = t->map_len;
+    int n = snprintf(g_guard[k].line, sizeof g_guard[k].line,
+                     "%s: error: %s: the token file was truncated while mapped (a read past its new end raised SIGBUS); "
+                     "it must not change while a job trains on it\n", progname(), t->path);
+    if (n >= (int)sizeof g_guard[k].line) n = (int)sizeof g_guard[k].line - 1, g_guard[k].line[n - 1] = '\n';
+    g_guard[k].n = n;
+    g_guard[k].used = 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, g_guarding ? NULL : &g_prev_bus) != 0) DIE("sigaction(SIGBUS) failed");
+    g_guarding = 1;
+}
+
 void tokens_close(tokens_t* t) {
+    for (int i = 0; i < GUARD_MAX; i++)
+        if (g_guard[i].used && g_guard[i].lo == (const char*)t->map) g_guard[i].used = 0;
     if (t->map) munmap(t->map, t->map_len);
     t->map = NULL;
     t->ids = NULL;

@@ -44,6 +44,13 @@ typedef struct {
 // max_id so that a vocabulary too small is refused before training.
 int tokens_open(tokens_t* t, const char* path, char* err, size_t errlen);
 void tokens_close(tokens_t* t);
+// A file truncated under its mapping makes every read past its new end raise SIGBUS. After
+// tokens_guard(t), such a SIGBUS inside t's mapping ends the process with one line naming the
+// file ("prog: error: PATH: the token file was truncated while mapped ..."), exit 2, written
+// with write(2) and _exit from the handler; any other SIGBUS goes to the handler installed
+// before (or the default action). Call it after MPI_Init (which installs handlers of its own).
+// Up to 8 files; tokens_close forgets one.
+void tokens_guard(const tokens_t* t);
 static inline int32_t tokens_at(const tokens_t* t, size_t i) {
     return t->width == 2 ? (int32_t)((const uint16_t*)t->ids)[i] : ((const int32_t*)t->ids)[i];
 }
