@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "2000", "cap on the timed ms per point (at least 3 runs)", NULL},
         {"variants", CLI_STR, &variants, "", "bf16 kernel variant per head dim, e.g. 64:0,128:1 (default: fa3 at d 64/128 on sm_90a, else 0)", NULL},
-        {"scan-variants", CLI_FLAG, &scan, "0", "flash sweep: time every bf16 kernel variant", NULL},
+        {"scan-variants", CLI_FLAG, &scan, "0", "flash sweep: time every bf16 kernel that ships (the mma.sync kernel, and fa3 at d 64/128)", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/03_<sweep>.csv", NULL},
     };
     cli_parse(argc, argv, "Stage 03 benchmarks: naive attention sweep and flash forward sweep.", opts, CLI_COUNT(opts));

@@ -201,7 +201,7 @@ template <class C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     flash_fwd_fa3_kernel(const Params p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                          const __grid_constant__ CUtensorMap tv) {
-    // STUDENT-BEGIN(03.flash_fwd_fa3_kernel): FlashAttention-3's forward (sm_90a, d 64 and 128): a producer warpgroup (setmaxnreg down) whose one thread loads Q_i, then K_j, V_j by TMA into a 2-stage ring of full / empty mbarriers; two or three consumer warpgroups (C::NC, setmaxnreg up) of 64 rows taking turns through named barriers to issue S_j = Q K_j^T and O += P~_{j-1} V_{j-1} on wgmma, then the softmax of S_j while those run; masks, P~ packing and epilogue as the wgmma kernel | see 03_flashattn_fwd/NOTES.md | test: test_03 cuda/*bf16* | uses: C::PINGPONG C::OVERLAP C::D C::DH C::NC C::BQ C::BK C::STAGES C::kBoxQ C::kBoxKV C::kTileQ C::kTileKV C::kOffK C::kOffV C::kOffBar C::kRegsProducer C::kRegsConsumer C::kTurnThreads fence_regs_u32 fa3_fence_operands<C::DH> fa3_keep_wait_below fa3_issue_scores<C> fa3_issue_pv<C> fa3_softmax<C,true>
+    // STUDENT-BEGIN(03.flash_fwd_fa3_kernel): FlashAttention-3's forward (sm_90a, d 64 and 128): a producer warpgroup (setmaxnreg down) whose one thread loads Q_i, then K_j, V_j by TMA into a 2-stage ring of full / empty mbarriers; two or three consumer warpgroups (C::NC, setmaxnreg up) of 64 rows taking turns through named barriers to issue S_j = Q K_j^T and O += P~_{j-1} V_{j-1} on wgmma, then the softmax of S_j while those run; masks, P~ packing and epilogue as the wgmma kernel | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16* | uses: C::PINGPONG C::OVERLAP C::D C::DH C::NC C::BQ C::BK C::STAGES C::kBoxQ C::kBoxKV C::kTileQ C::kTileKV C::kOffK C::kOffV C::kOffBar C::kRegsProducer C::kRegsConsumer C::kTurnThreads fence_regs_u32 fa3_fence_operands<C::DH> fa3_keep_wait_below fa3_issue_scores<C> fa3_issue_pv<C> fa3_softmax<C,true>
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_fa3[];
     const uint32_t sbase = (smem_u32(smem_fa3) + 1023u) & ~1023u;  // the swizzle's period
@@ -373,10 +373,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 // head dim, which also runs a view TMA cannot describe (a zero stride on an axis longer than 1:
 // heads or batches broadcast, which flash_fwd_supports accepts). Three tensor maps per call (a
 // few microseconds of host time).
-template <int D, bool PINGPONG = true, bool OVERLAP = true, int NC = 2>
+template <int D, bool PINGPONG = true, bool OVERLAP = true, int NC = 2, class C = Fa3Cfg<D, PINGPONG, OVERLAP, NC>>
 static void launch_fa3(const attn_args_t* a, cudaStream_t stream) {
-    // STUDENT-BEGIN(03.flash_fwd_fa3_launch): where wgmma_built() and tma_view_bhnd describes q, k and v, three tensor maps (tma_map_bf16_4d: boxes of 64 columns x Bq rows for Q, x Bk rows for K and V), Params from params_from_args, C::SMEM bytes of dynamic shared memory, flash_fwd_fa3_kernel on Tq·B·H blocks of C::THREADS, CUDA_CHECK_LAST; elsewhere the mma.sync launcher of this head dim | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16* test_03 cuda/many_heads_every_variant_d64_d128 | uses: flash_fwd_fa3_kernel<Fa3Cfg<D,PINGPONG,OVERLAP,NC>>
-    typedef Fa3Cfg<D, PINGPONG, OVERLAP, NC> C;
+    // STUDENT-BEGIN(03.flash_fwd_fa3_launch): where wgmma_built() and tma_view_bhnd describes q, k and v, three tensor maps (tma_map_bf16_4d: boxes of 64 columns x Bq rows for Q, x Bk rows for K and V), Params from params_from_args, C::SMEM bytes of dynamic shared memory, flash_fwd_fa3_kernel on Tq·B·H blocks of C::THREADS, CUDA_CHECK_LAST; elsewhere the mma.sync launcher of this head dim | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16* test_03 cuda/many_heads_every_variant_d64_d128 | uses: flash_fwd_fa3_kernel<C>
     tma_view_t vq, vk, vv;
     char err[256];
     if (!wgmma_built() || tma_view_bhnd(a->B, a->H, a->Nq, D, a->sq, &vq, err, sizeof err) ||
