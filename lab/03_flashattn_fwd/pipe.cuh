@@ -1,4 +1,7 @@
-// Rung "pipe": the software-pipelined variant of the bf16 FlashAttention-2 forward (same maths, same tile
+// Rung "pipe" (kernel template; pipe.cu instantiates it): next tile's scores interleaved with this tile's exponentials.
+// Run: build/lab/03_flashattn_fwd/rungs --d 64 --rung "pipe w4 mt1 bk64"
+//
+// The software-pipelined variant of the bf16 FlashAttention-2 forward (same maths, same tile
 // shapes and fragments as flash_fwd_bf16.cuh). Within one warp, the tensor cores and the
 // exp unit (MUFU) would otherwise take turns: S_j = Q K_j^T (mma) -> softmax (ex2) -> P V_j
 // (mma). Here iteration j issues the mma of the NEXT tile's scores, S_{j+1} = Q K_{j+1}^T,

@@ -1,3 +1,6 @@
+// The softmax the two wgmma rungs share (wgmma.cu, wgmma_ov.cu).
+// Run: build/lab/03_flashattn_fwd/rungs --d 64 --rung "wgmma w8 mt1 bk64"
+//
 // What the two wgmma rungs (wgmma.cu, wgmma_ov.cu) share: the per-tile masks and online softmax
 // on a warpgroup's 64 x 64 score accumulator (the P~ packing is common/wgmma.cuh's, the epilogue
 // the lesson's 03_flashattn_fwd/flash_fwd_fa3.cuh's). A warpgroup's 64 x 64 accumulator has

@@ -1,3 +1,6 @@
+// Rung "wgmma": the mma.sync kernel's algorithm on wgmma, operands from shared memory, steps in order.
+// Run: build/lab/03_flashattn_fwd/rungs --d 64 --rung "wgmma w8 mt1 bk64"
+//
 // The bf16 forward on Hopper's warpgroup MMA (wgmma, sm_90a), head dim 64: the d-64 variant
 // "wgmma w8 mt1 bk64" (rungs.c). Same algorithm as flash_fwd_bf16.cuh (online
 // softmax over key tiles, P~ re-packed in registers as the A operand of P~ V); what changes is

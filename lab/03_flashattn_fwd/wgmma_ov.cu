@@ -1,3 +1,6 @@
+// Rung "wgmma-ov": wgmma with the next tile's scores issued before this tile's softmax.
+// Run: build/lab/03_flashattn_fwd/rungs --d 64,128 --rung "wgmma-ov w8 mt1 bk64"
+//
 // The bf16 forward on wgmma with the score product of the next key tile overlapped with this
 // tile's softmax (FlashAttention-3's "intra-warpgroup overlap"), head dims 64 and 128 (sm_90a).
 // wgmma.cu runs S = Q K_j^T, waits, does the softmax, runs O += P~ V_j, waits:
