@@ -182,7 +182,7 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
             const int nvar = dt == DT_BF16 ? flash_fwd_bf16_variants(d, &vl) : 1;
             const int v0 = dt == DT_BF16 ? g_variant[d] : 0;
             for (int ni = 0; ni < nN; ni++)
-                // --scan-variants: every bf16 tile-shape variant, one row each (naive only once)
+                // --scan-variants: every bf16 kernel of the table, one row each (naive only once)
                 for (int v = scan ? 0 : v0; v < (scan ? nvar : v0 + 1); v++) {
                     if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, v);
                     // The name comes from the dispatch (flash_fwd_kernel_name), not from the table
