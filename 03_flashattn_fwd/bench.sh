@@ -4,7 +4,7 @@
 #   2. the flash sweep (batch 1, causal, d x N x dtype): our flash forward vs our naive forward
 #   3. the same shapes in PyTorch: SDPA flash / cuDNN / efficient, naive, naive + torch.compile
 #   4. the combined table and plots (bench_report.py; gnuplot for the PNGs if present)
-# Env: BUILD (default build), QUICK=1 (fewer N), VARIANTS="64:2,..." (bf16 kernel variants),
+# Env: BUILD (default build), QUICK=1 (fewer N), VARIANTS="64:0,..." (bf16 kernel per head dim),
 #      COMPILE_N (N for torch.compile, default 1024,4096,16384), TORCH=0 (skip PyTorch),
 #      RESULTS (output directory, default results).
 # Without a GPU: one line saying so and exit status 2, before anything is run or written (the

@@ -182,7 +182,7 @@ static void sweep_flash(cublasHandle_t h, int B, int H, const int64_t* Ns, int n
             const int nvar = dt == DT_BF16 ? flash_fwd_bf16_variants(d, &vl) : 1;
             const int v0 = dt == DT_BF16 ? g_variant[d] : 0;
             for (int ni = 0; ni < nN; ni++)
-                // --scan-variants: every bf16 tile-shape variant, one row each (naive only once)
+                // --scan-variants: every bf16 kernel of the table, one row each (naive only once)
                 for (int v = scan ? 0 : v0; v < (scan ? nvar : v0 + 1); v++) {
                     if (dt == DT_BF16) flash_fwd_bf16_set_variant(d, v);
                     // The name comes from the dispatch (flash_fwd_kernel_name), not from the table
@@ -233,12 +233,12 @@ int main(int argc, char** argv) {
         {"reps", CLI_INT, &g_reps, "20", "timed runs per point (median reported; fewer if one run is slow)", NULL},
         {"warmup", CLI_INT, &g_warmup, "3", "untimed runs first", NULL},
         {"budget-ms", CLI_DOUBLE, &g_budget_ms, "2000", "cap on the timed ms per point (at least 3 runs)", NULL},
-        {"variants", CLI_STR, &variants, "", "bf16 kernel variant per head dim, e.g. 64:2,128:1 (default: fa3 at d 64/128 on sm_90a, else 0)", NULL},
-        {"scan-variants", CLI_FLAG, &scan, "0", "flash sweep: time every bf16 kernel variant", NULL},
+        {"variants", CLI_STR, &variants, "", "bf16 kernel variant per head dim, e.g. 64:0,128:1 (default: fa3 at d 64/128 on sm_90a, else 0)", NULL},
+        {"scan-variants", CLI_FLAG, &scan, "0", "flash sweep: time every bf16 kernel that ships (the mma.sync kernel, and fa3 at d 64/128)", NULL},
         {"csv", CLI_STR, &csv, "", "CSV path (JSON beside it); empty: results/03_<sweep>.csv", NULL},
     };
     cli_parse(argc, argv, "Stage 03 benchmarks: naive attention sweep and flash forward sweep.", opts, CLI_COUNT(opts));
-    // Every flag is checked before the GPU is asked for (issue 17): a typo is named as such on
+    // Every flag is checked before the GPU is asked for: a typo is named as such on
     // any machine, not hidden behind "needs a CUDA GPU".
     if (g_reps < 1 || g_warmup < 1) fail("--reps and --warmup must be >= 1");
     if (B < 1 || H < 1) fail("--B and --H must be >= 1 (got %d, %d)", B, H);

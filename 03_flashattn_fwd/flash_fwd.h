@@ -33,13 +33,14 @@ int flash_fwd_supports(const attn_args_t* a, char* err, size_t errlen);
 void flash_forward_cuda(const attn_args_t* a, cudaStream_t stream);
 // The kernel flash_forward_cuda runs for *a (dtype, head dim, and for the TMA variants the
 // sizes and strides) with this process's variant selection: the bf16 variant's name
-// ("w4 mt2 bk64", "wgmma w8 mt1 bk64", "fa3 w16 bq192 bk128", ...) or "f32 cuda-core";
+// ("w4 mt2 bk64", "w8 mt1 bk64", "fa3 w16 bq192 bk128", "fa3 w12 bq128 bk128") or "f32 cuda-core";
 // "unsupported" where flash_fwd_supports would refuse the dtype or head dim. What benchmarks
 // print, so that the name is the dispatch's own answer. Asks the GPU only when the selected
 // variant is an sm_90a one (was it built?).
 const char* flash_fwd_kernel_name(const attn_args_t* a);
-// Selects bf16 forward variants (the tables `bench --scan-variants` walks; the default is fa3 at
-// d 64 and 128 where it can run, entry 0 elsewhere) from a list "d:v,d:v" such as "64:12,128:8": 0, or -1 with a one-line reason (a
+// Selects bf16 forward variants (the tables `bench --scan-variants` walks: entry 0, the mma.sync
+// kernel, at every head dim; entry 1, fa3, at d 64 and 128 and the default there where it can
+// run) from a list "d:v,d:v" such as "64:0,128:0": 0, or -1 with a one-line reason (a
 // malformed list, a head dim other than 16, 32, 64, 128, a variant past the table). An empty list
 // selects nothing. Process-wide, like flash_fwd_bf16_set_variant; chosen (if not NULL, indexed
 // by head dim, 129 entries) receives the selection.

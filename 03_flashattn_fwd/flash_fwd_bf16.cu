@@ -1,7 +1,8 @@
-// Dispatch of the bf16 forward by head dim and variant. The default is the table's `dflt` entry
-// (fa3, flash_fwd_bf16_fa3.cu, at d 64 and 128) where it can run, else entry 0 (the mma.sync
-// FlashAttention-2 kernel, flash_fwd_bf16.cuh); tests run every variant and `bench --variant`
-// times them.
+// Dispatch of the bf16 forward by head dim. Each head dim has a short table of the kernels that
+// ship: entry 0, the mma.sync FlashAttention-2 kernel (flash_fwd_bf16.cuh), runs anywhere; at d 64
+// and 128 the table's `dflt` entry, the FlashAttention-3-layout kernel (flash_fwd_bf16_fa3.cu), is
+// the default where it can run (sm_90a code, a view TMA can describe). Tests run every entry;
+// `bench --variants` and `flash_fwd --variant` select one.
 #include <cuda_runtime.h>
 #include "common/check.h"
 #include "common/wgmma.cuh"  // wgmma_built
@@ -10,11 +11,33 @@
 #include "common/tma.h"  // tma_view_bhnd: which views the TMA variants take
 
 extern "C" {
-extern const flash_variant_t flash_fwd_bf16_variants_d16[], flash_fwd_bf16_variants_d32[],
-    flash_fwd_bf16_variants_d64[], flash_fwd_bf16_variants_d128[];
-extern const int flash_fwd_bf16_n_variants_d16, flash_fwd_bf16_n_variants_d32, flash_fwd_bf16_n_variants_d64,
-    flash_fwd_bf16_n_variants_d128;
+// flash_fwd_bf16_d{16,32,64,128}.cu: the mma.sync kernel's tile at each head dim
+void flash_fwd_mma_d16_launch(const attn_args_t* a, cudaStream_t stream);
+void flash_fwd_mma_d32_launch(const attn_args_t* a, cudaStream_t stream);
+void flash_fwd_mma_d64_launch(const attn_args_t* a, cudaStream_t stream);
+void flash_fwd_mma_d128_launch(const attn_args_t* a, cudaStream_t stream);
+// flash_fwd_bf16_fa3.cu: TMA producer warpgroup, wgmma consumers in ping-pong (sm_90a)
+void flash_fwd_fa3_d64_launch(const attn_args_t* a, cudaStream_t stream);
+void flash_fwd_fa3_d128_launch(const attn_args_t* a, cudaStream_t stream);
 }
+
+// Names: w = warps, mt = 16-row m-tiles per warp (Bq = 16 * mt * w), bq / bk = query / key-tile
+// rows; fa3's w counts the producer warpgroup's warps too.
+static const flash_variant_t variants_d16[] = {
+    {"w4 mt2 bk64", 16 * 2 * 4, flash_fwd_mma_d16_launch, 0, 0, 0},
+};
+static const flash_variant_t variants_d32[] = {
+    {"w4 mt2 bk64", 16 * 2 * 4, flash_fwd_mma_d32_launch, 0, 0, 0},
+};
+static const flash_variant_t variants_d64[] = {
+    {"w4 mt2 bk64", 16 * 2 * 4, flash_fwd_mma_d64_launch, 0, 0, 0},
+    {"fa3 w16 bq192 bk128", 192, flash_fwd_fa3_d64_launch, 1, 1, 1},  // 3 consumer warpgroups
+};
+static const flash_variant_t variants_d128[] = {
+    {"w8 mt1 bk64", 16 * 1 * 8, flash_fwd_mma_d128_launch, 0, 0, 0},
+    {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d128_launch, 1, 1, 1},  // 2 consumer warpgroups
+};
+#define COUNT(x) ((int)(sizeof(x) / sizeof((x)[0])))
 
 // Per head dim, the selected index + 1 (0: the default); process-wide; only tests and benchmarks
 // change it.
@@ -22,14 +45,13 @@ static int g_variant[129];
 
 extern "C" int flash_fwd_bf16_variants(int d, const flash_variant_t** list) {
     switch (d) {
-        case 16: *list = flash_fwd_bf16_variants_d16; return flash_fwd_bf16_n_variants_d16;
-        case 32: *list = flash_fwd_bf16_variants_d32; return flash_fwd_bf16_n_variants_d32;
-        case 64: *list = flash_fwd_bf16_variants_d64; return flash_fwd_bf16_n_variants_d64;
-        case 128: *list = flash_fwd_bf16_variants_d128; return flash_fwd_bf16_n_variants_d128;
+        case 16: *list = variants_d16; return COUNT(variants_d16);
+        case 32: *list = variants_d32; return COUNT(variants_d32);
+        case 64: *list = variants_d64; return COUNT(variants_d64);
+        case 128: *list = variants_d128; return COUNT(variants_d128);
         default: *list = NULL; return 0;
     }
 }
-
 extern "C" void flash_fwd_bf16_set_variant(int d, int v) {
     if (d >= 0 && d <= 128) g_variant[d] = v < 0 ? 0 : v + 1;
 }

@@ -23,7 +23,7 @@
 #include "common/mma_sync.cuh"
 #include "03_flashattn_fwd/flash_fwd_internal.h"
 
-// Included by flash_fwd_bf16_d{16,32,64,128}.cu, each instantiating its variants (Cfg) in
+// Included by flash_fwd_bf16_d{16,32,64,128}.cu, each instantiating its head dim's tile (Cfg) in
 // its own translation unit so that they compile in parallel.
 namespace {
 

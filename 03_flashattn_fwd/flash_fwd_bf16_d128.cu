@@ -1,33 +1,10 @@
-// bf16 FlashAttention-2 forward, head dim 128: the tile-shape variants (see NOTES.md for
-// their measured times). Entry 0 runs anywhere and is the fallback; the `dflt` entry (fa3) is the
-// default where it can run; the others stay for the bench and tests.
-// Names: w = warps, mt = 16-row m-tiles per warp (Bq = 16 * mt * w), bk = key-tile rows,
-// pipe = the software-pipelined kernel (flash_fwd_bf16_pipe.cuh).
-#include "03_flashattn_fwd/flash_fwd_bf16_pipe.cuh"
+// The mma.sync FlashAttention-2 kernel (flash_fwd_bf16.cuh) at head dim 128, in its own
+// translation unit so that the head dims compile in parallel: tile "w8 mt1 bk64" (8 warps of
+// 1 16-row m-tiles, Bq 128, Bk 64, 1 block(s) per SM asked of the register allocator);
+// the fallback where the FlashAttention-3-layout kernel (flash_fwd_bf16_fa3.cu) cannot run (no
+// sm_90a code, or a view TMA cannot describe).
+#include "03_flashattn_fwd/flash_fwd_bf16.cuh"
 
-// flash_fwd_bf16_wgmma_ov.cu: wgmma, S_{j+1} overlapped with tile j's softmax (sm_90a builds;
-// elsewhere entry 0 runs); wg2 / wg3 = 2 / 3 warpgroups (Bq 128 / 192)
-extern "C" void flash_fwd_wgmma_ov_d128_wg2_launch(const attn_args_t* a, cudaStream_t stream);
-// flash_fwd_bf16_fa3.cu: FlashAttention-3's layout (TMA producer, 2 consumer warpgroups in ping-pong)
-extern "C" void flash_fwd_fa3_d128_launch(const attn_args_t* a, cudaStream_t stream);
-// ... and its ablations: fa3-nopp without the ping-pong turns, fa3-noov without the softmax / P~V overlap
-extern "C" void flash_fwd_fa3_nopp_d128_launch(const attn_args_t* a, cudaStream_t stream);
-extern "C" void flash_fwd_fa3_noov_d128_launch(const attn_args_t* a, cudaStream_t stream);
-
-extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[] = {
-    {"w8 mt1 bk64", 16 * 1 * 8, launch<Cfg<128, 8, 1, 64, 1>>},
-    {"w4 mt1 bk64", 16 * 1 * 4, launch<Cfg<128, 4, 1, 64, 3>>},
-    {"w8 mt1 bk32", 16 * 1 * 8, launch<Cfg<128, 8, 1, 32, 2>>},
-    {"w4 mt1 bk32", 16 * 1 * 4, launch<Cfg<128, 4, 1, 32, 3>>},
-    {"pipe w4 mt1 bk64", 16 * 1 * 4, launch_pipe<Cfg<128, 4, 1, 64, 2>>},
-    {"pipe w8 mt1 bk64", 16 * 1 * 8, launch_pipe<Cfg<128, 8, 1, 64, 1>>},
-    {"pipe w4 mt1 bk32", 16 * 1 * 4, launch_pipe<Cfg<128, 4, 1, 32, 3>>},
-    {"wgmma-ov w8 mt1 bk64", 128, flash_fwd_wgmma_ov_d128_wg2_launch, 1},
-    // FlashAttention-3's layout: the default (dflt) where it can run (sm_90a, a TMA-describable
-    // view); its two ablations stay for the scan (NOTES.md has the times)
-    {"fa3 w12 bq128 bk128", 128, flash_fwd_fa3_d128_launch, 1, 1, 1},
-    {"fa3-nopp w12 bq128 bk128", 128, flash_fwd_fa3_nopp_d128_launch, 1, 1},
-    {"fa3-noov w12 bq128 bk128", 128, flash_fwd_fa3_noov_d128_launch, 1, 1},
-};
-extern "C" const int flash_fwd_bf16_n_variants_d128 =
-    (int)(sizeof flash_fwd_bf16_variants_d128 / sizeof flash_fwd_bf16_variants_d128[0]);
+extern "C" void flash_fwd_mma_d128_launch(const attn_args_t* a, cudaStream_t stream) {
+    launch<Cfg<128, 8, 1, 64, 1>>(a, stream);
+}

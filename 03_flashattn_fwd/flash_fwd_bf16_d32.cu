@@ -1,15 +1,9 @@
-// bf16 FlashAttention-2 forward, head dim 32: the tile-shape variants (see NOTES.md for
-// their measured times). Entry 0 is the default; the others stay for the bench and tests.
-// Names: w = warps, mt = 16-row m-tiles per warp (Bq = 16 * mt * w), bk = key-tile rows,
-// pipe = the software-pipelined kernel (flash_fwd_bf16_pipe.cuh).
-#include "03_flashattn_fwd/flash_fwd_bf16_pipe.cuh"
+// The mma.sync FlashAttention-2 kernel (flash_fwd_bf16.cuh) at head dim 32, in its own
+// translation unit so that the head dims compile in parallel: tile "w4 mt2 bk64" (4 warps of
+// 2 16-row m-tiles, Bq 128, Bk 64, 2 block(s) per SM asked of the register allocator);
+// the default at this head dim.
+#include "03_flashattn_fwd/flash_fwd_bf16.cuh"
 
-extern "C" const flash_variant_t flash_fwd_bf16_variants_d32[] = {
-    {"w4 mt2 bk64", 16 * 2 * 4, launch<Cfg<32, 4, 2, 64, 2>>},
-    {"w4 mt2 bk128", 16 * 2 * 4, launch<Cfg<32, 4, 2, 128, 2>>},
-    {"w4 mt1 bk64", 16 * 1 * 4, launch<Cfg<32, 4, 1, 64, 4>>},
-    {"pipe w4 mt1 bk64", 16 * 1 * 4, launch_pipe<Cfg<32, 4, 1, 64, 3>>},
-    {"pipe w4 mt2 bk64", 16 * 2 * 4, launch_pipe<Cfg<32, 4, 2, 64, 2>>},
-};
-extern "C" const int flash_fwd_bf16_n_variants_d32 =
-    (int)(sizeof flash_fwd_bf16_variants_d32 / sizeof flash_fwd_bf16_variants_d32[0]);
+extern "C" void flash_fwd_mma_d32_launch(const attn_args_t* a, cudaStream_t stream) {
+    launch<Cfg<32, 4, 2, 64, 2>>(a, stream);
+}

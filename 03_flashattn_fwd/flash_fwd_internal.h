@@ -17,8 +17,9 @@ int flash_fwd_bf16_block_rows(int d);
 int flash_fwd_f32_block_rows(int d);
 void flash_fwd_bf16_launch(const attn_args_t* a, cudaStream_t stream);  // mma.sync tensor cores
 
-// The bf16 kernel's variants per head dim. Entry 0 (mma.sync) runs anywhere; the entry marked
-// `dflt` (fa3 at d 64 and 128) is the default where it can run, entry 0 elsewhere and at d 16/32.
+// The bf16 kernels that ship, per head dim (flash_fwd_bf16.cu). Entry 0 (mma.sync) runs
+// anywhere; the entry marked `dflt` (fa3 at d 64 and 128) is the default where it can run, entry
+// 0 elsewhere and at d 16/32.
 typedef struct {
     const char* name;  // "w4 mt2 bk64": warps, 16-row m-tiles per warp, key-tile rows
     int bq;            // query-tile rows
@@ -31,7 +32,7 @@ typedef struct {
 } flash_variant_t;
 int flash_fwd_bf16_variants(int d, const flash_variant_t** list);  // count; 0 for an unsupported d
 // Selects variant v (an index into the list; FLASH_FWD_DEFAULT_VARIANT or out of range: the
-// default) for head dim d. Tests and the bench only; process-wide, not thread-safe.
+// default) for head dim d. Tests and the benches only; process-wide, not thread-safe.
 #define FLASH_FWD_DEFAULT_VARIANT (-1)
 void flash_fwd_bf16_set_variant(int d, int v);
 // The table's default entry at head dim d (its `dflt` entry, else 0), before the checks below.

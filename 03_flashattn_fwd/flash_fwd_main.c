@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
     cli_parse(argc, argv, "Attention forward (FlashAttention-2 or naive) on random or .npy inputs; writes O and L.",
               opts, CLI_COUNT(opts));
 
-    // Every flag first (issue 17), then the GPU, the output place, the inputs.
+    // Every flag first, then the GPU, the output place, the inputs.
     const int from_files = pq[0] || pk[0] || pv[0];
     if (from_files && !(pq[0] && pk[0] && pv[0])) fail("--q, --k and --v go together (got only some of them)");
     const dtype_t dt = strcmp(dtype_s, "bf16") == 0 ? DT_BF16 : DT_F32;

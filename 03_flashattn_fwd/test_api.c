@@ -103,32 +103,34 @@ Test(api, forward_fails_cleanly, .exit_code = 2) {
     flash_forward_cuda(&a, 0);
 }
 
-// The bf16 tile-shape table: every supported head dim has variants, each with Bq = 16*mt*w
-// matching its name, and unsupported head dims have none.
+// The bf16 tables hold exactly the kernels that ship: the mma.sync kernel at every head dim
+// (entry 0, its Bq = 16*mt*w matching its name), and at d 64 and 128 the FlashAttention-3-layout
+// kernel (a producer warpgroup and Bq / 64 consumer warpgroups, sm_90a and TMA); unsupported head
+// dims have none.
 Test(api, variant_tables) {
     const int dims[] = {16, 32, 64, 128};
+    const char* entry0[] = {"w4 mt2 bk64", "w4 mt2 bk64", "w4 mt2 bk64", "w8 mt1 bk64"};
+    const char* fa3[] = {NULL, NULL, "fa3 w16 bq192 bk128", "fa3 w12 bq128 bk128"};
     for (int i = 0; i < 4; i++) {
         const flash_variant_t* vl = NULL;
         const int n = flash_fwd_bf16_variants(dims[i], &vl);
-        cr_assert(n >= 1 && vl, "head dim %d has no variants", dims[i]);
+        cr_assert_eq(n, fa3[i] ? 2 : 1, "head dim %d: %d variants", dims[i], n);
+        cr_assert_str_eq(vl[0].name, entry0[i], "head dim %d", dims[i]);
+        if (fa3[i]) cr_assert_str_eq(vl[1].name, fa3[i], "head dim %d", dims[i]);
         for (int v = 0; v < n; v++) {
             int w = 0, mt = 0, bk = 0, bq = 0;
-            const char* s = vl[v].name;  // "pipe ", "wgmma " and "wgmma-ov " name the kernel, then the shape
+            const char* s = vl[v].name;
             cr_assert_not_null(vl[v].launch);
-            // fa3 and its ablations (-nopp, -noov): a producer warpgroup and Bq / 64 consumer warpgroups
-            const int fa3 = strncmp(s, "fa3 ", 4) == 0 ? 4 : strncmp(s, "fa3-nopp ", 9) == 0 || strncmp(s, "fa3-noov ", 9) == 0 ? 9 : 0;
-            if (fa3) {
-                cr_assert_eq(sscanf(s + fa3, "w%d bq%d bk%d", &w, &bq, &bk), 3, "bad variant name '%s'", vl[v].name);
+            if (strncmp(s, "fa3 ", 4) == 0) {
+                cr_assert_eq(sscanf(s + 4, "w%d bq%d bk%d", &w, &bq, &bk), 3, "bad variant name '%s'", vl[v].name);
                 cr_assert_eq(vl[v].bq, bq, "%s: Bq %d", vl[v].name, vl[v].bq);
                 cr_assert_eq(w, 4 * (1 + bq / 64), "%s: warps", vl[v].name);
-                cr_assert(vl[v].wgmma, "%s needs sm_90a", vl[v].name);
+                cr_assert(vl[v].wgmma && vl[v].tma && vl[v].dflt, "%s: sm_90a, TMA, the default", vl[v].name);
                 continue;
             }
-            if (strncmp(s, "pipe ", 5) == 0) s += 5;
-            else if (strncmp(s, "wgmma ", 6) == 0) s += 6;
-            else if (strncmp(s, "wgmma-ov ", 9) == 0) s += 9;
             cr_assert_eq(sscanf(s, "w%d mt%d bk%d", &w, &mt, &bk), 3, "bad variant name '%s'", vl[v].name);
             cr_assert_eq(vl[v].bq, 16 * mt * w, "%s: Bq %d", vl[v].name, vl[v].bq);
+            cr_assert(!vl[v].wgmma && !vl[v].tma && !vl[v].dflt, "%s: the fallback runs anywhere", vl[v].name);
         }
     }
     const flash_variant_t* vl = NULL;
@@ -170,7 +172,7 @@ Test(api, variant_that_runs_and_its_name) {
             flash_fwd_bf16_set_variant(d, FLASH_FWD_DEFAULT_VARIANT);
         }
     }
-    cr_assert_eq(n_wgmma, 11, "eleven sm_90a variants (d 64's last seven, d 128's last four), as flash_fwd_bf16_d64.cu and _d128.cu say");
+    cr_assert_eq(n_wgmma, 2, "two sm_90a variants (fa3 at d 64 and 128), as flash_fwd_bf16.cu says");
     // The TMA variants (fa3) run only on views a tensor map can describe; the call's rule says so.
     int n_tma = 0;
     for (int i = 0; i < 4; i++) {
@@ -196,9 +198,9 @@ Test(api, variant_that_runs_and_its_name) {
             cr_assert_eq(flash_fwd_bf16_variant_for(&a, v, 1), v, "d %d %s, one head", d, vl[v].name);
         }
     }
-    cr_assert_eq(n_tma, 7, "seven TMA variants (fa3 and its two ablations at d 64 and 128, fa3 with 3 consumers at d 64)");
+    cr_assert_eq(n_tma, 2, "two TMA variants (fa3 at d 64 and 128)");
     attn_args_t a0 = valid_args();
-    cr_assert_eq(flash_fwd_bf16_variant_for(&a0, 1, 1), flash_fwd_bf16_variant_that_runs(64, 1, 1), "a non-TMA variant");
+    cr_assert_eq(flash_fwd_bf16_variant_for(&a0, 0, 1), flash_fwd_bf16_variant_that_runs(64, 0, 1), "a non-TMA variant");
     cr_assert_eq(flash_fwd_bf16_variant_that_runs(48, 0, 1), -1);
     attn_args_t a = valid_args();
     a.dtype = DT_F32;
@@ -215,10 +217,10 @@ Test(api, select_variants) {
     const flash_variant_t* vl = NULL;
     const int n64 = flash_fwd_bf16_variants(64, &vl);
     cr_assert_eq(flash_fwd_select_variants("", chosen, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(flash_fwd_select_variants("64:1,128:2", chosen, err, sizeof err), 0, "%s", err);
-    cr_assert(chosen[64] == 1 && chosen[128] == 2 && chosen[16] == 0);
-    attn_args_t a = valid_args();  // d 64: the name follows the selection
-    cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[1].name);
+    cr_assert_eq(flash_fwd_select_variants("64:1,128:1", chosen, err, sizeof err), 0, "%s", err);
+    cr_assert(chosen[64] == 1 && chosen[128] == 1 && chosen[16] == 0);
+    attn_args_t a = valid_args();  // d 64: the name follows the selection (fa3 where it can run)
+    cr_assert_eq(flash_fwd_bf16_variant_that_runs(64, chosen[64], 1), 1);
     const char* bad[][2] = {{"64", "expected a list"},       {"64:x", "expected a list"},
                             {"48:0", "expected a list"},     {"64:-1", "expected a list"},
                             {"64:1;128:0", "expected a list"}, {"64:1 ", "expected a list"},
@@ -232,7 +234,6 @@ Test(api, select_variants) {
     // A bad list changes nothing, even where its first entry was good.
     cr_assert_eq(flash_fwd_select_variants("64:0,64:999", chosen, err, sizeof err), -1);
     cr_assert_eq(chosen[64], 1, "64 stays at 1");
-    cr_assert_str_eq(flash_fwd_kernel_name(&a), vl[1].name);
     char last[16];
     snprintf(last, sizeof last, "64:%d", n64 - 1);
     cr_assert_eq(flash_fwd_select_variants(last, NULL, err, sizeof err), 0, "%s", err);

@@ -98,7 +98,7 @@ Test(cli, npy_roundtrip_cpu) { roundtrip("cpu", "f32", 1e-2); }
 Test(cli, npy_roundtrip_cuda_f32) { SKIP_WITHOUT_GPU(); roundtrip("cuda", "f32", 1e-2); }
 Test(cli, npy_roundtrip_cuda_bf16) { SKIP_WITHOUT_GPU(); roundtrip("cuda", "bf16", 3e-2); }
 
-// ---- issue 17
+// ---- bad input: named before any output or GPU work
 
 static int count_entries(const char* dir) {
     char cmd[2200], txt[64];

@@ -265,8 +265,8 @@ Test(cuda, many_heads_beyond_grid_y_limit, .timeout = 300) {
     random_case(2, 35000, 20, 20, 16, 1, DT_BF16, LAYOUT_CONTIGUOUS, 9001);
     random_case(2, 35000, 20, 20, 16, 0, DT_F32, LAYOUT_BNHD, 9002);
 }
-// The same at d 64 and 128, where random_case runs every variant: the wgmma kernels and the
-// TMA tensor maps (whose head axis is then 35000 long) must cover every head too.
+// The same at d 64 and 128, where random_case runs every variant: fa3 (wgmma) and its
+// tensor maps (whose head axis is then 35000 long) must cover every head too.
 Test(cuda, many_heads_every_variant_d64_d128, .timeout = 300) {
     SKIP_WITHOUT_GPU();
     random_case(2, 35000, 20, 20, 64, 1, DT_BF16, LAYOUT_BNHD, 9003);

@@ -1,3 +1,6 @@
+// Rung "pipe" (kernel template; pipe.cu instantiates it): next tile's scores interleaved with this tile's exponentials.
+// Run: build/lab/03_flashattn_fwd/rungs --d 64 --rung "pipe w4 mt1 bk64"
+//
 // The software-pipelined variant of the bf16 FlashAttention-2 forward (same maths, same tile
 // shapes and fragments as flash_fwd_bf16.cuh). Within one warp, the tensor cores and the
 // exp unit (MUFU) would otherwise take turns: S_j = Q K_j^T (mma) -> softmax (ex2) -> P V_j
@@ -16,7 +19,6 @@ namespace {
 template <class C>
 __device__ __forceinline__ void qk_pair(float (&s)[C::MT][C::NT_S][4], const uint32_t (&qf)[C::MT][C::KS_QK][4],
                                         const bf16* sKt, int np, int lane) {
-    // STUDENT-BEGIN(03.flash_fwd_pipe_qk): s[.][2np], s[.][2np+1] = Q_i K^T for the 16 keys 16np..16np+15 of the tile in sKt: zero them, then per k-step one ldmatrix_x4 of K and two mma_bf16 per m-tile | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16*
 #pragma unroll
     for (int mt = 0; mt < C::MT; mt++)
 #pragma unroll
@@ -33,12 +35,10 @@ __device__ __forceinline__ void qk_pair(float (&s)[C::MT][C::NT_S][4], const uin
             mma_m16n8k16_bf16(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
         }
     }
-    // STUDENT-END(03.flash_fwd_pipe_qk)
 }
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_pipe_kernel(const Params p) {
-    // STUDENT-BEGIN(03.flash_fwd_pipe_kernel): the software-pipelined bf16 forward: flash_fwd_bf16_kernel's maths, with iteration j issuing S_{j+1} = Q K_{j+1}^T (qk_pair) interleaved with the exponentials of tile j; K loaded one tile further ahead than V | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16*
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // (BQ, LD)
     bf16* sK = sQ + C::BQ * C::LD;                 // (2 stages, BK, LD): K_j in stage j % 2
@@ -213,7 +213,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) flash_fwd_bf16_pipe_kerne
                 if (t == 0) p.lse[(int64_t)bh * p.Nq + row] = m[mt][hf] * p.scale + logf(lt);
             }
         }
-    // STUDENT-END(03.flash_fwd_pipe_kernel)
 }
 
 template <class C>

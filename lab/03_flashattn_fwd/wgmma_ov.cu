@@ -1,6 +1,9 @@
+// Rung "wgmma-ov": wgmma with the next tile's scores issued before this tile's softmax.
+// Run: build/lab/03_flashattn_fwd/rungs --d 64,128 --rung "wgmma-ov w8 mt1 bk64"
+//
 // The bf16 forward on wgmma with the score product of the next key tile overlapped with this
 // tile's softmax (FlashAttention-3's "intra-warpgroup overlap"), head dims 64 and 128 (sm_90a).
-// flash_fwd_bf16_wgmma.cu runs S = Q K_j^T, waits, does the softmax, runs O += P~ V_j, waits:
+// wgmma.cu runs S = Q K_j^T, waits, does the softmax, runs O += P~ V_j, waits:
 // the tensor cores idle during the softmax. Here each warpgroup issues S_{j+1} = Q K_{j+1}^T
 // (asynchronous) before it starts tile j's softmax, so the exponentials of tile j run while the
 // tensor cores compute tile j+1's scores; then O += P~ V_j, and one wait for both.
@@ -13,9 +16,9 @@
 // memory; the iteration loads K_{j+2} into K_j's buffer (S_j finished in iteration j-1) and
 // V_{j+1} into V_{j-1}'s (P~V_{j-1} finished), so two buffers each suffice and every load has a
 // whole iteration to land. One barrier per key tile.
-// Masks, the online softmax and the epilogue: flash_fwd_bf16_wgmma.cuh (shared with
-// flash_fwd_bf16_wgmma.cu); the variant tables (flash_fwd_bf16_d64.cu, _d128.cu) list it.
-#include "03_flashattn_fwd/flash_fwd_bf16_wgmma.cuh"
+// Masks, the online softmax and the epilogue: wg_softmax.cuh (shared with
+// wgmma.cu); rungs.c lists its three instances.
+#include "lab/03_flashattn_fwd/wg_softmax.cuh"
 #include "common/wgmma.cuh"
 
 namespace {
@@ -62,7 +65,6 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], uint32_t q_base, ui
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, 1) flash_fwd_wgmma_ov_kernel(const Params p) {
-    // STUDENT-BEGIN(03.flash_fwd_wgmma_ov_kernel): the bf16 forward on wgmma (sm_90a), d 64 and 128, with S_{j+1} = Q K_{j+1}^T issued before tile j's softmax so the two overlap; K one tile ahead of V in two buffers each; masks, online softmax and epilogue as flash_fwd_wgmma_kernel | see 03_flashattn_fwd/NOTES.md | test: test_03 cuda/*bf16* | uses: C::D C::DH C::BQ C::BK C::kHalfQ C::kHalfKV C::kTileQ C::kTileKV C::kOffK C::kOffV
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) unsigned char smem_ov[];
     const uint32_t sbase = smem_u32(smem_ov);
@@ -148,22 +150,18 @@ __global__ void __launch_bounds__(C::THREADS, 1) flash_fwd_wgmma_ov_kernel(const
 #else
     __trap();  // built without sm_90a: the launchers below never launch it
 #endif
-    // STUDENT-END(03.flash_fwd_wgmma_ov_kernel)
 }
 
 }  // namespace
 
-extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[];
-extern "C" const flash_variant_t flash_fwd_bf16_variants_d128[];
-
-// The launchers the variant tables list: wgmma where the code was built for it (sm_90a), else
-// the table's default (mma.sync). WG: warpgroups (64 query rows each) per block; one block per
-// SM (162 registers at d 64, 204 at d 128: ptxas -v).
+// The rung's launchers; lab03_run (rungs.c) calls them only where the code was built for sm_90a.
+// WG: warpgroups (64 query rows each) per block; one block per SM (162 registers at d 64, 204 at
+// d 128: ptxas -v).
 template <int D, int WG>
 static void launch_ov(const attn_args_t* a, cudaStream_t stream) {
-    if (wgmma_built()) launch_with<WgOvCfg<D, WG>, flash_fwd_wgmma_ov_kernel<WgOvCfg<D, WG>>>(a, stream);
-    else (D == 64 ? flash_fwd_bf16_variants_d64 : flash_fwd_bf16_variants_d128)[0].launch(a, stream);
+    if (!wgmma_built()) DIE("rung wgmma-ov: this build has no sm_90a code");
+    launch_with<WgOvCfg<D, WG>, flash_fwd_wgmma_ov_kernel<WgOvCfg<D, WG>>>(a, stream);
 }
-extern "C" void flash_fwd_wgmma_ov_d64_wg2_launch(const attn_args_t* a, cudaStream_t s) { launch_ov<64, 2>(a, s); }
-extern "C" void flash_fwd_wgmma_ov_d64_wg3_launch(const attn_args_t* a, cudaStream_t s) { launch_ov<64, 3>(a, s); }
-extern "C" void flash_fwd_wgmma_ov_d128_wg2_launch(const attn_args_t* a, cudaStream_t s) { launch_ov<128, 2>(a, s); }
+extern "C" void lab03_wgmma_ov_d64_wg2_launch(const attn_args_t* a, cudaStream_t s) { launch_ov<64, 2>(a, s); }
+extern "C" void lab03_wgmma_ov_d64_wg3_launch(const attn_args_t* a, cudaStream_t s) { launch_ov<64, 3>(a, s); }
+extern "C" void lab03_wgmma_ov_d128_wg2_launch(const attn_args_t* a, cudaStream_t s) { launch_ov<128, 2>(a, s); }

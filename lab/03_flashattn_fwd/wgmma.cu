@@ -1,5 +1,8 @@
+// Rung "wgmma": the mma.sync kernel's algorithm on wgmma, operands from shared memory, steps in order.
+// Run: build/lab/03_flashattn_fwd/rungs --d 64 --rung "wgmma w8 mt1 bk64"
+//
 // The bf16 forward on Hopper's warpgroup MMA (wgmma, sm_90a), head dim 64: the d-64 variant
-// "wgmma w8 bq128 bk64" (flash_fwd_bf16_d64.cu). Same algorithm as flash_fwd_bf16.cuh (online
+// "wgmma w8 mt1 bk64" (rungs.c). Same algorithm as flash_fwd_bf16.cuh (online
 // softmax over key tiles, P~ re-packed in registers as the A operand of P~ V); what changes is
 // who reads the operands:
 //   block = 2 warpgroups x 64 query rows (Bq 128); Q_i, K_j, V_j in shared memory as 8 x 8 core
@@ -8,12 +11,12 @@
 //   O += P~ V_j        4 x wgmma m64n64k16, A = P~ from registers, B = V_j (MN-major: K = keys).
 // No ldmatrix at all; 2 blocks (16 warps) per SM. The accumulator layout of a warpgroup's 64 x 64
 // product is mma.sync's per warp (warp w of the group: rows 16w..16w+15), so the masks, the
-// online softmax and the epilogue are flash_fwd_bf16.cuh's (flash_fwd_bf16_wgmma.cuh holds them,
-// shared with flash_fwd_bf16_wgmma_ov.cu).
+// online softmax and the epilogue are flash_fwd_bf16.cuh's (wg_softmax.cuh holds them,
+// shared with wgmma_ov.cu).
 // Measured (H100, N 16384, 16 heads, causal): 2.00 ms against 1.90 for the mma.sync default, so
 // it is the last variant, not the first: within a warpgroup S, softmax and P V run one after
 // another, and nothing but the other block on the SM fills the gaps (NOTES.md).
-#include "03_flashattn_fwd/flash_fwd_bf16_wgmma.cuh"
+#include "lab/03_flashattn_fwd/wg_softmax.cuh"
 #include "common/wgmma.cuh"
 
 namespace {
@@ -41,7 +44,6 @@ __device__ __forceinline__ void load_core_tile(uint32_t dst, const bf16* g, int6
 }
 
 __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(const Params p) {
-    // STUDENT-BEGIN(03.flash_fwd_wgmma_kernel): the bf16 forward at d = 64 on wgmma (sm_90a): 2 warpgroups x 64 query rows; Q_i, K_j, V_j in shared memory as 8 x 8 core matrices (common/wgmma.cuh), K_j, V_j double-buffered by cp.async; S = Q_i K_j^T and O += P~ V_j by wgmma m64n64k16 (P~ from registers); masks, online softmax and epilogue as flash_fwd_bf16_kernel | see 03_flashattn_fwd/README.md §The kernels | test: test_03 cuda/*bf16*
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgFwdCfg C;
     extern __shared__ __align__(16) unsigned char smem_wg[];  // 16-byte alignment: all common/wgmma.cuh's layout needs
@@ -110,16 +112,12 @@ __global__ void __launch_bounds__(WgFwdCfg::THREADS, 2) flash_fwd_wgmma_kernel(c
 #else
     __trap();  // built without sm_90a: flash_fwd_wgmma_launch never launches it
 #endif
-    // STUDENT-END(03.flash_fwd_wgmma_kernel)
 }
 
 }  // namespace
 
-extern "C" const flash_variant_t flash_fwd_bf16_variants_d64[];
-
-// The d-64 variant's launcher: wgmma where the code was built for it (sm_90a), else the default
-// (mma.sync) variant of the table.
-extern "C" void flash_fwd_wgmma_d64_launch(const attn_args_t* a, cudaStream_t stream) {
-    if (wgmma_built()) launch_with<WgFwdCfg, flash_fwd_wgmma_kernel>(a, stream);
-    else flash_fwd_bf16_variants_d64[0].launch(a, stream);
+// The rung's launcher; lab03_run (rungs.c) calls it only where the code was built for sm_90a.
+extern "C" void lab03_wgmma_d64_launch(const attn_args_t* a, cudaStream_t stream) {
+    if (!wgmma_built()) DIE("rung wgmma: this build has no sm_90a code");
+    launch_with<WgFwdCfg, flash_fwd_wgmma_kernel>(a, stream);
 }

@@ -1,12 +1,15 @@
-// What the two wgmma forwards (flash_fwd_bf16_wgmma.cu, flash_fwd_bf16_wgmma_ov.cu) share: the
-// per-tile masks and online softmax on a warpgroup's 64 x 64 score accumulator, the re-packing
-// of P~ as wgmma's register A operand, and the epilogue. A warpgroup's 64 x 64 accumulator has
+// The softmax the two wgmma rungs share (wgmma.cu, wgmma_ov.cu).
+// Run: build/lab/03_flashattn_fwd/rungs --d 64 --rung "wgmma w8 mt1 bk64"
+//
+// What the two wgmma rungs (wgmma.cu, wgmma_ov.cu) share: the per-tile masks and online softmax
+// on a warpgroup's 64 x 64 score accumulator (the P~ packing is common/wgmma.cuh's, the epilogue
+// the lesson's 03_flashattn_fwd/flash_fwd_fa3.cuh's). A warpgroup's 64 x 64 accumulator has
 // mma.sync's per-warp layout (warp w of the group: rows 16w..16w+15), so all of this is
 // flash_fwd_bf16.cuh's arithmetic in wgmma's register order:
 //   s[4n + e]: row row0 + 8 (e / 2), key j0 + 8n + 2t + e % 2   (n = 0..7, t = lane % 4);
 //   o[hh][4n + e]: the same rows, output column 64 hh + 8n + 2t + e % 2.
 #pragma once
-#include "03_flashattn_fwd/flash_fwd_bf16.cuh"
+#include "03_flashattn_fwd/flash_fwd_fa3.cuh"  // Params, block_pos, wg_epilogue
 
 namespace {
 
@@ -57,30 +60,5 @@ __device__ __forceinline__ void wg_softmax_tile(const Params& p, float (&s)[32],
 
 // P~ as the A operand of O += P~ V_j: wg_pack_p (common/wgmma.cuh, shared with stage 04's
 // backward, which packs P^T and dS^T the same way).
-
-// O_i = diag(l)^-1 O_i and L_i = m scale + ln(l), for this thread's two rows.
-template <int DH>
-__device__ __forceinline__ void wg_epilogue(const Params& p, const float (&o)[DH][32], const float (&m)[2],
-                                            const float (&l)[2], int b, int h, int bh, int row0, int t) {
-    bf16* O = p.o + b * p.so[0] + h * p.so[1];
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        float lt = l[hf];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        const int row = row0 + 8 * hf;
-        if (row < p.Nq) {
-            const float inv = 1.0f / lt;
-            bf16* orow = O + (int64_t)row * p.so[2];
-#pragma unroll
-            for (int hh = 0; hh < DH; hh++)
-#pragma unroll
-                for (int n = 0; n < 8; n++)
-                    *reinterpret_cast<uint32_t*>(orow + hh * 64 + n * 8 + 2 * t) =
-                        pack_bf16(o[hh][4 * n + 2 * hf] * inv, o[hh][4 * n + 2 * hf + 1] * inv);
-            if (t == 0) p.lse[(int64_t)bh * p.Nq + row] = m[hf] * p.scale + logf(lt);
-        }
-    }
-}
 
 }  // namespace

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The device runs of stage 03 (what was run through the `run` tool, kind nvidia-h100-x1):
-#   03_flashattn_fwd/gpu_run.sh check   build, tests, compute-sanitizer, leaderboard point vs SDPA
-#   03_flashattn_fwd/gpu_run.sh bench   build, leaderboard point, the naive and flash sweeps
-# Run as:  03_flashattn_fwd/gpu_run.sh bench 2>&1 | tee $OUT/log.txt
+# The first two device runs of stage 03 (the mma.sync kernel's tests, sanitizers and sweeps), kept
+# as they ran: its --scan-variants and --variant indices refer to the variant tables of that time
+# (every rung then lived in the lesson's tables; today `rungs` in this folder times them by name).
+#   lab/03_flashattn_fwd/gpu_run.sh check   build, tests, compute-sanitizer, leaderboard point vs SDPA
+#   lab/03_flashattn_fwd/gpu_run.sh bench   build, leaderboard point, the naive and flash sweeps
+# Run as:  lab/03_flashattn_fwd/gpu_run.sh bench 2>&1 | tee $OUT/log.txt
 # Logs and CSVs go to results/gpu_run/, packed at the end into $OUT/results.tgz: the run tool
 # returns at most 8 files, and a second run once lost its test log to that limit.
 set -uo pipefail
