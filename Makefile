@@ -158,17 +158,17 @@ endif
 # ---------------------------------------------------------------- stages
 ALL_PROGS := $(COMMON_PROGS)
 STAGE_LIBS_SO_FAR :=
-# $(1) = stage dir, $(2) = stage number
-define STAGE_RULES
+# One folder's library, programs and test binary (a stage's or a lab folder's):
+# $(1) = folder, $(2) = name stem (03, lab03: lib$(2).a, test_$(2)), $(3) = what it links after its
+# own library (the libraries before it, newest first, so a static link resolves).
+define UNIT_RULES
 $(1)_SRC   := $$(filter-out $(1)/%_main.c $(1)/test_%.c,$$(wildcard $(1)/*.c)) $$(wildcard $(1)/*.cu)
 $(1)_OBJ   := $$(call objs,$$($(1)_SRC))
 $(1)_LIB   := $$(if $$($(1)_SRC),$(BUILD)/$(1)/lib$(2).a,)
-$(1)_LINK  := $$($(1)_LIB) $$(STAGE_LIBS_SO_FAR)
+$(1)_LINK  := $$($(1)_LIB) $(3)
 $(1)_PROGS := $$(patsubst $(1)/%_main.c,$(BUILD)/$(1)/%,$$(wildcard $(1)/*_main.c))
 $(1)_TSRC  := $$(wildcard $(1)/test_*.c)
 $(1)_TBIN  := $$(if $$(and $$($(1)_TSRC),$(HAVE_CRITERION)),$(BUILD)/$(1)/test_$(2),)
-ALL_PROGS  += $$($(1)_PROGS)
-TEST_BINS  += $$($(1)_TBIN)
 
 ifneq ($$($(1)_LIB),)
 $$($(1)_LIB): $$($(1)_OBJ)
@@ -184,6 +184,12 @@ ifneq ($$($(1)_TBIN),)
 $$($(1)_TBIN): $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB)
 	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS) $$(CRIT_LDFLAGS) $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) $$(CRIT_LDLIBS) -o $$@
 endif
+endef
+
+# A stage's targets: $(1) = stage dir, $(2) = stage number
+define STAGE_RULES
+ALL_PROGS  += $$($(1)_PROGS)
+TEST_BINS  += $$($(1)_TBIN)
 
 .PHONY: test-$(2) bench-$(2) build-$(2) report-$(2)
 report-$(2):
@@ -197,7 +203,8 @@ bench-$(2): deps build-$(2)
 
 STAGE_LIBS_SO_FAR := $$($(1)_LIB) $$(STAGE_LIBS_SO_FAR)
 endef
-$(foreach s,$(STAGE_DIRS),$(eval $(call STAGE_RULES,$(s),$(firstword $(subst _, ,$(s))))))
+stage_num = $(firstword $(subst _, ,$(notdir $(1))))
+$(foreach s,$(STAGE_DIRS),$(eval $(call UNIT_RULES,$(s),$(call stage_num,$(s)),$(STAGE_LIBS_SO_FAR)))$(eval $(call STAGE_RULES,$(s),$(call stage_num,$(s)))))
 
 # ---------------------------------------------------------------- the lab
 # lab/NN_name/ is stage NN's notebook: kernels and variants that do not ship, their benchmarks,
@@ -210,36 +217,12 @@ LAB_DIRS := $(filter $(addprefix lab/,$(STAGE_DIRS)),$(patsubst %/,%,$(wildcard 
 LAB_PROGS :=
 LAB_TEST_BINS :=
 LAB_LIBS_SO_FAR :=
-# $(1) = lab dir, $(2) = stage number
 define LAB_RULES
-$(1)_SRC   := $$(filter-out $(1)/%_main.c $(1)/test_%.c,$$(wildcard $(1)/*.c)) $$(wildcard $(1)/*.cu)
-$(1)_OBJ   := $$(call objs,$$($(1)_SRC))
-$(1)_LIB   := $$(if $$($(1)_SRC),$(BUILD)/$(1)/liblab$(2).a,)
-$(1)_LINK  := $$($(1)_LIB) $$(LAB_LIBS_SO_FAR) $$(STAGE_LIBS_SO_FAR)
-$(1)_PROGS := $$(patsubst $(1)/%_main.c,$(BUILD)/$(1)/%,$$(wildcard $(1)/*_main.c))
-$(1)_TSRC  := $$(wildcard $(1)/test_*.c)
-$(1)_TBIN  := $$(if $$(and $$($(1)_TSRC),$(HAVE_CRITERION)),$(BUILD)/$(1)/test_lab$(2),)
 LAB_PROGS  += $$($(1)_PROGS)
 LAB_TEST_BINS += $$($(1)_TBIN)
-
-ifneq ($$($(1)_LIB),)
-$$($(1)_LIB): $$($(1)_OBJ)
-	@mkdir -p $$(@D)
-	@rm -f $$@
-	$$(call quiet,AR,$$@)ar rcs $$@ $$^
-endif
-
-$(BUILD)/$(1)/%: $(BUILD)/$(1)/%_main.c.o $$($(1)_LINK) $(COMMON_LIB)
-	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS) $$< $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) -o $$@
-
-ifneq ($$($(1)_TBIN),)
-$$($(1)_TBIN): $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB)
-	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS) $$(CRIT_LDFLAGS) $$(patsubst %,$(BUILD)/%.o,$$($(1)_TSRC)) $(HARNESS_OBJ) $$($(1)_LINK) $(COMMON_LIB) $$(LDLIBS) $$(CRIT_LDLIBS) -o $$@
-endif
-
 LAB_LIBS_SO_FAR := $$($(1)_LIB) $$(LAB_LIBS_SO_FAR)
 endef
-$(foreach s,$(LAB_DIRS),$(eval $(call LAB_RULES,$(s),$(firstword $(subst _, ,$(notdir $(s)))))))
+$(foreach s,$(LAB_DIRS),$(eval $(call UNIT_RULES,$(s),lab$(call stage_num,$(s)),$(LAB_LIBS_SO_FAR) $(STAGE_LIBS_SO_FAR)))$(eval $(call LAB_RULES,$(s))))
 
 .PHONY: lab test-lab check-layout
 lab: deps check-layout $(COMMON_LIB) $(LAB_PROGS) $(LAB_TEST_BINS)
