@@ -162,7 +162,7 @@ STAGE_LIBS_SO_FAR :=
 # $(1) = folder, $(2) = name stem (03, lab03: lib$(2).a, test_$(2)), $(3) = what it links after its
 # own library (the libraries before it, newest first, so a static link resolves).
 define UNIT_RULES
-$(1)_SRC   := $$(filter-out $(1)/%_main.c $(1)/test_%.c,$$(wildcard $(1)/*.c)) $$(wildcard $(1)/*.cu)
+$(1)_SRC   := $$(strip $$(filter-out $(1)/%_main.c $(1)/test_%.c,$$(wildcard $(1)/*.c)) $$(wildcard $(1)/*.cu))
 $(1)_OBJ   := $$(call objs,$$($(1)_SRC))
 $(1)_LIB   := $$(if $$($(1)_SRC),$(BUILD)/$(1)/lib$(2).a,)
 $(1)_LINK  := $$($(1)_LIB) $(3)
