@@ -78,8 +78,11 @@ device_t comm_device_kind(const comm_t* c);  // DEV_CPU or DEV_CUDA
 // The communicator's own stream (NCCL; NULL for MPI).
 cudaStream_t comm_stream(const comm_t* c);
 // The ncclComm_t underneath (NCCL backend), for calling NCCL directly (the benchmark's
-// "nccl-direct" row); NULL for MPI.
+// "nccl-direct" row); NULL for MPI. The communicator is non-blocking: pass the result of
+// every NCCL call made on it to comm_nccl_settle, which waits (under the deadline) until NCCL
+// has finished launching it, and dies on an error.
 void* comm_nccl_handle(const comm_t* c);
+void comm_nccl_settle(comm_t* c, int nccl_result, const char* what);
 
 // ---- collectives (sendbuf == recvbuf: in place) ------------------------------------------
 // all-reduce: recvbuf[i] = op over ranks of sendbuf[i], i < count. AVG is SUM then × 1/world.
