@@ -200,7 +200,9 @@ int comm_rec_blame(char* out, size_t outlen, const comm_rec_ring_t* const* rings
         put(&b, " in ");
         put_op(&b, &e, 1);
         put(&b, " on rank %d: ", me_rank);
-        return never_entered(&b, &e, me_rank, rings, nrings, now_ns);
+        const int n = never_entered(&b, &e, me_rank, rings, nrings, now_ns);
+        if (world > nrings) put(&b, "; the ranks of other nodes were not seen");
+        return n;
     }
     put(&b, " in ");
     put_op(&b, &st, 1);
