@@ -120,23 +120,24 @@ static int count_lines(const char* what) {
 }
 
 // What a job of np ranks costs to start and end here, without any fault (mpirun on a busy CI
-// machine takes seconds): the deadline tests allow the deadline + 5 s on top of it.
-static double g_overhead = -1;
-static double job_overhead(int np) {
-    if (g_overhead < 0) {
+// machine takes seconds; NCCL's initialisation more): the deadline tests allow the deadline
+// + 5 s on top of it.
+static double job_overhead(int np, int nccl) {
+    static double cached[2] = {-1, -1};
+    if (cached[nccl] < 0) {
         double s = 0;
-        int st = mpi_run(np, "collectives_check", "--counts 1", &s);
+        int st = mpi_run(np, "collectives_check", nccl ? "--backend nccl --counts 1" : "--counts 1", &s);
         cr_assert_eq(st, 0, "a job without faults failed:\n%s", g_out);
-        g_overhead = s;
+        cached[nccl] = s;
     }
-    return g_overhead;
+    return cached[nccl];
 }
 
 // Runs a job whose rank(s) stall, with a deadline of `timeout` s; checks that it ended
 // non-zero within timeout + 5 s (plus the start-up), left nothing behind, and printed exactly
 // one deadline line that contains each of `want` (NULL-terminated).
 static void check_stall(int np, const char* args, const char* tag, double timeout, const char* const* want) {
-    const double base = job_overhead(np);
+    const double base = job_overhead(np, strstr(args, "--backend nccl") != NULL);
     char a[512];
     snprintf(a, sizeof a, "--counts 1000 --comm-timeout %g %s --tag %s", timeout, args, tag);
     double s = 0;

@@ -118,7 +118,10 @@ void comm_nccl_destroy(comm_t* c) {
     const int64_t pos = comm_rec_start(c, COMM_REC_SHUTDOWN, 0, -1);
     settle(c, ncclCommFinalize(im->nccl), pos, "NCCL shutdown");  // quiescent: destroy cannot block
     comm_rec_end(c, pos);
-    NCCL_CHECK(ncclCommDestroy(im->nccl));
+    // Finalised: destroy only frees local resources (ncclInProgress, if returned, cannot be
+    // polled on a freed communicator and means nothing more).
+    const ncclResult_t d = ncclCommDestroy(im->nccl);
+    if (d != ncclSuccess && d != ncclInProgress) NCCL_CHECK(d);
     CUDA_CHECK(cudaStreamDestroy(im->stream));
 }
 
