@@ -212,7 +212,7 @@ void comm_nccl_wait_event(comm_t* c, cudaEvent_t ev, const char* what, int64_t p
 
 #else  // no NCCL in this build
 
-static void no_nccl(void) { fail("this build has no NCCL (nccl.h was not found): use --backend mpi"); }
+__attribute__((noreturn)) static void no_nccl(void) { fail("this build has no NCCL (nccl.h was not found): use --backend mpi"); }
 void comm_nccl_init(comm_t* c) { (void)c; no_nccl(); }
 void comm_nccl_destroy(comm_t* c) { (void)c; }
 void comm_nccl_settle(comm_t* c, int nccl_result, const char* what) {
