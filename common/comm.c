@@ -90,6 +90,7 @@ static void* watchdog_main(void* arg) {
         if (g_wd.c && g_wd.pos > 0) comm_rec_tick(g_wd.c);
         double left = g_wd.deadline - now;
         if (left <= 0) {
+            if (g_wd.pos < 0) _exit(COMM_EXIT_TIMEOUT);  // the deadline's line is out already
             if (g_wd.c && g_wd.pos > 0) {
                 comm_t* c = g_wd.c;
                 const int64_t pos = g_wd.pos;
@@ -129,7 +130,7 @@ static void watchdog_arm_pos(comm_t* c, const char* what, double seconds, int64_
     g_wd.last_tick = comm_now_s();
     g_wd.deadline = g_wd.last_tick + seconds;
     g_wd.c = c;
-    g_wd.pos = c ? pos : 0;
+    g_wd.pos = c || pos < 0 ? pos : 0;
     g_wd.armed = 1;
     pthread_cond_signal(&g_wd.cond);
     pthread_mutex_unlock(&g_wd.lock);
@@ -176,10 +177,11 @@ static void sleep_s(double s) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-// Ends the job after the speaker's line, without a line of its own.
+// Ends the job after the speaker's line, without a line of its own. ncclCommAbort can hang
+// (NCCL issues #829, #1777): 3 s later the watchdog ends the process silently regardless.
 __attribute__((noreturn)) static void abort_quietly(comm_t* c, int status, int in_watchdog) {
     if (in_watchdog) _exit(status);  // the main thread is inside MPI: no MPI call from here
-    comm_watchdog_arm(c, "aborting the communicator", 10.0);
+    watchdog_arm_pos(c, "aborting the communicator", 3.0, -1);
     if (c->backend == COMM_NCCL) comm_nccl_abort(c);
     MPI_Abort(MPI_COMM_WORLD, status);
     _exit(status);
