@@ -101,11 +101,13 @@ static void run_library_blocking(bench_t* b, op_t op, const float* s, float* r, 
 static void run_nccl_direct(bench_t* b, op_t op, const float* s, float* r, size_t count) {
 #if HAVE_NCCL
     ncclComm_t nc = (ncclComm_t)comm_nccl_handle(b->c);
+    // The communicator is non-blocking: comm_nccl_settle waits for the launch (the first call
+    // between peers connects them) under the deadline, as the communicator's own calls do.
     switch (op) {
-    case OP_ALLREDUCE: NCCL_CHECK(ncclAllReduce(s, r, count, ncclFloat32, ncclSum, nc, b->stream)); break;
-    case OP_REDUCESCATTER: NCCL_CHECK(ncclReduceScatter(s, r, count, ncclFloat32, ncclSum, nc, b->stream)); break;
-    case OP_ALLGATHER: NCCL_CHECK(ncclAllGather(s, r, count, ncclFloat32, nc, b->stream)); break;
-    case OP_BROADCAST: NCCL_CHECK(ncclBroadcast(s, r, count, ncclFloat32, 0, nc, b->stream)); break;
+    case OP_ALLREDUCE: comm_nccl_settle(b->c, ncclAllReduce(s, r, count, ncclFloat32, ncclSum, nc, b->stream), "nccl-direct all-reduce"); break;
+    case OP_REDUCESCATTER: comm_nccl_settle(b->c, ncclReduceScatter(s, r, count, ncclFloat32, ncclSum, nc, b->stream), "nccl-direct reduce-scatter"); break;
+    case OP_ALLGATHER: comm_nccl_settle(b->c, ncclAllGather(s, r, count, ncclFloat32, nc, b->stream), "nccl-direct all-gather"); break;
+    case OP_BROADCAST: comm_nccl_settle(b->c, ncclBroadcast(s, r, count, ncclFloat32, 0, nc, b->stream), "nccl-direct broadcast"); break;
     default: break;
     }
 #else

@@ -3,13 +3,19 @@
 // integers in fp32), for a list of counts, in place and out of place, blocking and not.
 //   scripts/mpirun.sh 4 build/05_collectives/collectives_check --backend mpi
 // Prints one line per check on rank 0, then "N checks, N wrong"; exits 1 if anything is wrong.
-// Failure injection for the tests: --die-rank R (that rank _exit()s in the middle of the run)
-// and --hang-rank R (that rank stops answering; the others must end the job by the deadline).
+// Failure injection for the tests: --die-rank R (that rank _exit()s in the middle of the run),
+// --hang-rank R (that rank stops answering; the others must end the job by the deadline) and
+// --stop-rank R (that rank stops itself with SIGSTOP, as `kill -STOP` would; with --stop-delay S
+// it starts the operation and is stopped S seconds later, inside whatever it waits for then).
+// --hang-at K (default 3, the ring's first send/receive) picks the operation before which
+// they act; 1 is the first all-reduce.
 // The blocking all-reduce is also checked for every op (sum, avg, max, min) in fp32 and fp64,
 // and on random floats: every rank must hold the same bits; with --rank-order 1 (the MPI
 // backend's shared-memory path, common/comm_shm.c) they must also be the left-to-right
 // reduction over ranks 0..n-1, bit for bit.
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +32,8 @@ typedef struct {
     float *d_send, *d_recv;   // backend buffers (host for MPI, device for NCCL)
     float *h_send, *h_recv, *h_want;
     size_t cap;               // elements in each buffer
-    int die_rank, hang_rank, ops_done;
+    int die_rank, hang_rank, stop_rank, hang_at, ops_done;
+    double stop_delay;
     int rank_order;           // --rank-order: expect the all-reduce to reduce in rank order
     long long checks, wrong;
 } ctx_t;
@@ -54,15 +61,36 @@ static void from_backend(ctx_t* x, float* dst, const float* src, size_t n) {
     }
 }
 
+// --stop-delay: the whole process stops that much later.
+static double g_stop_delay;
+static void* stop_later(void* arg) {
+    (void)arg;
+    usleep((useconds_t)(g_stop_delay * 1e6));
+    kill(getpid(), SIGSTOP);
+    return NULL;
+}
+
 // Called before every operation: the failure-injection points.
 static void step(ctx_t* x) {
     x->ops_done++;
-    if (x->c->rank == x->die_rank && x->ops_done == 3) {
+    if (x->c->rank == x->stop_rank && x->ops_done == x->hang_at) {
+        fprintf(stderr, "rank %d: --stop-rank: stopping%s\n", x->c->rank, x->stop_delay > 0 ? " inside the next operation" : "");
+        fflush(stderr);
+        if (x->stop_delay > 0) {
+            g_stop_delay = x->stop_delay;
+            pthread_t t;
+            if (pthread_create(&t, NULL, stop_later, NULL) != 0) DIE("--stop-rank: cannot start a thread");
+            pthread_detach(t);
+        } else {
+            kill(getpid(), SIGSTOP);
+        }
+    }
+    if (x->c->rank == x->die_rank && x->ops_done == x->hang_at) {
         fprintf(stderr, "rank %d: --die-rank: exiting in the middle of the run\n", x->c->rank);
         fflush(stderr);
         _exit(3);
     }
-    if (x->c->rank == x->hang_rank && x->ops_done == 3) {
+    if (x->c->rank == x->hang_rank && x->ops_done == x->hang_at) {
         fprintf(stderr, "rank %d: --hang-rank: no longer answering\n", x->c->rank);
         fflush(stderr);
         for (;;) pause();
@@ -278,7 +306,8 @@ static void check_count(ctx_t* x, size_t count) {
 int main(int argc, char** argv) {
     const char* backend_s = "mpi";
     const char* counts_s = "0,1,3,7,1000,65537,1000003";
-    int die_rank = -1, hang_rank = -1, rank_order = 0;
+    int die_rank = -1, hang_rank = -1, stop_rank = -1, hang_at = 3, rank_order = 0;
+    double stop_delay = 0;
     double timeout_s = 0;
     const char* tag = "";
     cli_opt_t opts[] = {
@@ -286,6 +315,9 @@ int main(int argc, char** argv) {
         {"counts", CLI_STR, &counts_s, "0,1,3,7,1000,65537,1000003", "element counts to check (comma list, K/M suffixes)", NULL},
         {"die-rank", CLI_INT, &die_rank, "-1", "this rank exits in the middle of the run (failure test)", NULL},
         {"hang-rank", CLI_INT, &hang_rank, "-1", "this rank stops answering in the middle of the run (failure test)", NULL},
+        {"stop-rank", CLI_INT, &stop_rank, "-1", "this rank is stopped (SIGSTOP) in the middle of the run (failure test)", NULL},
+        {"stop-delay", CLI_DOUBLE, &stop_delay, "0", "seconds after it starts the operation that --stop-rank stops (0: before it)", NULL},
+        {"hang-at", CLI_INT, &hang_at, "3", "the operation (1, 2, ...) before which --die-rank, --hang-rank, --stop-rank act; 3: the ring's first send/receive", NULL},
         {"rank-order", CLI_INT, &rank_order, "0", "1: the blocking all-reduce must reduce in rank order, bit for bit (MPI backend, shared-memory path)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
         {"tag", CLI_STR, &tag, "", "ignored: lets a test find its processes", NULL},
@@ -302,7 +334,10 @@ int main(int argc, char** argv) {
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
 
     if (rank_order != 0 && rank_order != 1) comm_bad_input("--rank-order: %d must be 0 or 1", rank_order);
-    ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank, .rank_order = rank_order};
+    if (hang_at < 1) comm_bad_input("--hang-at: %d must be 1 or more", hang_at);
+    if (!(stop_delay >= 0 && stop_delay <= 60)) comm_bad_input("--stop-delay: %g must be 0 to 60 seconds", stop_delay);
+    ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank, .stop_rank = stop_rank,
+               .hang_at = hang_at, .stop_delay = stop_delay, .rank_order = rank_order};
     for (int i = 0; i < ncounts; i++)
         if ((size_t)counts[i] > x.cap) x.cap = (size_t)counts[i];
     x.cap = x.cap * (size_t)c->world + 1;  // reduce-scatter input, all-gather output

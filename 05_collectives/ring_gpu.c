@@ -26,7 +26,7 @@ typedef struct {
 // temporaries grow to the largest chunk asked for).
 static ring_gpu_state_t g_ring;
 
-static void ring_state(size_t chunk_floats) {
+static void ring_state(comm_t* c, size_t chunk_floats) {
     ring_gpu_state_t* g = &g_ring;
     if (!g->a) {
         CUDA_CHECK(cudaStreamCreateWithFlags(&g->a, cudaStreamNonBlocking));
@@ -39,9 +39,10 @@ static void ring_state(size_t chunk_floats) {
         CUDA_CHECK(cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
     }
     if (chunk_floats > g->tmp_floats) {
-        // Freed only after everything that used the old ones is done.
-        CUDA_CHECK(cudaStreamSynchronize(g->a));
-        CUDA_CHECK(cudaStreamSynchronize(g->b));
+        // Freed only after everything that used the old ones is done (waited under the
+        // deadline: stream a holds NCCL transfers, and b waits for them).
+        comm_stream_sync(c, g->a, "the ring's transfers");
+        comm_stream_sync(c, g->b, "the ring's additions");
         for (int i = 0; i < 2; i++) {
             mem_free(g->tmp[i]);
             g->tmp[i] = mem_alloc(DEV_CUDA, chunk_floats * sizeof(float), MEM_WORKSPACE);
@@ -68,7 +69,7 @@ void ring_allreduce_gpu(comm_t* c, const float* sendbuf, float* recvbuf, size_t 
     if (chunk == 0) chunk = 1;
     if (chunk > max_seg) chunk = max_seg ? max_seg : 1;
     const size_t K = max_seg ? (max_seg + chunk - 1) / chunk : 1;  // chunks per step
-    ring_state(chunk);
+    ring_state(c, chunk);
     ring_gpu_state_t* g = &g_ring;
     const int right = ring_mod(r + 1, n), left = ring_mod(r - 1, n);
 

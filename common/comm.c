@@ -61,15 +61,20 @@ double comm_timeout_from_env(void) {
 // ------------------------------------------------------------------ watchdog
 // One thread for the process. While armed it sleeps until the deadline; if nobody disarms it
 // by then, it reports and _exit()s, which makes mpirun end the other ranks. _exit, not exit:
-// the thread that hangs may hold locks that atexit handlers need.
+// the thread that hangs may hold locks that atexit handlers need. Armed for an operation of
+// the flight recorder (pos > 0), it ends through comm_deadline (one line for the node) and
+// marks a sign of life at every tick; a tick that comes more than COMM_CLOCK_GAP_S late (the
+// process was stopped) moves the deadline by the gap.
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     pthread_t thread;
     int started, armed, rank;
-    double deadline, seconds;
+    double deadline, seconds, last_tick;
     const char* what;
-} g_wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, NULL};
+    comm_t* c;
+    int64_t pos;
+} g_wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0};
 
 static void* watchdog_main(void* arg) {
     (void)arg;
@@ -79,8 +84,20 @@ static void* watchdog_main(void* arg) {
             pthread_cond_wait(&g_wd.cond, &g_wd.lock);
             continue;
         }
-        double left = g_wd.deadline - comm_now_s();
+        const double now = comm_now_s();
+        if (now - g_wd.last_tick > COMM_CLOCK_GAP_S) g_wd.deadline += now - g_wd.last_tick;
+        g_wd.last_tick = now;
+        if (g_wd.c && g_wd.pos > 0) comm_rec_tick(g_wd.c);
+        double left = g_wd.deadline - now;
         if (left <= 0) {
+            if (g_wd.pos < 0) _exit(COMM_EXIT_TIMEOUT);  // the deadline's line is out already
+            if (g_wd.c && g_wd.pos > 0) {
+                comm_t* c = g_wd.c;
+                const int64_t pos = g_wd.pos;
+                g_wd.armed = 0;
+                pthread_mutex_unlock(&g_wd.lock);
+                comm_deadline(c, pos);  // from this thread: prints (or not) and _exit()s
+            }
             fprintf(stderr, "rank %d: %s did not finish within %.0f s: ending the job\n", g_wd.rank,
                     g_wd.what ? g_wd.what : "an operation", g_wd.seconds);
             fflush(stderr);
@@ -96,7 +113,10 @@ static void* watchdog_main(void* arg) {
     return NULL;
 }
 
-void comm_watchdog_arm(comm_t* c, const char* what, double seconds) {
+static pthread_t g_main_thread;
+static int g_main_thread_set = 0;
+
+static void watchdog_arm_pos(comm_t* c, const char* what, double seconds, int64_t pos) {
     pthread_mutex_lock(&g_wd.lock);
     if (!g_wd.started) {
         if (pthread_create(&g_wd.thread, NULL, watchdog_main, NULL) != 0)
@@ -107,10 +127,17 @@ void comm_watchdog_arm(comm_t* c, const char* what, double seconds) {
     g_wd.rank = c ? c->rank : 0;
     g_wd.what = what;
     g_wd.seconds = seconds;
-    g_wd.deadline = comm_now_s() + seconds;
+    g_wd.last_tick = comm_now_s();
+    g_wd.deadline = g_wd.last_tick + seconds;
+    g_wd.c = c;
+    g_wd.pos = c || pos < 0 ? pos : 0;
     g_wd.armed = 1;
     pthread_cond_signal(&g_wd.cond);
     pthread_mutex_unlock(&g_wd.lock);
+}
+
+void comm_watchdog_arm(comm_t* c, const char* what, double seconds) {
+    watchdog_arm_pos(c, what, seconds, 0);
 }
 
 void comm_watchdog_disarm(comm_t* c) {
@@ -118,6 +145,153 @@ void comm_watchdog_disarm(comm_t* c) {
     pthread_mutex_lock(&g_wd.lock);
     g_wd.armed = 0;
     pthread_mutex_unlock(&g_wd.lock);
+}
+
+// Armed for the newest operation of the recorder.
+#define ARM_OP(c, what) watchdog_arm_pos((c), (what), (c)->timeout_s, (c)->impl->rec_last)
+
+// ------------------------------------------------------------------ deadlines
+void comm_clock_start(comm_clock_t* k) { k->t0 = k->last = comm_now_s(); }
+
+double comm_clock_elapsed(comm_clock_t* k) {
+    const double now = comm_now_s();
+    if (now - k->last > COMM_CLOCK_GAP_S) k->t0 += now - k->last;  // this rank was not running
+    k->last = now;
+    return now - k->t0;
+}
+
+int64_t comm_rec_start(comm_t* c, comm_rec_op_t op, size_t bytes, int peer) {
+    comm_impl_t* im = c->impl;
+    const int64_t pos = comm_rec_begin(im->rec, op, bytes, peer, comm_rec_now_ns());
+    im->rec_last = pos;
+    if (im->in_group && !im->group_first) im->group_first = pos;
+    return pos;
+}
+
+void comm_rec_end(comm_t* c, int64_t pos) { comm_rec_done(c->impl->rec, pos, comm_rec_now_ns()); }
+
+void comm_rec_tick(comm_t* c) { comm_rec_alive(c->impl->rec, comm_rec_now_ns()); }
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+// Ends the job after the speaker's line, without a line of its own. ncclCommAbort can hang
+// (NCCL issues #829, #1777): 3 s later the watchdog ends the process silently regardless.
+__attribute__((noreturn)) static void abort_quietly(comm_t* c, int status, int in_watchdog) {
+    if (in_watchdog) _exit(status);  // the main thread is inside MPI: no MPI call from here
+    watchdog_arm_pos(c, "aborting the communicator", 3.0, -1);
+    if (c->backend == COMM_NCCL) comm_nccl_abort(c);
+    MPI_Abort(MPI_COMM_WORLD, status);
+    _exit(status);
+}
+
+// Which rank speaks: every rank whose wait passes its deadline marks itself expired; after a
+// grace (a quarter of the deadline, 0.2-1 s) for ranks whose deadline passes at about the
+// same time, the lowest expired rank takes the node's claim with a compare-and-swap, and only
+// the rank that takes it prints. The others (a rank stopped and continued by mpirun's
+// teardown among them) find the claim taken and end silently; the speaker's abort ends them.
+void comm_deadline(comm_t* c, int64_t pos) {
+    comm_impl_t* im = c->impl;
+    const int in_watchdog = g_main_thread_set && !pthread_equal(pthread_self(), g_main_thread);
+    const int64_t t = comm_rec_now_ns();
+    __atomic_store_n(&im->rec->expired_ns, t, __ATOMIC_RELEASE);
+    double grace = 0.25 * c->timeout_s;
+    grace = grace < 0.2 ? 0.2 : grace > 1.0 ? 1.0 : grace;
+    const int64_t g_ns = (int64_t)(grace * 1e9);
+    int speak = 1;
+    if (im->rec_shared) {
+        speak = 0;
+        for (;;) {
+            if (__atomic_load_n(im->rec_claim, __ATOMIC_ACQUIRE) != 0) break;
+            const int64_t now = comm_rec_now_ns();
+            if (now - t >= g_ns) {
+                int lower = 0;  // a lower rank expired too: it speaks, unless it is slow to
+                for (int i = 0; i < im->rec_n; i++) {
+                    const comm_rec_ring_t* r = im->rec_rings[i];
+                    if (r->used && r->rank < c->rank && __atomic_load_n(&r->expired_ns, __ATOMIC_ACQUIRE)) lower = 1;
+                }
+                if (!lower || now - t >= 2 * g_ns) {
+                    int64_t none = 0;
+                    speak = __atomic_compare_exchange_n(im->rec_claim, &none, (int64_t)c->rank + 1, 0,
+                                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+                    break;
+                }
+            }
+            sleep_s(0.01);
+        }
+    }
+    if (!speak) {
+        sleep_s(15.0);  // the speaker's abort ends this process first
+        _exit(COMM_EXIT_TIMEOUT);
+    }
+    char line[2048];
+    const comm_rec_ring_t* const* rings = (const comm_rec_ring_t* const*)im->rec_rings;
+    comm_rec_blame(line, sizeof line - 1, rings, im->rec_n, im->rec_shared ? c->local_rank : 0, pos,
+                   c->timeout_s, c->world, comm_rec_now_ns());
+    size_t n = strlen(line);
+    line[n++] = '\n';
+    fflush(stdout);
+    ssize_t w = write(STDERR_FILENO, line, n);  // one write: lines of ranks never interleave
+    (void)w;
+    abort_quietly(c, COMM_EXIT_TIMEOUT, in_watchdog);
+}
+
+// The node's rings: one MPI shared-memory window (local rank 0 allocates the claim and every
+// rank's ring; each rank writes only its own). Without it (a failed allocation) each rank
+// keeps its ring in private memory and speaks for itself.
+static void rec_init(comm_t* c) {
+    comm_impl_t* im = c->impl;
+    const size_t head = 64, one = sizeof(comm_rec_ring_t);
+    im->rec_rings = calloc((size_t)c->local_world, sizeof *im->rec_rings);
+    if (!im->rec_rings) DIE("comm: out of host memory");
+    void* base = NULL;
+    const MPI_Aint bytes = c->local_rank == 0 ? (MPI_Aint)(head + one * (size_t)c->local_world) : 0;
+    int ok = c->local_world > 1 &&
+             MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, im->node, &base, &im->rec_win) == MPI_SUCCESS;
+    if (ok) {
+        MPI_Aint sz = 0;
+        int disp = 0;
+        char* b0 = NULL;
+        ok = MPI_Win_shared_query(im->rec_win, 0, &sz, &disp, &b0) == MPI_SUCCESS && b0 &&
+             MPI_Win_lock_all(MPI_MODE_NOCHECK, im->rec_win) == MPI_SUCCESS;
+        if (ok) {
+            if (c->local_rank == 0) memset(b0, 0, (size_t)bytes);
+            MPI_Win_sync(im->rec_win);
+            watchdog_arm_pos(c, "setting up the flight recorder", c->timeout_s, 0);
+            MPI_CHECK(MPI_Barrier(im->node));
+            comm_watchdog_disarm(c);
+            MPI_Win_sync(im->rec_win);
+            im->rec_claim = (int64_t*)b0;
+            for (int i = 0; i < c->local_world; i++) im->rec_rings[i] = (comm_rec_ring_t*)(b0 + head + one * (size_t)i);
+            im->rec = im->rec_rings[c->local_rank];
+            im->rec_n = c->local_world;
+            im->rec_shared = 1;
+        }
+    }
+    if (!ok) {
+        im->rec = calloc(1, one);
+        if (!im->rec) DIE("comm: out of host memory");
+        im->rec_rings[0] = im->rec;
+        im->rec_n = 1;
+    }
+    comm_rec_reset(im->rec, c->rank);
+}
+
+static void rec_destroy(comm_t* c) {
+    comm_impl_t* im = c->impl;
+    if (im->rec_shared) {
+        __atomic_store_n(&im->rec->used, 0, __ATOMIC_RELEASE);
+        watchdog_arm_pos(c, "freeing the flight recorder", c->timeout_s, 0);
+        MPI_Win_unlock_all(im->rec_win);
+        MPI_CHECK(MPI_Win_free(&im->rec_win));
+        comm_watchdog_disarm(c);
+    } else {
+        free(im->rec);
+    }
+    free(im->rec_rings);
+    im->rec = NULL;
 }
 
 // ------------------------------------------------------------------ fatal
@@ -225,6 +399,9 @@ comm_t* comm_init(comm_backend_t backend, double timeout_s) {
                                   &im->node));
     MPI_CHECK(MPI_Comm_rank(im->node, &c->local_rank));
     MPI_CHECK(MPI_Comm_size(im->node, &c->local_world));
+    g_main_thread = pthread_self();
+    g_main_thread_set = 1;
+    rec_init(c);
 
     if (backend == COMM_NCCL) comm_nccl_init(c);
     return c;
@@ -234,6 +411,7 @@ void comm_destroy(comm_t* c, int finalize_mpi) {
     if (!c) return;
     if (c->backend == COMM_NCCL) comm_nccl_destroy(c);
     comm_shm_destroy(c);
+    rec_destroy(c);
     MPI_CHECK(MPI_Comm_free(&c->impl->node));
     MPI_CHECK(MPI_Comm_free(&c->impl->world));
     free(c->impl);
@@ -259,7 +437,8 @@ cudaStream_t comm_stream(const comm_t* c) { return c->impl->stream; }
 static void consistent_phase2(comm_t* c, comm_req_t* q, int blocking);
 
 static void mpi_wait(comm_t* c, comm_req_t* r) {
-    const double t0 = comm_now_s();
+    comm_clock_t k;
+    comm_clock_start(&k);
     for (;;) {
         int done = 0;
         MPI_CHECK(MPI_Testall(r->n_mpi, r->mpi, &done, MPI_STATUSES_IGNORE));
@@ -268,9 +447,8 @@ static void mpi_wait(comm_t* c, comm_req_t* r) {
             continue;
         }
         if (done) break;
-        if (comm_now_s() - t0 > c->timeout_s)
-            comm_fatal(c, COMM_EXIT_TIMEOUT, "%s did not finish within %.0f s (--comm-timeout, COMM_TIMEOUT)",
-                       r->what, c->timeout_s);
+        if (comm_clock_elapsed(&k) > c->timeout_s) comm_deadline(c, r->rec_pos);
+        comm_rec_tick(c);
         sched_yield();
     }
     if (r->tmp) memcpy(r->tmp_dst, r->tmp, r->tmp_bytes);
@@ -281,10 +459,11 @@ void comm_wait(comm_t* c, comm_req_t* r) {
     if (!r) return;
     if (c->backend == COMM_NCCL) {
         if (c->impl->in_group) DIE("comm_wait inside a group: end the group first");
-        if (r->has_event) comm_nccl_wait_event(c, r->event, r->what);
+        if (r->has_event) comm_nccl_wait_event(c, r->event, r->what, r->rec_pos);
     } else {
         mpi_wait(c, r);
     }
+    comm_rec_end(c, r->rec_pos);
     comm_req_free(r);
 }
 
@@ -308,8 +487,9 @@ void comm_stream_sync(comm_t* c, cudaStream_t stream, const char* what) {
     cudaEvent_t ev;
     CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(ev, stream ? stream : c->impl->stream));
-    comm_nccl_wait_event(c, ev, what);
+    comm_nccl_wait_event(c, ev, what, 0);
     CUDA_CHECK(cudaEventDestroy(ev));
+    comm_rec_done_upto(c->impl->rec, c->impl->rec_last, comm_rec_now_ns());  // detached ones too
 }
 
 // ------------------------------------------------------------------ MPI operations
@@ -318,7 +498,7 @@ void comm_stream_sync(comm_t* c, cudaStream_t stream, const char* what) {
 // watchdog instead.
 #define BLOCKING_MPI(what, call)                       \
     do {                                               \
-        comm_watchdog_arm(c, what, c->timeout_s);      \
+        ARM_OP(c, what);                               \
         MPI_CHECK(call);                               \
         comm_watchdog_disarm(c);                       \
     } while (0)
@@ -397,14 +577,14 @@ static comm_req_t* mpi_allreduce(comm_t* c, const void* s, void* r, size_t count
     // ranks both reduce each element on one rank, but not necessarily in the same order: a
     // blocking and a non-blocking all-reduce of the same data may differ in the last bits.
     if (blocking && c->world > 1 && (dt == COMM_F32 || dt == COMM_F64)) {
-        comm_watchdog_arm(c, q->what, c->timeout_s);
+        ARM_OP(c, q->what);
         const int done = comm_shm_allreduce(c, s, r, count, dt, op);
         comm_watchdog_disarm(c);
         if (done) return q;  // AVG already scaled
     }
     if (c->world > 2 && (dt == COMM_F32 || dt == COMM_F64)) {
         if (blocking) {
-            comm_watchdog_arm(c, q->what, c->timeout_s);
+            ARM_OP(c, q->what);
             consistent_phase1(c, q, s, r, count, dt, op, 1);
             consistent_phase2(c, q, 1);
             comm_watchdog_disarm(c);
@@ -495,64 +675,81 @@ static void check_peer(comm_t* c, int peer, const char* what) {
 static void finish_blocking(comm_t* c, comm_req_t* q) {
     if (c->backend == COMM_MPI) {
         if (q->scale_buf) comm_scale(q->scale_buf, q->scale_count, q->scale_dt, 1.0 / c->world);
+        comm_rec_end(c, q->rec_pos);
         comm_req_free(q);
     } else {
         comm_wait(c, q);
     }
 }
 
+// Every operation is recorded (the flight recorder) before it starts; its request carries the
+// entry, marked done when the request is waited.
+static comm_req_t* rec_req(comm_req_t* q, int64_t pos) {
+    q->rec_pos = pos;
+    return q;
+}
+#define REC(c, kind, count, dt, peer) comm_rec_start((c), (kind), (count) * comm_dtype_size(dt), (peer))
+
 comm_req_t* comm_iallreduce(comm_t* c, const void* s, void* r, size_t count, comm_dtype_t dt,
                             comm_op_t op, cudaStream_t stream) {
     check_bufs(c, s, r, count, "all-reduce");
-    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'a', s, r, count, dt, op, 0, stream, "all-reduce");
-    return mpi_allreduce(c, s, r, count, dt, op, 0);
+    const int64_t pos = REC(c, COMM_REC_ALLREDUCE, count, dt, -1);
+    if (c->backend == COMM_NCCL) return rec_req(comm_nccl_op(c, 'a', s, r, count, dt, op, 0, stream, "all-reduce"), pos);
+    return rec_req(mpi_allreduce(c, s, r, count, dt, op, 0), pos);
 }
 void comm_allreduce(comm_t* c, const void* s, void* r, size_t count, comm_dtype_t dt,
                     comm_op_t op, cudaStream_t stream) {
     check_bufs(c, s, r, count, "all-reduce");
-    finish_blocking(c, c->backend == COMM_NCCL
-                           ? comm_nccl_op(c, 'a', s, r, count, dt, op, 0, stream, "all-reduce")
-                           : mpi_allreduce(c, s, r, count, dt, op, 1));
+    const int64_t pos = REC(c, COMM_REC_ALLREDUCE, count, dt, -1);
+    finish_blocking(c, rec_req(c->backend == COMM_NCCL
+                                   ? comm_nccl_op(c, 'a', s, r, count, dt, op, 0, stream, "all-reduce")
+                                   : mpi_allreduce(c, s, r, count, dt, op, 1), pos));
 }
 
 comm_req_t* comm_ibroadcast(comm_t* c, const void* s, void* r, size_t count, comm_dtype_t dt,
                             int root, cudaStream_t stream) {
-    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'b', s, r, count, dt, COMM_SUM, root, stream, "broadcast");
-    return mpi_broadcast(c, s, r, count, dt, root, 0);
+    const int64_t pos = REC(c, COMM_REC_BROADCAST, count, dt, -1);
+    if (c->backend == COMM_NCCL) return rec_req(comm_nccl_op(c, 'b', s, r, count, dt, COMM_SUM, root, stream, "broadcast"), pos);
+    return rec_req(mpi_broadcast(c, s, r, count, dt, root, 0), pos);
 }
 void comm_broadcast(comm_t* c, const void* s, void* r, size_t count, comm_dtype_t dt, int root,
                     cudaStream_t stream) {
-    finish_blocking(c, c->backend == COMM_NCCL
-                           ? comm_nccl_op(c, 'b', s, r, count, dt, COMM_SUM, root, stream, "broadcast")
-                           : mpi_broadcast(c, s, r, count, dt, root, 1));
+    const int64_t pos = REC(c, COMM_REC_BROADCAST, count, dt, -1);
+    finish_blocking(c, rec_req(c->backend == COMM_NCCL
+                                   ? comm_nccl_op(c, 'b', s, r, count, dt, COMM_SUM, root, stream, "broadcast")
+                                   : mpi_broadcast(c, s, r, count, dt, root, 1), pos));
 }
 
 comm_req_t* comm_ireduce_scatter(comm_t* c, const void* s, void* r, size_t recvcount,
                                  comm_dtype_t dt, comm_op_t op, cudaStream_t stream) {
     check_bufs(c, s, r, recvcount, "reduce-scatter");
-    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'r', s, r, recvcount, dt, op, 0, stream, "reduce-scatter");
-    return mpi_reduce_scatter(c, s, r, recvcount, dt, op, 0);
+    const int64_t pos = REC(c, COMM_REC_REDUCE_SCATTER, recvcount * (size_t)c->world, dt, -1);
+    if (c->backend == COMM_NCCL) return rec_req(comm_nccl_op(c, 'r', s, r, recvcount, dt, op, 0, stream, "reduce-scatter"), pos);
+    return rec_req(mpi_reduce_scatter(c, s, r, recvcount, dt, op, 0), pos);
 }
 void comm_reduce_scatter(comm_t* c, const void* s, void* r, size_t recvcount, comm_dtype_t dt,
                          comm_op_t op, cudaStream_t stream) {
     check_bufs(c, s, r, recvcount, "reduce-scatter");
-    finish_blocking(c, c->backend == COMM_NCCL
-                           ? comm_nccl_op(c, 'r', s, r, recvcount, dt, op, 0, stream, "reduce-scatter")
-                           : mpi_reduce_scatter(c, s, r, recvcount, dt, op, 1));
+    const int64_t pos = REC(c, COMM_REC_REDUCE_SCATTER, recvcount * (size_t)c->world, dt, -1);
+    finish_blocking(c, rec_req(c->backend == COMM_NCCL
+                                   ? comm_nccl_op(c, 'r', s, r, recvcount, dt, op, 0, stream, "reduce-scatter")
+                                   : mpi_reduce_scatter(c, s, r, recvcount, dt, op, 1), pos));
 }
 
 comm_req_t* comm_iallgather(comm_t* c, const void* s, void* r, size_t sendcount, comm_dtype_t dt,
                             cudaStream_t stream) {
     check_bufs(c, s, r, sendcount, "all-gather");
-    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'g', s, r, sendcount, dt, COMM_SUM, 0, stream, "all-gather");
-    return mpi_allgather(c, s, r, sendcount, dt, 0);
+    const int64_t pos = REC(c, COMM_REC_ALLGATHER, sendcount * (size_t)c->world, dt, -1);
+    if (c->backend == COMM_NCCL) return rec_req(comm_nccl_op(c, 'g', s, r, sendcount, dt, COMM_SUM, 0, stream, "all-gather"), pos);
+    return rec_req(mpi_allgather(c, s, r, sendcount, dt, 0), pos);
 }
 void comm_allgather(comm_t* c, const void* s, void* r, size_t sendcount, comm_dtype_t dt,
                     cudaStream_t stream) {
     check_bufs(c, s, r, sendcount, "all-gather");
-    finish_blocking(c, c->backend == COMM_NCCL
-                           ? comm_nccl_op(c, 'g', s, r, sendcount, dt, COMM_SUM, 0, stream, "all-gather")
-                           : mpi_allgather(c, s, r, sendcount, dt, 1));
+    const int64_t pos = REC(c, COMM_REC_ALLGATHER, sendcount * (size_t)c->world, dt, -1);
+    finish_blocking(c, rec_req(c->backend == COMM_NCCL
+                                   ? comm_nccl_op(c, 'g', s, r, sendcount, dt, COMM_SUM, 0, stream, "all-gather")
+                                   : mpi_allgather(c, s, r, sendcount, dt, 1), pos));
 }
 
 // Point to point. The tag is fixed: messages between one pair arrive in the order sent
@@ -562,8 +759,9 @@ void comm_allgather(comm_t* c, const void* s, void* r, size_t sendcount, comm_dt
 comm_req_t* comm_isend(comm_t* c, const void* buf, size_t count, comm_dtype_t dt, int peer,
                        cudaStream_t stream) {
     check_peer(c, peer, "send");
-    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 's', buf, NULL, count, dt, COMM_SUM, peer, stream, "send");
-    comm_req_t* q = comm_req_new("send");
+    const int64_t pos = REC(c, COMM_REC_SEND, count, dt, peer);
+    if (c->backend == COMM_NCCL) return rec_req(comm_nccl_op(c, 's', buf, NULL, count, dt, COMM_SUM, peer, stream, "send"), pos);
+    comm_req_t* q = rec_req(comm_req_new("send"), pos);
     MPI_CHECK(MPI_Isend(buf, mpi_count(count, q->what), mpi_type(dt), peer, P2P_TAG, c->impl->world, &q->mpi[0]));
     q->n_mpi = 1;
     return q;
@@ -572,8 +770,9 @@ comm_req_t* comm_isend(comm_t* c, const void* buf, size_t count, comm_dtype_t dt
 comm_req_t* comm_irecv(comm_t* c, void* buf, size_t count, comm_dtype_t dt, int peer,
                        cudaStream_t stream) {
     check_peer(c, peer, "receive");
-    if (c->backend == COMM_NCCL) return comm_nccl_op(c, 'v', NULL, buf, count, dt, COMM_SUM, peer, stream, "receive");
-    comm_req_t* q = comm_req_new("receive");
+    const int64_t pos = REC(c, COMM_REC_RECV, count, dt, peer);
+    if (c->backend == COMM_NCCL) return rec_req(comm_nccl_op(c, 'v', NULL, buf, count, dt, COMM_SUM, peer, stream, "receive"), pos);
+    comm_req_t* q = rec_req(comm_req_new("receive"), pos);
     MPI_CHECK(MPI_Irecv(buf, mpi_count(count, q->what), mpi_type(dt), peer, P2P_TAG, c->impl->world, &q->mpi[0]));
     q->n_mpi = 1;
     return q;
@@ -608,23 +807,30 @@ void comm_recv(comm_t* c, void* buf, size_t count, comm_dtype_t dt, int peer,
 
 // ------------------------------------------------------------------ host-side helpers
 void comm_barrier(comm_t* c) {
-    comm_req_t* q = comm_req_new("barrier");
+    comm_req_t* q = rec_req(comm_req_new("barrier"), comm_rec_start(c, COMM_REC_BARRIER, 0, -1));
     MPI_CHECK(MPI_Ibarrier(c->impl->world, &q->mpi[0]));
     q->n_mpi = 1;
     mpi_wait(c, q);
+    comm_rec_end(c, q->rec_pos);
     comm_req_free(q);
 }
 
 void comm_host_allreduce_f64(comm_t* c, double* v, int n, comm_op_t op) {
+    const int64_t pos = comm_rec_start(c, COMM_REC_HOST_ALLREDUCE, (size_t)n * sizeof(double), -1);
     BLOCKING_MPI("a host all-reduce", MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, mpi_op(op), c->impl->world));
+    comm_rec_end(c, pos);
     if (op == COMM_AVG) comm_scale(v, (size_t)n, COMM_F64, 1.0 / c->world);
 }
 
 void comm_host_allreduce_i64(comm_t* c, long long* v, int n, comm_op_t op) {
     if (op == COMM_AVG) DIE("comm: average of integers");
+    const int64_t pos = comm_rec_start(c, COMM_REC_HOST_ALLREDUCE, (size_t)n * sizeof(long long), -1);
     BLOCKING_MPI("a host all-reduce", MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_LONG_LONG, mpi_op(op), c->impl->world));
+    comm_rec_end(c, pos);
 }
 
 void comm_host_bcast(comm_t* c, void* buf, size_t bytes, int root) {
+    const int64_t pos = comm_rec_start(c, COMM_REC_HOST_BCAST, bytes, -1);
     BLOCKING_MPI("a host broadcast", MPI_Bcast(buf, mpi_count(bytes, "a host broadcast"), MPI_BYTE, root, c->impl->world));
+    comm_rec_end(c, pos);
 }

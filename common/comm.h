@@ -15,12 +15,29 @@
 // (work later on the same stream is ordered after it without any wait).
 //
 // Failure in bounded time: every wait polls against a deadline (comm->timeout_s; --comm-timeout
-// flag, COMM_TIMEOUT environment variable, default 60 s). NCCL waits poll cudaEventQuery and
-// ncclCommGetAsyncError; past the deadline the rank prints ONE line naming itself and the
-// operation, calls ncclCommAbort and exits non-zero; a watchdog thread _exit()s if the abort
-// itself hangs (NCCL issues #829, #1777). Blocking MPI collectives run under the same watchdog.
-// MPI errors return (MPI_ERRORS_RETURN) and are reported; when any rank exits, mpirun ends the
-// others, so a dead peer ends the whole job non-zero.
+// flag, COMM_TIMEOUT environment variable, default 60 s); blocking MPI collectives run under a
+// watchdog thread with the same deadline. MPI errors return (MPI_ERRORS_RETURN) and are
+// reported; when any rank exits, mpirun ends the others, so a dead peer ends the job non-zero.
+//
+// Deadlines (comm.c comm_deadline, common/comm_rec.h):
+// - No host wait outside the deadline, NCCL included: the NCCL communicator is NON-BLOCKING
+//   (ncclConfig_t.blocking = 0), so initialisation, every group end (where NCCL connects two
+//   peers on their first contact) and every launch return ncclInProgress at once; the backend
+//   polls ncclCommGetAsyncError (and cudaEventQuery for completion) under the deadline. Past
+//   it: ncclCommAbort, MPI_Abort, exit COMM_EXIT_TIMEOUT; a watchdog _exit()s if the abort
+//   itself hangs (NCCL issues #829, #1777).
+// - A flight recorder: each rank keeps its last COMM_REC_LEN operations (number, op, bytes,
+//   peer, start, done) in a ring; the rings of a node live in one MPI shared-memory window, so
+//   a stopped or hung rank's ring can be read without its help. Collectives are numbered in
+//   the order every rank calls them, sends and receives per pair and direction.
+// - One line per job (per node across nodes), from the lowest rank that waited, e.g.
+//     comm: deadline 5 s passed in all-reduce #3 (4.0 MiB) on rank 0: rank 1 never entered it
+//     (last: send #2 to rank 0, done 5.2 s ago)
+//   Each rank whose deadline passes marks itself expired; after a grace (a quarter of the
+//   deadline, 0.2-1 s) the lowest expired rank takes the node's claim with a compare-and-swap
+//   and alone prints; the others end silently. A rank that was stopped (SIGSTOP) and is
+//   continued by mpirun's teardown finds the claim taken; besides, time a rank spends stopped
+//   does not count against its own deadline (a poll more than COMM_CLOCK_GAP_S late moves it).
 //
 // MPI backend, all ranks on one node: the blocking fp32/fp64 all-reduce goes through a shared-
 // memory window (common/comm_shm.c; bitwise identical on every rank, reduced in rank order).
@@ -78,8 +95,11 @@ device_t comm_device_kind(const comm_t* c);  // DEV_CPU or DEV_CUDA
 // The communicator's own stream (NCCL; NULL for MPI).
 cudaStream_t comm_stream(const comm_t* c);
 // The ncclComm_t underneath (NCCL backend), for calling NCCL directly (the benchmark's
-// "nccl-direct" row); NULL for MPI.
+// "nccl-direct" row); NULL for MPI. The communicator is non-blocking: pass the result of
+// every NCCL call made on it to comm_nccl_settle, which waits (under the deadline) until NCCL
+// has finished launching it, and dies on an error.
 void* comm_nccl_handle(const comm_t* c);
+void comm_nccl_settle(comm_t* c, int nccl_result, const char* what);
 
 // ---- collectives (sendbuf == recvbuf: in place) ------------------------------------------
 // all-reduce: recvbuf[i] = op over ranks of sendbuf[i], i < count. AVG is SUM then × 1/world.

@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include "common/comm.h"
+#include "common/comm_rec.h"
 
 #if HAVE_NCCL
 #include <nccl.h>
@@ -23,6 +24,16 @@ struct comm_impl {
 #if HAVE_NCCL
     ncclComm_t nccl;
 #endif
+    // The flight recorder (comm_rec.h; comm.c "Deadlines"): this rank's ring, the rings of
+    // its node (rec_rings[local rank], in a shared-memory window when rec_shared), the node's
+    // speaker claim (0: nobody has spoken), the newest position, and the first position of
+    // the open group (NCCL).
+    comm_rec_ring_t* rec;
+    comm_rec_ring_t** rec_rings;
+    int rec_n, rec_shared;
+    int64_t* rec_claim;
+    MPI_Win rec_win;
+    int64_t rec_last, group_first;
 };
 
 // A pending operation. MPI: up to two MPI requests plus what to do once they complete
@@ -49,6 +60,7 @@ struct comm_req {
     size_t ar_base, ar_rem;     // elements per rank's block, and the remainder after n blocks
     comm_dtype_t ar_dt;
     int ar_move;                // in place: move this rank's block from the front into place
+    int64_t rec_pos;            // the flight recorder's entry (0: none)
 };
 
 // comm.c
@@ -56,6 +68,22 @@ comm_req_t* comm_req_new(const char* what);
 void comm_req_free(comm_req_t* r);
 void comm_scale(void* buf, size_t count, comm_dtype_t dt, double factor);  // host buffers
 double comm_now_s(void);
+
+// The flight recorder (comm.c): records the start of an operation (the newest position is
+// also impl->rec_last) and its end; comm_rec_tick marks a sign of life (a poll of a wait).
+int64_t comm_rec_start(comm_t* c, comm_rec_op_t op, size_t bytes, int peer);
+void comm_rec_end(comm_t* c, int64_t pos);
+void comm_rec_tick(comm_t* c);
+// A wait of operation `pos` (0: the oldest unfinished one) passed the deadline: the node's
+// speaker prints the recorder's one line, every rank ends with COMM_EXIT_TIMEOUT.
+__attribute__((noreturn)) void comm_deadline(comm_t* c, int64_t pos);
+// A poll's clock: the time a rank spends stopped (SIGSTOP, a suspended container) does not
+// count against its own deadline. Start with comm_clock_start; comm_clock_elapsed returns
+// the seconds waited so far with gaps of over COMM_CLOCK_GAP_S between polls left out.
+#define COMM_CLOCK_GAP_S 1.0
+typedef struct { double t0, last; } comm_clock_t;
+void comm_clock_start(comm_clock_t* k);
+double comm_clock_elapsed(comm_clock_t* k);
 
 // comm_shm.c: the MPI backend's all-reduce through an MPI-3 shared-memory window, for jobs
 // whose ranks share one node. comm_shm_allreduce returns 1 when it did the all-reduce (AVG
@@ -80,6 +108,6 @@ comm_req_t* comm_nccl_op(comm_t* c, char kind, const void* sendbuf, void* recvbu
                          cudaStream_t stream, const char* what);
 void comm_nccl_group_start(comm_t* c);
 void comm_nccl_group_end(comm_t* c);
-// Polls until `event` has completed; past the deadline, or on an asynchronous NCCL error,
-// ends the job through comm_fatal.
-void comm_nccl_wait_event(comm_t* c, cudaEvent_t event, const char* what);
+// Polls until `event` has completed; past the deadline (comm_deadline: operation `pos`), or
+// on an asynchronous NCCL error (comm_fatal), ends the job.
+void comm_nccl_wait_event(comm_t* c, cudaEvent_t event, const char* what, int64_t pos);

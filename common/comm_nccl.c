@@ -1,5 +1,13 @@
 // The NCCL backend of the communicator (comm.h): one GPU per rank, bootstrapped over MPI.
 // Without NCCL in the build every entry point says so (the MPI backend still works).
+//
+// No host-side wait outside the deadline: the communicator is created NON-BLOCKING
+// (ncclConfig_t.blocking = 0). Then no NCCL call blocks the host: initialisation, the first
+// contact between two peers (NCCL connects them lazily, inside the first group or collective
+// that needs them), finalisation — each returns ncclInProgress at once and goes on in NCCL's
+// own threads. `settle` polls ncclCommGetAsyncError until the communicator is ready again
+// (NCCL requires it before the next call on it, and before the stream holds the operation),
+// against the deadline; past it, comm_deadline prints the recorder's line and aborts NCCL.
 #include "common/comm.h"
 
 #include <sched.h>
@@ -49,6 +57,31 @@ static void setup_error(comm_t* c, const char* msg) {
     exit(EXIT_BAD_INPUT);
 }
 
+// Waits until the communicator has finished what the last call started (`r`, that call's
+// result: ncclInProgress while it goes on in the background), polling against the deadline.
+static void settle(comm_t* c, ncclResult_t r, int64_t pos, const char* what) {
+    if (r == ncclSuccess) return;
+    if (r != ncclInProgress)
+        die_hint_at(__FILE__, __LINE__, "set NCCL_DEBUG=INFO for NCCL's own log", "%s failed: %s (%d)", what,
+                    ncclGetErrorString(r), (int)r);
+    comm_clock_t k;
+    comm_clock_start(&k);
+    for (long spins = 0;; spins++) {
+        ncclResult_t state = ncclInProgress;
+        NCCL_CHECK(ncclCommGetAsyncError(c->impl->nccl, &state));
+        if (state == ncclSuccess) return;
+        if (state != ncclInProgress)
+            comm_fatal(c, 1, "%s failed: NCCL reported %s", what, ncclGetErrorString(state));
+        if (comm_clock_elapsed(&k) > c->timeout_s) comm_deadline(c, pos);
+        comm_rec_tick(c);
+        if (spins > 1000) sched_yield();
+    }
+}
+
+void comm_nccl_settle(comm_t* c, int nccl_result, const char* what) {
+    settle(c, (ncclResult_t)nccl_result, c->impl->rec_last, what);
+}
+
 void comm_nccl_init(comm_t* c) {
     comm_impl_t* im = c->impl;
     char msg[256];
@@ -72,20 +105,23 @@ void comm_nccl_init(comm_t* c) {
     if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     comm_host_bcast(c, &id, sizeof id, 0);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 1;
-    comm_watchdog_arm(c, "NCCL initialisation", c->timeout_s);
-    NCCL_CHECK(ncclCommInitRankConfig(&im->nccl, c->world, id, c->rank, &cfg));
-    comm_watchdog_disarm(c);
+    cfg.blocking = 0;  // every call returns at once; settle() waits under the deadline
+    const int64_t pos = comm_rec_start(c, COMM_REC_INIT, 0, -1);
+    settle(c, ncclCommInitRankConfig(&im->nccl, c->world, id, c->rank, &cfg), pos, "NCCL initialisation");
+    comm_rec_end(c, pos);
     CUDA_CHECK(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
 }
 
 void comm_nccl_destroy(comm_t* c) {
     comm_impl_t* im = c->impl;
     comm_stream_sync(c, im->stream, "the last operations before shutdown");
-    comm_watchdog_arm(c, "NCCL shutdown", c->timeout_s);
-    NCCL_CHECK(ncclCommFinalize(im->nccl));
-    NCCL_CHECK(ncclCommDestroy(im->nccl));
-    comm_watchdog_disarm(c);
+    const int64_t pos = comm_rec_start(c, COMM_REC_SHUTDOWN, 0, -1);
+    settle(c, ncclCommFinalize(im->nccl), pos, "NCCL shutdown");  // quiescent: destroy cannot block
+    comm_rec_end(c, pos);
+    // Finalised: destroy only frees local resources (ncclInProgress, if returned, cannot be
+    // polled on a freed communicator and means nothing more).
+    const ncclResult_t d = ncclCommDestroy(im->nccl);
+    if (d != ncclSuccess && d != ncclInProgress) NCCL_CHECK(d);
     CUDA_CHECK(cudaStreamDestroy(im->stream));
 }
 
@@ -106,18 +142,24 @@ comm_req_t* comm_nccl_op(comm_t* c, char kind, const void* s, void* r, size_t co
     comm_impl_t* im = c->impl;
     cudaStream_t st = stream ? stream : im->stream;
     ncclDataType_t t = nccl_type(dt);
+    ncclResult_t res = ncclSuccess;
     switch (kind) {
-    case 'a': NCCL_CHECK(ncclAllReduce(s, r, count, t, nccl_op(op), im->nccl, st)); break;
+    case 'a': res = ncclAllReduce(s, r, count, t, nccl_op(op), im->nccl, st); break;
     case 'b':
         if (arg < 0 || arg >= c->world) comm_fatal(c, 1, "broadcast from rank %d of %d", arg, c->world);
-        NCCL_CHECK(ncclBroadcast(s ? s : r, r, count, t, arg, im->nccl, st));
+        res = ncclBroadcast(s ? s : r, r, count, t, arg, im->nccl, st);
         break;
-    case 'r': NCCL_CHECK(ncclReduceScatter(s, r, count, t, nccl_op(op), im->nccl, st)); break;
-    case 'g': NCCL_CHECK(ncclAllGather(s, r, count, t, im->nccl, st)); break;
-    case 's': NCCL_CHECK(ncclSend(s, count, t, arg, im->nccl, st)); break;
-    case 'v': NCCL_CHECK(ncclRecv(r, count, t, arg, im->nccl, st)); break;
+    case 'r': res = ncclReduceScatter(s, r, count, t, nccl_op(op), im->nccl, st); break;
+    case 'g': res = ncclAllGather(s, r, count, t, im->nccl, st); break;
+    case 's': res = ncclSend(s, count, t, arg, im->nccl, st); break;
+    case 'v': res = ncclRecv(r, count, t, arg, im->nccl, st); break;
     default: DIE("comm: unknown operation '%c'", kind);
     }
+    // Inside a group NCCL only queues the call (ncclGroupEnd launches and settles it); alone,
+    // the call may still be connecting peers or launching when it returns ncclInProgress.
+    if (im->in_group && res == ncclInProgress) res = ncclSuccess;
+    if (im->in_group && res != ncclSuccess) settle(c, res, im->rec_last, what);  // an error: dies
+    if (!im->in_group) settle(c, res, im->rec_last, what);
     comm_req_t* q = comm_req_new(what);
     CUDA_CHECK(cudaEventCreateWithFlags(&q->event, cudaEventDisableTiming));
     q->has_event = 1;
@@ -134,13 +176,16 @@ comm_req_t* comm_nccl_op(comm_t* c, char kind, const void* s, void* r, size_t co
 
 void comm_nccl_group_start(comm_t* c) {
     NCCL_CHECK(ncclGroupStart());
-    c->impl->in_group++;
+    if (c->impl->in_group++ == 0) c->impl->group_first = 0;
 }
 
 void comm_nccl_group_end(comm_t* c) {
     comm_impl_t* im = c->impl;
     if (im->in_group <= 0) DIE("comm_group_end without comm_group_start");
-    NCCL_CHECK(ncclGroupEnd());
+    // The outermost end launches the group: on first contact between two peers it connects
+    // them first, which may take until the peer arrives. The deadline names the group's
+    // first operation (the recorder tells which peer never entered its side).
+    settle(c, ncclGroupEnd(), im->group_first ? im->group_first : im->rec_last, "a group of NCCL operations");
     if (--im->in_group == 0) {
         for (comm_req_t* q = im->group_reqs; q; q = q->next_in_group)
             CUDA_CHECK(cudaEventRecord(q->event, q->stream));
@@ -148,8 +193,9 @@ void comm_nccl_group_end(comm_t* c) {
     }
 }
 
-void comm_nccl_wait_event(comm_t* c, cudaEvent_t ev, const char* what) {
-    const double t0 = comm_now_s();
+void comm_nccl_wait_event(comm_t* c, cudaEvent_t ev, const char* what, int64_t pos) {
+    comm_clock_t k;
+    comm_clock_start(&k);
     for (long spins = 0;; spins++) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return;
@@ -158,21 +204,20 @@ void comm_nccl_wait_event(comm_t* c, cudaEvent_t ev, const char* what) {
         NCCL_CHECK(ncclCommGetAsyncError(c->impl->nccl, &async));
         if (async != ncclSuccess && async != ncclInProgress)
             comm_fatal(c, 1, "%s failed: NCCL reported %s", what, ncclGetErrorString(async));
-        if (comm_now_s() - t0 > c->timeout_s)
-            comm_fatal(c, COMM_EXIT_TIMEOUT,
-                       "%s did not finish within %.0f s (--comm-timeout, COMM_TIMEOUT): aborting NCCL",
-                       what, c->timeout_s);
+        if (comm_clock_elapsed(&k) > c->timeout_s) comm_deadline(c, pos);
+        comm_rec_tick(c);
         if (spins > 1000) sched_yield();  // spin first: small operations finish in microseconds
     }
 }
 
 #else  // no NCCL in this build
 
-static void no_nccl(void) { fail("this build has no NCCL (nccl.h was not found): use --backend mpi"); }
+__attribute__((noreturn)) static void no_nccl(void) { fail("this build has no NCCL (nccl.h was not found): use --backend mpi"); }
 void comm_nccl_init(comm_t* c) { (void)c; no_nccl(); }
 void comm_nccl_destroy(comm_t* c) { (void)c; }
-void* comm_nccl_handle(const comm_t* c) {
-    return c->backend == COMM_NCCL ? (void*)c->impl->nccl : NULL;
+void comm_nccl_settle(comm_t* c, int nccl_result, const char* what) {
+    (void)c; (void)nccl_result; (void)what;
+    no_nccl();
 }
 
 void comm_nccl_abort(comm_t* c) { (void)c; }
@@ -186,8 +231,8 @@ comm_req_t* comm_nccl_op(comm_t* c, char kind, const void* s, void* r, size_t co
 }
 void comm_nccl_group_start(comm_t* c) { (void)c; no_nccl(); }
 void comm_nccl_group_end(comm_t* c) { (void)c; no_nccl(); }
-void comm_nccl_wait_event(comm_t* c, cudaEvent_t ev, const char* what) {
-    (void)c; (void)ev; (void)what;
+void comm_nccl_wait_event(comm_t* c, cudaEvent_t ev, const char* what, int64_t pos) {
+    (void)c; (void)ev; (void)what; (void)pos;
     no_nccl();
 }
 #endif
