@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer (memcheck and racecheck) over every stage's kernels, each on a small ragged
+# compute-sanitizer (memcheck, racecheck and synccheck) over every stage's kernels, each on a small ragged
 # case through its command-line program (whole test binaries under the sanitizer take too long
 # for a lease). Prints one line per run; exit status 1 if any run reported an error.
 #   BUILD=build scripts/gpu_sanitize.sh
@@ -36,7 +36,7 @@ cases=(
   "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 200 --Nk 333 --d 64 --dtype bf16 --version 21 --impl atomic --check --out ''"
 )
 for c in "${cases[@]}"; do
-  for tool in memcheck racecheck; do eval run $tool "$c"; done
+  for tool in memcheck racecheck synccheck; do eval run $tool "$c"; done
 done
 # the model: memcheck only (racecheck adds nothing for cuBLAS-heavy code and is slow)
 for p in fp32 bf16; do
