@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
                    const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                    const __grid_constant__ CUtensorMap tdq, const __grid_constant__ CUtensorMap tl,
                    const __grid_constant__ CUtensorMap td) {
+    // STUDENT-BEGIN(04.tma_kernel): the FA3-layout single pass (sm_90a, d 64): warpgroup 0 the producer (setmaxnreg 40; thread 0 loads K_j, V_j once, then Q_i, dO_i, and L_i, D_i with LDT, into a 3-stage mbarrier ring by TMA), warpgroups 1 and 2 the consumers (setmaxnreg 232; 64 keys each): G1 S^T, dP^T; G2 the previous tile's dQ from dS^T and a no-swizzle copy of K_j; P^T, dS^T in registers, dS^T to shared memory behind one named barrier; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ staged and added into the accumulator by TMA reduce-add | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_fa3 bwd_cuda/shapes_bf16_fa3 bwd_cuda/strided_bf16_fa3 bwd_cuda/sanitize_bf16_fa3
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef TmaCfg C;
     extern __shared__ unsigned char smem_tma[];
@@ -368,8 +369,9 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
             }
         }
 #else
-    __trap();  // built without sm_90a: flash_bwd_plan never picks version 21 there
+    __trap();  // built without sm_90a: the dispatch never picks the fa3 row there
 #endif
+    // STUDENT-END(04.tma_kernel)
 }
 
 }  // namespace
@@ -377,6 +379,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
 // Version 21 (flash_bwd_plan chose it: bf16, d 64, 16-byte rows, an sm_90a build, views a tensor
 // map describes): the kernel, then the cast of p.dq_accum (zeroed by the caller) into dq.
 void bwd_launch_tma(const BwdParams& p, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_tma): check d 64 and the kernel's entry register count (the setmaxnreg split needs it), describe Q, dO, K, V and the dQ accumulator (and L, D where Nq is a multiple of 4) by tensor maps (common/tma.h), launch bwd_tma_kernel<LDT> on grid (B·H, key tiles of 128) with TmaCfg::SMEM, then the cast of the accumulator into dq | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_fa3 bwd_cuda/shapes_bf16_fa3 bwd_cuda/strided_bf16_fa3 bwd_cuda/sanitize_bf16_fa3 | uses: bwd_tma_kernel<true> bwd_tma_kernel<false>
     typedef TmaCfg C;
     if (p.d != 64) DIE("bwd_launch_tma: head dim %d (version 21 is built for d = 64)", p.d);
     // The register split (setmaxnreg) assumes the entry count __launch_bounds__ gives (as the fa3
@@ -418,5 +421,6 @@ void bwd_launch_tma(const BwdParams& p, cudaStream_t s) {
     else bwd_tma_kernel<false><<<grid, C::THREADS, C::SMEM, s>>>(p, tq, tdo, tk, tv, tdq, tl, td);
     CUDA_CHECK_LAST();
 
-    bwd_launch_dq_convert16(p, s);  // flash_bwd_fa2.cu's 16-byte cast of the accumulator into dq
+    bwd_launch_dq_cast(p, DT_BF16, s);  // the 16-byte cast of the accumulator into dq (flash_bwd_dq_cast.cu)
+    // STUDENT-END(04.launch_tma)
 }
