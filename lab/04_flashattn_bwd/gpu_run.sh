@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Kept as it was run while the rungs lived in 04_flashattn_bwd/: their --version flags are now
+# build/lab/04_flashattn_bwd/bench_rungs's, and test_04's version tests test_lab04's rungs/* tests.)
 # The device runs of stage 04 (made through the `run` tool, kind nvidia-h100-x1):
 #   04_flashattn_bwd/gpu_run.sh check   build, tests, compute-sanitizer, leaderboard point vs SDPA
 #   04_flashattn_bwd/gpu_run.sh fa2     build, every test, compute-sanitizer on versions 6-8,
