@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     };
     cli_parse(argc, argv, "Stage 04 benchmarks: flash backward sweep and the leaderboard point.", opts,
               CLI_COUNT(opts));
-    // Every flag is checked before the GPU is asked for (issue 17): a typo is named as such on
+    // Every flag is checked before the GPU is asked for: a typo is named as such on
     // any machine, not hidden behind "needs a CUDA GPU".
     if (g_reps < 1 || g_warmup < 1 || lb_reps < 3) fail("--reps and --warmup must be >= 1, --lb-reps >= 3");
     if (B < 1 || H < 1) fail("--B and --H must be >= 1 (got %d, %d)", B, H);

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
               "Attention forward + backward (FlashAttention-2) on random or .npy inputs; writes dQ, dK, dV.", opts,
               CLI_COUNT(opts));
 
-    // Every flag first (issue 17), then the GPU, the output place, the inputs.
+    // Every flag first, then the GPU, the output place, the inputs.
     const int from_files = pq[0] || pk[0] || pv[0] || pdo[0];
     if (from_files && !(pq[0] && pk[0] && pv[0] && pdo[0]))
         fail("--q, --k, --v and --dO go together (got only some of them)");

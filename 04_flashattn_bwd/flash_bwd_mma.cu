@@ -152,13 +152,11 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_mma_kernel(BwdParams p) {
         const int buf = (i - i_start) & 1, q0 = i * BQ;
         cp_async_wait<0>();  // tile i, issued one step ago
         __syncthreads();  // (A) tile i (and L_i, D_i) visible to every warp, and dS^T of tile i-1
-        {
-            // One barrier per step: buffer buf^1 (tile i-1) was last read before (A), so tile
-            // i+1 goes there now; then tile i-1's dQ share, whose dS^T every warp wrote before (A).
-            if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
-            cp_async_commit();
-            if (i > i_start) dq_step(dSs + (buf ^ 1) * kBK * LDS, q0 - BQ);
-        }
+        // One barrier per step: buffer buf^1 (tile i-1) was last read before (A), so tile
+        // i+1 goes there now; then tile i-1's dQ share, whose dS^T every warp wrote before (A).
+        if (i + 1 < Tq) load_q_tile(i + 1, buf ^ 1);
+        cp_async_commit();
+        if (i > i_start) dq_step(dSs + (buf ^ 1) * kBK * LDS, q0 - BQ);
         const bf16* Qb = Qs + buf * BQ * LD;
         const bf16* dOb = dOs + buf * BQ * LD;
         const float* Lb = Ls + buf * BQ;
@@ -173,73 +171,71 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_mma_kernel(BwdParams p) {
         }
 
         const bool need_mask = (p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk);
-        {
-            // S^T = K_j Q_i^T and dP^T = V_j dO_i^T: (16 keys of this warp) x BQ queries.
-            float S[NT_Q][4], dP[NT_Q][4];
+        // S^T = K_j Q_i^T and dP^T = V_j dO_i^T: (16 keys of this warp) x BQ queries.
+        float S[NT_Q][4], dP[NT_Q][4];
 #pragma unroll
-            for (int n = 0; n < NT_Q; n++)
+        for (int n = 0; n < NT_Q; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) S[n][e] = dP[n][e] = 0.0f;
+            for (int e = 0; e < 4; e++) S[n][e] = dP[n][e] = 0.0f;
 #pragma unroll
-            for (int kc = 0; kc < KC_D; kc++) {
-                uint32_t ak[4], av[4];
+        for (int kc = 0; kc < KC_D; kc++) {
+            uint32_t ak[4], av[4];
 #pragma unroll
-                for (int x = 0; x < 4; x++) ak[x] = kf[kc][x], av[x] = vf[kc][x];
+            for (int x = 0; x < 4; x++) ak[x] = kf[kc][x], av[x] = vf[kc][x];
 #pragma unroll
-                for (int np = 0; np < BQ / 16; np++) {
-                    const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-                    const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
-                    uint32_t bq[4], bo[4];
-                    ldmatrix_x4(bq, Qb + n * LD + kk);
-                    ldmatrix_x4(bo, dOb + n * LD + kk);
-                    mma_m16n8k16_bf16(S[2 * np], ak, bq[0], bq[1]);
-                    mma_m16n8k16_bf16(S[2 * np + 1], ak, bq[2], bq[3]);
-                    mma_m16n8k16_bf16(dP[2 * np], av, bo[0], bo[1]);
-                    mma_m16n8k16_bf16(dP[2 * np + 1], av, bo[2], bo[3]);
-                }
+            for (int np = 0; np < BQ / 16; np++) {
+                const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+                const int kk = kc * 16 + ((lane >> 3) & 1) * 8;
+                uint32_t bq[4], bo[4];
+                ldmatrix_x4(bq, Qb + n * LD + kk);
+                ldmatrix_x4(bo, dOb + n * LD + kk);
+                mma_m16n8k16_bf16(S[2 * np], ak, bq[0], bq[1]);
+                mma_m16n8k16_bf16(S[2 * np + 1], ak, bq[2], bq[3]);
+                mma_m16n8k16_bf16(dP[2 * np], av, bo[0], bo[1]);
+                mma_m16n8k16_bf16(dP[2 * np + 1], av, bo[2], bo[3]);
             }
-            // P^T = 2^(S^T scale log2e - L log2e); masks only where this warp's 16 keys meet the
-            // diagonal or the ragged end. dS^T = P^T o (dP^T - D).
+        }
+        // P^T = 2^(S^T scale log2e - L log2e); masks only where this warp's 16 keys meet the
+        // diagonal or the ragged end. dS^T = P^T o (dP^T - D).
 #pragma unroll
-            for (int n = 0; n < NT_Q; n++)
+        for (int n = 0; n < NT_Q; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
-                    float pr = ex2_approx(fmaf(S[n][e], sl2, -Lb[ql]));
-                    if (need_mask) {
-                        const int kg = k0 + kl, qg = q0 + ql;
-                        if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
-                    }
-                    S[n][e] = pr;
-                    dP[n][e] = pr * (dP[n][e] - Db[ql]);
+            for (int e = 0; e < 4; e++) {
+                const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
+                float pr = ex2_approx(fmaf(S[n][e], sl2, -Lb[ql]));
+                if (need_mask) {
+                    const int kg = k0 + kl, qg = q0 + ql;
+                    if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
                 }
-            // dS^T to shared memory first, so that the barrier below is reached early.
+                S[n][e] = pr;
+                dP[n][e] = pr * (dP[n][e] - Db[ql]);
+            }
+        // dS^T to shared memory first, so that the barrier below is reached early.
 #pragma unroll
-            for (int n = 0; n < NT_Q; n++)
+        for (int n = 0; n < NT_Q; n++)
 #pragma unroll
-                for (int h = 0; h < 2; h++)
-                    *(uint32_t*)(dSb + (kw + g + 8 * h) * LDS + n * 8 + 2 * t) = pack_bf16(dP[n][2 * h], dP[n][2 * h + 1]);
-            // dV_j += P^T dO_i and dK_j += dS^T Q_i (C fragments of two 8-query tiles = one A fragment).
+            for (int h = 0; h < 2; h++)
+                *(uint32_t*)(dSb + (kw + g + 8 * h) * LDS + n * 8 + 2 * t) = pack_bf16(dP[n][2 * h], dP[n][2 * h + 1]);
+        // dV_j += P^T dO_i and dK_j += dS^T Q_i (C fragments of two 8-query tiles = one A fragment).
 #pragma unroll
-            for (int kq = 0; kq < KC_Q; kq++) {
-                const uint32_t ap[4] = {pack_bf16(S[2 * kq][0], S[2 * kq][1]), pack_bf16(S[2 * kq][2], S[2 * kq][3]),
-                                        pack_bf16(S[2 * kq + 1][0], S[2 * kq + 1][1]),
-                                        pack_bf16(S[2 * kq + 1][2], S[2 * kq + 1][3])};
-                const uint32_t as[4] = {pack_bf16(dP[2 * kq][0], dP[2 * kq][1]), pack_bf16(dP[2 * kq][2], dP[2 * kq][3]),
-                                        pack_bf16(dP[2 * kq + 1][0], dP[2 * kq + 1][1]),
-                                        pack_bf16(dP[2 * kq + 1][2], dP[2 * kq + 1][3])};
+        for (int kq = 0; kq < KC_Q; kq++) {
+            const uint32_t ap[4] = {pack_bf16(S[2 * kq][0], S[2 * kq][1]), pack_bf16(S[2 * kq][2], S[2 * kq][3]),
+                                    pack_bf16(S[2 * kq + 1][0], S[2 * kq + 1][1]),
+                                    pack_bf16(S[2 * kq + 1][2], S[2 * kq + 1][3])};
+            const uint32_t as[4] = {pack_bf16(dP[2 * kq][0], dP[2 * kq][1]), pack_bf16(dP[2 * kq][2], dP[2 * kq][3]),
+                                    pack_bf16(dP[2 * kq + 1][0], dP[2 * kq + 1][1]),
+                                    pack_bf16(dP[2 * kq + 1][2], dP[2 * kq + 1][3])};
 #pragma unroll
-                for (int dn = 0; dn < D / 16; dn++) {
-                    const int kr = kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                    const int nc = dn * 16 + (lane >> 4) * 8;
-                    uint32_t bo[4], bq[4];
-                    ldmatrix_x4_trans(bo, dOb + kr * LD + nc);
-                    ldmatrix_x4_trans(bq, Qb + kr * LD + nc);
-                    mma_m16n8k16_bf16(dV[2 * dn], ap, bo[0], bo[1]);
-                    mma_m16n8k16_bf16(dV[2 * dn + 1], ap, bo[2], bo[3]);
-                    mma_m16n8k16_bf16(dK[2 * dn], as, bq[0], bq[1]);
-                    mma_m16n8k16_bf16(dK[2 * dn + 1], as, bq[2], bq[3]);
-                }
+            for (int dn = 0; dn < D / 16; dn++) {
+                const int kr = kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int nc = dn * 16 + (lane >> 4) * 8;
+                uint32_t bo[4], bq[4];
+                ldmatrix_x4_trans(bo, dOb + kr * LD + nc);
+                ldmatrix_x4_trans(bq, Qb + kr * LD + nc);
+                mma_m16n8k16_bf16(dV[2 * dn], ap, bo[0], bo[1]);
+                mma_m16n8k16_bf16(dV[2 * dn + 1], ap, bo[2], bo[3]);
+                mma_m16n8k16_bf16(dK[2 * dn], as, bq[0], bq[1]);
+                mma_m16n8k16_bf16(dK[2 * dn + 1], as, bq[2], bq[3]);
             }
         }
     }

@@ -1,16 +1,15 @@
-// Versions 16-19: the single-pass backward (version 10's schedule) on Hopper's warpgroup MMA
-// (wgmma, sm_90a); bf16, d = 64. 19 is what the default (version 20) runs at d 64 (flash_bwd.h);
-// 16-18 are kept experiments. Version 20: 19's kernel for d = 128 (the same template, D = 128;
-// below), the default: 7.98 ms at N 16384, 16 heads, causal, against version 1's 15.69 (H100).
+// Row wgmma of the dispatch table: the single-pass backward on Hopper's warpgroup MMA (wgmma,
+// sm_90a); bf16, d = 64 and d = 128. It runs at d 128, and at d 64 where a tensor map cannot
+// describe a view (the fa3 row, flash_bwd_tma.cu, takes the rest of d 64).
 //
-// Why: versions 6-15 issue mma.sync, whose B operands every warp reads again from shared memory
-// with ldmatrix (NOTES.md: ~59% of the shared-memory budget, the L1 pipe 71% busy in ncu) and
-// whose results wait on registers, with 2 warps per scheduler to hide it. wgmma reads its shared
-// operands itself, once per warpgroup (4 warps, a 64-row tile), and runs asynchronously: the
-// warps compute P and dS while the tensor cores work on the previous products.
+// Why wgmma: mma.sync (flash_bwd_mma.cu) makes every warp read its B operands again from shared
+// memory with ldmatrix and wait on the results in registers. wgmma reads its shared operands
+// itself, once per warpgroup (4 warps, a 64-row tile), and runs asynchronously: the warps compute
+// P and dS while the tensor cores work on the previous products.
 //
 // Block (bh, j): 2 warpgroups, 128 keys (64 each); K_j, V_j in shared memory as core matrices
-// (common/wgmma.cuh). Per query tile i of 64 rows (Q_i, dO_i, L_i, D_i double-buffered with cp.async):
+// (common/wgmma.cuh). Per query tile i of 64 rows (Q_i, dO_i, L_i, D_i double-buffered with
+// cp.async, so no warp waits on a global load after the barrier):
 //   G1  S^T = K_j Q_i^T, dP^T = V_j dO_i^T     m64n64k16 x 4 each, both operands from shared memory
 //   G2  dQ_{i-1} += scale dS_{i-1} K_j        m64n32k16 x 8: warpgroup w takes d columns 32w..;
 //                                             A = dS^T of the previous tile (MN-major), B = K_j
@@ -19,23 +18,23 @@
 //       dS^T -> shared memory (bf16, two buffers)
 //   G3  dV_j += P^T dO_i, dK_j += dS^T Q_i      m64n64k16 x 4 each, A = P^T / dS^T from registers
 //                                             (the accumulator layout is the A layout), B MN-major
-//       dQ_{i-1} (G2's result) added to the fp32 accumulator with 16-byte reductions
-// One barrier per step, as version 10. The accumulator of each warpgroup's 64 x 64 products has
-// the layout of version 10's per-warp tiles (warp w of the block: keys 16w..16w+15), so the
-// masks, the exponentials and the epilogue are version 10's.
+//       dQ_{i-1} (G2's result) added to the fp32 accumulator: each warp's share passes through
+//       shared memory so that one 16-byte reduction instruction of a warp covers 4 rows of 128
+//       bytes, not 16 rows of 32 (a quarter of the L2 requests)
+// One barrier per step. The accumulator of each warpgroup's 64 x 64 products has the layout of
+// the mma kernel's per-warp tiles (warp w of the block: keys 16w..16w+15), so the masks, the
+// exponentials and the epilogue are that kernel's.
 //
-// Version 20 (D = 128; 19's block: 2 warpgroups, 128 keys, STAGE): every [rows][128] tile (K_j,
-// V_j, Q_i, dO_i) is two [rows][64] core-matrix halves (a descriptor has one stride per
-// direction), so G1 is 8 k-steps of m64n64k16 per product, the second 4 in the second half; G2
-// gives warpgroup w the 64 dQ columns of half w (m64n64k16 x 8, 32 registers); G3 is two
-// m64n64k16 per k-step and product, one per half, into dK[h], dV[h] (64 + 64 registers). dS^T
-// stays keys x 64 queries. Registers: dK, dV 128 + S^T, dP^T 64 + dQ 32 = 224 accumulators, so
-// G2 moves from before the softmax to behind G3 (then S^T, dP^T are dead and G3's A operands are
-// 32 registers): the softmax no longer overlaps G2 inside a warpgroup. ptxas (CUDA 13.0,
-// sm_90a): 255 registers, 0 spills, no C7512; shared memory 199 680 bytes (195 KB: K_j, V_j
+// d = 128: every [rows][128] tile (K_j, V_j, Q_i, dO_i) is two [rows][64] core-matrix halves (a
+// descriptor has one stride per direction), so G1 is 8 k-steps of m64n64k16 per product, the
+// second 4 in the second half; G2 gives warpgroup w the 64 dQ columns of half w (m64n64k16 x 8,
+// 32 registers); G3 is two m64n64k16 per k-step and product, one per half, into dK[h], dV[h]
+// (64 + 64 registers). dS^T stays keys x 64 queries. Registers: dK, dV 128 + S^T, dP^T 64 + dQ 32
+// = 224 accumulators, so G2 moves from before the softmax to behind G3 (then S^T, dP^T are dead
+// and G3's A operands are 32 registers): the softmax no longer overlaps G2 inside a warpgroup.
+// ptxas (CUDA 13.0, sm_90a): 255 registers, 0 spills; shared memory 199 680 bytes (K_j, V_j
 // 32 KB each, Q_i, dO_i 2 x 16 KB each, dS^T 2 x 16 KB, L_i, D_i 1 KB, dQ staging 34 KB), one
-// block per SM. The d 64 kernels (16-19) compile to the same SASS as before the template
-// (scripts/sass_diff.sh -m, NOTES.md).
+// block per SM.
 #include <type_traits>
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/wgmma.cuh"
@@ -45,7 +44,7 @@ namespace {
 
 typedef __nv_bfloat16 bf16;
 constexpr int kBQ = 64, kNWG = 2;  // 64-query tiles; 2 warpgroups of 64 keys per block
-// NWG warpgroups per block, 64 keys each; head dim D (64, or 128 for version 20). Shared memory:
+// NWG warpgroups per block, 64 keys each; head dim D (64 or 128). Shared memory:
 // Ks | Vs | Qs[2] | dOs[2] | dSs[2] (dS^T: keys x 64 queries) | Ls[2][64] | Ds[2][64] (| staging)
 // A [rows][128] tile (D = 128) is two [rows][64] core-matrix halves, kHalf* bytes apart: a
 // descriptor has one stride per direction (common/wgmma.cuh), and the k-steps over d (S^T, dP^T)
@@ -62,7 +61,7 @@ struct WgCfg {
     static constexpr uint32_t kOffV = kTileK, kOffQ = 2 * kTileK, kOffdO = kOffQ + 2 * kTileQ,
                               kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileS, kOffD = kOffL + 2 * kBQ * 4,
                               kOffStg = kOffD + 2 * kBQ * 4;
-    // STAGE: each warp's 16 x kDQN share of dQ passes through shared memory (rows padded by 4
+    // Each warp's 16 x kDQN share of dQ passes through shared memory (rows padded by 4
     // floats: the 8-byte fragment stores hit distinct banks) to leave as whole-row reductions.
     static constexpr int kStgLD = kDQN + 4;
     static constexpr size_t kSmemStg = kOffStg + (size_t)NWG * 4 * 16 * kStgLD * 4;
@@ -101,10 +100,6 @@ __device__ __forceinline__ void load_core_d(unsigned char* dst, uint32_t soff, c
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 4 : 0));
 }
-
-// STAGE (version 19): L_i and D_i arrive by cp.async like the tiles (no warp waits on a global
-// load after the barrier), and dQ leaves through shared memory as whole-row reductions (a warp's
-// 16-byte reductions cover 4 rows of 128 bytes, not 16 rows of 32: a quarter of the L2 requests).
 
 template <int D>
 __global__ void __launch_bounds__(kNWG * 128, 1) bwd_wgmma_kernel(BwdParams p) {
@@ -250,7 +245,7 @@ __global__ void __launch_bounds__(kNWG * 128, 1) bwd_wgmma_kernel(BwdParams p) {
         fence_regs(S);
         fence_regs(dP);
 
-        // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (as version 10).
+        // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (as in flash_bwd_mma.cu).
         const float* Lb = Ls + buf * kBQ;
         const float* Db = Ds + buf * kBQ;
         // Two copies of the loop: the masks cost 4 instructions an element, and only the tiles on

@@ -59,7 +59,7 @@ Test(bwd_cli, fixture_files_round_trip, .timeout = 60) {
     }
 }
 
-// ---- issue 17
+// ---- every flag is checked before the GPU
 
 static int count_entries(const char* dir) {
     char cmd[2200], txt[64];
