@@ -1,3 +1,5 @@
+// bench_rungs: stage 04's benchmark over the ladder: any rung by --version N, every rung by --versions.
+// Run: build/lab/04_flashattn_bwd/bench_rungs --mode leaderboard --versions   (on a GPU)
 // bench: stage 04's timings with CUDA events (median of --reps runs after warm-up, L2 flushed
 // before each run).
 //   --mode sweep        batch B, H heads, causal, dtype x d x N: our forward (stage 03), our

@@ -1,6 +1,8 @@
-// Stage 04's dispatch, on the CPU: lab04_plan (the one function the launches and the
-// benchmarks' kernel names come from) against the table of versions in flash_bwd.h and
-// NOTES.md, for every dtype x head dim x version x single/two-pass x wgmma built or not.
+// The ladder's plan on the CPU: lab04_plan (what lab04_backward launches and bench_rungs prints)
+// against the table of rungs in rungs.h and NOTES.md, for every dtype x head dim x rung x
+// single/two-pass x wgmma built or not.
+// Run: build/lab/04_flashattn_bwd/test_lab04 --filter 'rung_plan/*'
+
 #include "04_flashattn_bwd/test_bwd_util.h"
 #include "lab/04_flashattn_bwd/rungs.h"
 
