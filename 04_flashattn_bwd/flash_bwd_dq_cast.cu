@@ -25,7 +25,7 @@ __global__ void bwd_dq_convert_kernel(BwdParams p) {
 
 // fp32 accumulator [BH, Nq, D] -> dq (bf16, strided rows): 8 elements (one 16-byte store) per thread.
 template <int D>
-__global__ void __launch_bounds__(256) fa2_dq_convert_kernel(BwdParams p) {
+__global__ void __launch_bounds__(256) dq_cast16_kernel(BwdParams p) {
     constexpr int CH = D / 8;
     const int64_t n = (int64_t)p.B * p.H * p.Nq * CH;
     for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < n; x += (int64_t)gridDim.x * blockDim.x) {
@@ -48,7 +48,7 @@ void launch_dq_convert(const BwdParams& p, cudaStream_t s) {
     // hard-coded: the same grid there).
     const int64_t full = (int64_t)gpu_sm_count() * 16;
     const unsigned blocks = (unsigned)((n + 255) / 256 < full ? (n + 255) / 256 : full);
-    fa2_dq_convert_kernel<D><<<blocks, 256, 0, s>>>(p);
+    dq_cast16_kernel<D><<<blocks, 256, 0, s>>>(p);
     CUDA_CHECK_LAST();
 }
 

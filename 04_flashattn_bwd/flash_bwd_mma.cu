@@ -50,7 +50,7 @@ __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int64_t rs
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) bwd_mma_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.mma_kernel): FlashAttention-2's single pass on mma.sync: a block of 8 warps owns 128 keys and walks the query tiles from the diagonal down (Q_i, dO_i, L_i, D_i double-buffered by cp.async, one barrier per step); per tile S^T, dP^T, P^T, dS^T per warp with K_j, V_j fragments held in registers, dV and dK by mma, dS^T to shared memory, the previous tile's dQ share by mma into the fp32 accumulator (red.global.add.v4.f32, scale folded in) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_mma bwd_cuda/sanitize_bf16_mma | uses: ex2_approx red_add_v4_f32
+    // STUDENT-BEGIN(04.mma_kernel): FlashAttention-2's single pass on mma.sync: a block of 8 warps owns 128 keys and walks the query tiles from the diagonal down (Q_i, dO_i, L_i, D_i double-buffered by cp.async, one barrier per step); per tile S^T, dP^T, P^T, dS^T per warp with K_j, V_j fragments held in registers, dV and dK by mma, dS^T to shared memory, the previous tile's dQ share by mma into the fp32 accumulator (red.global.add.v4.f32, scale folded in) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_mma bwd_cuda/fixture_bf16_mma bwd_cuda/sanitize_bf16_mma | uses: ex2_approx red_add_v4_f32
     typedef MmaCfg<D> C;
     constexpr int BQ = kBQ, kW = kWarps, kT = kThreads, kBK = C::kBK;
     constexpr int LD = C::LD, LDS = C::LDS;
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_mma_kernel(BwdParams p) {
 
 template <int D>
 void launch_mma(const BwdParams& p, cudaStream_t s) {
-    // STUDENT-BEGIN(04.launch_mma): launch bwd_mma_kernel<D> on grid (B·H, key tiles of MmaCfg::kBK) with kThreads threads and MmaCfg::smem of shared memory (opted in by cudaFuncSetAttribute), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_mma bwd_cuda/sanitize_bf16_mma | uses: bwd_mma_kernel<D>
+    // STUDENT-BEGIN(04.launch_mma): launch bwd_mma_kernel<D> on grid (B·H, key tiles of MmaCfg::kBK) with kThreads threads and MmaCfg::smem of shared memory (opted in by cudaFuncSetAttribute), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_mma bwd_cuda/fixture_bf16_mma bwd_cuda/sanitize_bf16_mma | uses: bwd_mma_kernel<D>
     typedef MmaCfg<D> C;
     auto kern = bwd_mma_kernel<D>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::smem));

@@ -29,7 +29,7 @@ __device__ void load_tile_f32(float* tile, int ld, const T* base, int64_t row_st
 // tiles i that see key tile j.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv_simt_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.dkdv_kernel): the key-tile-parallel kernel: one block per (key tile j, batch*head) accumulates dK_j and dV_j over the query tiles (causal: from the diagonal on) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_* 
+    // STUDENT-BEGIN(04.dkdv_kernel): the key-tile-parallel kernel: one block per (key tile j, batch*head) accumulates dK_j and dV_j over the query tiles (causal: from the diagonal on) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_noncausal bwd_cuda/fixture_causal bwd_cuda/fixture_f32_simt bwd_cuda/fixture_bf16_simt 
     extern __shared__ float smem[];
     const int d = p.d, ld = d + 1;  // odd row stride: a warp reading a column hits 32 banks
     float* K_j = smem;               // (Bk, ld)
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_simt_kernel(BwdParams p) {
 // tiles j it sees (causal: up to the diagonal), recomputing P.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) bwd_dq_simt_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.dq_kernel): the query-tile-parallel kernel: one block per (query tile i, batch*head) accumulates dQ_i = scale sum_j dS_ij K_j (no atomics) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_* 
+    // STUDENT-BEGIN(04.dq_kernel): the query-tile-parallel kernel: one block per (query tile i, batch*head) accumulates dQ_i = scale sum_j dS_ij K_j (no atomics) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_noncausal bwd_cuda/fixture_causal bwd_cuda/fixture_f32_simt bwd_cuda/fixture_bf16_simt 
     extern __shared__ float smem[];
     const int d = p.d, ld = d + 1;
     float* Q_i = smem;                  // (Bq, ld)
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_simt_kernel(BwdParams p) {
 
 template <typename T>
 void launch_simt(const BwdParams& p, cudaStream_t s) {
-    // STUDENT-BEGIN(04.launch_simt): launch bwd_dkdv_simt_kernel<T> then bwd_dq_simt_kernel<T> with simt_smem_bytes(d) of shared memory (opted in by cudaFuncSetAttribute) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_*
+    // STUDENT-BEGIN(04.launch_simt): launch bwd_dkdv_simt_kernel<T> then bwd_dq_simt_kernel<T> with simt_smem_bytes(d) of shared memory (opted in by cudaFuncSetAttribute) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_noncausal bwd_cuda/fixture_causal bwd_cuda/fixture_f32_simt bwd_cuda/fixture_bf16_simt
     const int BH = p.B * p.H;
     const size_t smem = simt_smem_bytes(p.d);
     dim3 block(kThreads);

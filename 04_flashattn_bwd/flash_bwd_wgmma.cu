@@ -103,7 +103,7 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool val
 
 template <int D>
 __global__ void __launch_bounds__(kNWG * 128, 1) bwd_wgmma_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.wgmma_kernel): the single pass on wgmma (d 64; d 128 as two [rows][64] halves, G2 issued after G3; sm_90a): 2 warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices (L_i, D_i by cp.async too); G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ staged through shared memory and added by 16-byte reductions | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_wgmma bwd_cuda/long_bf16_d128_wgmma bwd_cuda/sanitize_bf16_wgmma_d128 | uses: ex2_approx cp_async4 red_add_v4_f32
+    // STUDENT-BEGIN(04.wgmma_kernel): the single pass on wgmma (d 64; d 128 as two [rows][64] halves, G2 issued after G3; sm_90a): 2 warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices (L_i, D_i by cp.async too); G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ staged through shared memory and added by 16-byte reductions | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_wgmma bwd_cuda/fixture_bf16_wgmma bwd_cuda/long_bf16_d128_wgmma bwd_cuda/sanitize_bf16_wgmma_d128 | uses: ex2_approx cp_async4 red_add_v4_f32
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgCfg<D> C;
     constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD, kDH = C::kDH;
@@ -342,7 +342,7 @@ bool bwd_wgmma_available() { return wgmma_built(); }
 
 template <int D>
 void launch_wgmma(const BwdParams& p, cudaStream_t s) {
-    // STUDENT-BEGIN(04.launch_wgmma): launch bwd_wgmma_kernel<D> on grid (B·H, key tiles of WgCfg::kBK) with WgCfg::kT threads and WgCfg::kSmemStg of shared memory (opted in by cudaFuncSetAttribute), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_wgmma bwd_cuda/long_bf16_d128_wgmma bwd_cuda/sanitize_bf16_wgmma_d128 | uses: bwd_wgmma_kernel<D>
+    // STUDENT-BEGIN(04.launch_wgmma): launch bwd_wgmma_kernel<D> on grid (B·H, key tiles of WgCfg::kBK) with WgCfg::kT threads and WgCfg::kSmemStg of shared memory (opted in by cudaFuncSetAttribute), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_wgmma bwd_cuda/fixture_bf16_wgmma bwd_cuda/long_bf16_d128_wgmma bwd_cuda/sanitize_bf16_wgmma_d128 | uses: bwd_wgmma_kernel<D>
     typedef WgCfg<D> C;
     auto kern = bwd_wgmma_kernel<D>;
     const size_t smem = C::kSmemStg;

@@ -193,9 +193,12 @@ static void check_case(bwd_case_t c, uint64_t seed) {
     free(wq); free(wk); free(wv); free(gq); free(gk); free(gv);
 }
 
-// PyTorch's gradients at the course's shape, fp32, rtol = atol = 1e-2 (the course's tolerance).
-static void check_fixture_gpu(int causal, const char* row) {
+// PyTorch's gradients at the course's shape (fp32), rtol = atol = 1e-2 (the course's tolerance).
+// bf16 (the tensor-core rows): the inputs and O rounded to bf16, against the same fp32 gradients
+// with check_case's bf16 tolerance (rounding the inputs moves the gradients by ~2^-9 relative).
+static void check_fixture_gpu(int causal, const char* row, dtype_t dt) {
     SKIP_WITHOUT_GPU();
+    if (row) SKIP_WITHOUT_ROW_CODE(row);
     const size_t n = (size_t)FX_BH * FX_N * FX_D, nl = (size_t)FX_BH * FX_N;
     const char* tag = causal ? "causal" : "noncausal";
     char name[64];
@@ -205,7 +208,11 @@ static void check_fixture_gpu(int causal, const char* row) {
     float* O = load_fixture(name, n);
     snprintf(name, sizeof name, "%s_L", tag);
     float* L = load_fixture(name, nl);
-    bwd_case_t c = {FX_BH, 1, FX_N, FX_N, FX_D, causal, DT_F32, row, 0};
+    if (dt == DT_BF16) {
+        bwd_round_bf16(q, n); bwd_round_bf16(k, n); bwd_round_bf16(v, n); bwd_round_bf16(dO, n);
+        bwd_round_bf16(O, n);
+    }
+    bwd_case_t c = {FX_BH, 1, FX_N, FX_N, FX_D, causal, dt, row, 0};
     float *gq, *gk, *gv;
     run_gpu_backward(&c, q, k, v, dO, O, L, &gq, &gk, &gv);
     const char* names[3] = {"dQ", "dK", "dV"};
@@ -213,15 +220,27 @@ static void check_fixture_gpu(int causal, const char* row) {
     for (int x = 0; x < 3; x++) {
         snprintf(name, sizeof name, "%s_%s", tag, names[x]);
         float* want = load_fixture(name, n);
-        ASSERT_ALLCLOSE(got[x], want, n, 1e-2, 1e-2, name);  // the course's tolerance
+        if (dt == DT_F32) ASSERT_ALLCLOSE(got[x], want, n, 1e-2, 1e-2, name);  // the course's tolerance
+        else ASSERT_ALLCLOSE(got[x], want, n, 3e-2, 2e-2 * bwd_max_abs(want, n) + 1e-6, name);
         free(want);
     }
     free(q); free(k); free(v); free(dO); free(O); free(L); free(gq); free(gk); free(gv);
 }
 
-Test(bwd_cuda, fixture_noncausal) { check_fixture_gpu(0, NULL); }
-Test(bwd_cuda, fixture_causal) { check_fixture_gpu(1, NULL); }
-// The course's fixtures are fp32 (the simt row); the tensor-core rows meet them in bf16 below.
+Test(bwd_cuda, fixture_noncausal) { check_fixture_gpu(0, NULL, DT_F32); }
+Test(bwd_cuda, fixture_causal) { check_fixture_gpu(1, NULL, DT_F32); }
+// Every row that takes the fixture's shape (d 64), forced; the tensor-core rows in bf16.
+static void fixture_row(const char* row) {
+    for (int causal = 0; causal < 2; causal++) check_fixture_gpu(causal, row, DT_BF16);
+}
+Test(bwd_cuda, fixture_bf16_fa3) { fixture_row("fa3"); }
+Test(bwd_cuda, fixture_bf16_wgmma) { fixture_row("wgmma"); }
+Test(bwd_cuda, fixture_bf16_mma) { fixture_row("mma"); }
+Test(bwd_cuda, fixture_bf16_simt) { fixture_row("simt"); }
+Test(bwd_cuda, fixture_f32_simt) {
+    check_fixture_gpu(0, "simt", DT_F32);
+    check_fixture_gpu(1, "simt", DT_F32);
+}
 
 // Every head dim the row takes (all of them for the dispatch), causal and not, ragged Nq != Nk.
 static void sweep(dtype_t dt, const char* row) {
