@@ -118,12 +118,12 @@ COMMON_PROGS := $(patsubst common/%_main.c,$(BUILD)/common/%,$(wildcard common/*
 # the full commands. Objects wait for the dependency report (order-only `| deps`), so that under
 # -j no compile line lands inside it.
 # ptxas prints an advisory C7512 ("wgmma.mma_async instructions are serialized due to insufficient
-# register resources") for one kernel: stage 04's backward version 18, which runs 3 blocks per SM
-# and so gets at most 168 registers. It is an experiment kept on purpose and measured slower
-# (04_flashattn_bwd/NOTES.md); the default version is not affected. Quiet builds print a note in
-# its place; V=1 shows ptxas's own line.
+# register resources") for one kernel: rung 18 of stage 04's lab (lab/04_flashattn_bwd/rungs_wgmma.cu),
+# the wgmma backward at 3 blocks per SM, so at most 168 registers. It is an experiment kept on
+# purpose and measured slower (lab/04_flashattn_bwd/NOTES.md); no shipped kernel is affected. Quiet
+# builds print a note in its place; V=1 shows ptxas's own line.
 quiet = $(if $(V),,@printf '  %-5s %s\n' '$(1)' '$(2)';)
-NVCC_NOTE_C7512 = 2>&1 | sed -e 's|^ptxas info *: (C7512).*bwd_wgmma_kernelILi1ELi3E.*|  note: ptxas C7512 (wgmma serialized) on backward version 18 only: expected, see 04_flashattn_bwd/NOTES.md (V=1 for the full line)|'
+NVCC_NOTE_C7512 = 2>&1 | sed -e 's|^ptxas info *: (C7512).*bwd_wgmma_kernelILi1ELi3E.*|  note: ptxas C7512 (wgmma serialized) on lab rung 18 of the backward only: expected, see lab/04_flashattn_bwd/NOTES.md (V=1 for the full line)|'
 
 $(BUILD)/%.c.o: %.c | deps
 	@mkdir -p $(@D)

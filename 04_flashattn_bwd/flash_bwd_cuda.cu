@@ -1,6 +1,6 @@
-// The host side of the CUDA backward: argument checks, the workspace layout, the launches of the
-// kernels that flash_bwd_plan (flash_bwd_dispatch.c) chooses, and the attention_impl_t that
-// pairs stage 03's forward with this backward.
+// The host side of the CUDA backward: argument checks, the workspace layout, the launch of each
+// row of the dispatch table (flash_bwd_dispatch.c chooses the row), and the attention_impl_t
+// that pairs stage 03's forward with this backward.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,32 +9,16 @@
 #include "03_flashattn_fwd/flash_fwd.h"
 #include "common/check.h"
 
-static int g_version = FLASH_BWD_DEFAULT_VERSION, g_parts = 3;  // see flash_bwd_set_version / _parts
-
-extern "C" void flash_bwd_set_version(int version) {
-    if (version < 1 || version > FLASH_BWD_MAX_VERSION)
-        DIE("flash_bwd_set_version: %d is not 1 to %d", version, FLASH_BWD_MAX_VERSION);
-    g_version = version;
-}
-extern "C" void flash_bwd_set_parts(int parts) {
-    if (parts < 1 || parts > 3) DIE("flash_bwd_set_parts: %d is not 1, 2 or 3", parts);
-    g_parts = parts;
-}
-
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static size_t d_bytes(const attn_args_t* a) {
     return align_up(sizeof(float) * (size_t)a->B * a->H * a->Nq, 256);
 }
 
-extern "C" size_t flash_bwd_atomic_workspace_bytes(const attn_args_t* a) {
+// D, then the fp32 dQ accumulator of the single-pass rows ([B, H, Nq, d], d 128 included).
+extern "C" size_t flash_bwd_workspace_bytes(const attn_args_t* a) {
     return d_bytes(a) + sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
 }
-
-// Versions 6-21 make flash_backward_cuda itself single-pass (20 and 21 at d 128 too), and the version
-// is a process-wide switch that may change after the caller allocated: always room for the
-// accumulator ([B, H, Nq, d] fp32, d 128 included).
-extern "C" size_t flash_bwd_workspace_bytes(const attn_args_t* a) { return flash_bwd_atomic_workspace_bytes(a); }
 
 // Shape checks always; pointer checks only when the call is about to run (the model may ask
 // whether sizes are supported before it has allocated the gradients).
@@ -66,13 +50,14 @@ extern "C" int flash_bwd_supports(const attn_args_t* a, char* err, size_t errlen
     return bwd_check(a, err, errlen, 1);
 }
 
-extern "C" const char* flash_bwd_kernel_name(const attn_args_t* a) { return flash_bwd_mma_ok(a) ? "mma-bf16" : "simt"; }
+extern "C" flash_bwd_build_t flash_bwd_this_build(void) {
+    flash_bwd_build_t b = {bwd_wgmma_available() ? 1 : 0};
+    return b;
+}
 
-// flash_bwd_plan (flash_bwd_dispatch.c) with this process's version; the device is asked whether
-// the wgmma kernels exist only when the plan could use them.
-extern "C" flash_bwd_plan_t flash_bwd_current_plan(const attn_args_t* a, int atomic) {
-    const int could_use_wgmma = g_version >= 16 && (a->d == 64 || (a->d == 128 && g_version >= 20)) && flash_bwd_mma_ok(a);
-    return flash_bwd_plan(a, g_version, atomic, could_use_wgmma ? (int)bwd_wgmma_available() : 0);
+extern "C" const char* flash_bwd_kernel_name(const attn_args_t* a) {
+    const flash_bwd_build_t b = flash_bwd_this_build();
+    return flash_bwd_choose(a, &b)->name;
 }
 
 static BwdParams make_params(const attn_args_t* a) {
@@ -99,51 +84,47 @@ static void check_args(const attn_args_t* a, const char* who) {
     if (!a->workspace) fail("%s: workspace is NULL (allocate the bytes the workspace function returns)", who);
 }
 
-// The single pass: the fp32 dQ accumulator zeroed, the D pre-pass, the kernel the plan names,
-// the cast of the accumulator into dq.
-static void backward_single_pass(const attn_args_t* a, const flash_bwd_plan_t& plan, cudaStream_t stream) {
+// The single-pass rows: the fp32 dQ accumulator zeroed and the D pre-pass; the caller launches
+// its kernel; then single_pass_end casts the accumulator into dq.
+static BwdParams single_pass_begin(const attn_args_t* a, cudaStream_t stream) {
     BwdParams p = make_params(a);
     p.dq_accum = (float*)((char*)a->workspace + d_bytes(a));
-    const size_t accum_bytes = sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d;
-    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream));
+    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)a->B * a->H * a->Nq * a->d, stream));
     bwd_launch_prepass(p, a->dtype, stream);
-    switch (plan.path) {
-    case FLASH_BWD_PATH_TMA:
-        bwd_launch_tma(p, stream);  // version 21 (d 64): the kernel, then the cast into dq
-        return;
-    case FLASH_BWD_PATH_WGMMA:
-        if (plan.version == 20) {  // d 128 (flash_bwd_fa2.cu's cast has no d 128 instance)
-            bwd_launch_wgmma(p, plan.version, stream);
-            break;
-        }
-        bwd_launch_fa2(p, plan.version, stream);  // d 64: the kernel, then the cast into dq
-        return;
-    case FLASH_BWD_PATH_FA2:
-        bwd_launch_fa2(p, plan.version, stream);  // the kernel, then the cast into dq
-        return;
-    case FLASH_BWD_PATH_MMA_SINGLE: bwd_launch_mma(p, true, plan.version, 3, stream); break;
-    case FLASH_BWD_PATH_SIMT: bwd_launch_simt(p, a->dtype, true, stream); break;
-    default: DIE("backward_single_pass: plan %d is not a single pass", (int)plan.path);
-    }
-    bwd_launch_dq_convert(p, a->dtype, stream);  // fp32 accumulator -> dq (its dtype, strides)
+    return p;
+}
+
+extern "C" void flash_bwd_launch_fa3(const attn_args_t* a, cudaStream_t stream) {
+    const BwdParams p = single_pass_begin(a, stream);
+    bwd_launch_tma(p, stream);  // the kernel, then the cast
+}
+extern "C" void flash_bwd_launch_wgmma(const attn_args_t* a, cudaStream_t stream) {
+    const BwdParams p = single_pass_begin(a, stream);
+    bwd_launch_wgmma(p, stream);
+    bwd_launch_dq_cast(p, a->dtype, stream);
+}
+extern "C" void flash_bwd_launch_mma(const attn_args_t* a, cudaStream_t stream) {
+    const BwdParams p = single_pass_begin(a, stream);
+    bwd_launch_mma(p, stream);
+    bwd_launch_dq_cast(p, a->dtype, stream);
+}
+extern "C" void flash_bwd_launch_mma_two_pass(const attn_args_t* a, cudaStream_t stream) {
+    const BwdParams p = make_params(a);
+    bwd_launch_prepass(p, a->dtype, stream);  // D = rowsum(dO o O)
+    bwd_launch_mma_two_pass(p, stream);
+}
+extern "C" void flash_bwd_launch_simt(const attn_args_t* a, cudaStream_t stream) {
+    const BwdParams p = make_params(a);
+    bwd_launch_prepass(p, a->dtype, stream);
+    bwd_launch_simt(p, a->dtype, stream);
 }
 
 extern "C" void flash_backward_cuda(const attn_args_t* a, cudaStream_t stream) {
     check_args(a, "flash_backward_cuda");
-    const flash_bwd_plan_t plan = flash_bwd_current_plan(a, 0);
-    if (plan.single_pass) {  // versions 6-21 on bf16, d <= 64, and 20, 21 at d 128 (sm_90a): one pass
-        backward_single_pass(a, plan, stream);
-        return;
-    }
-    BwdParams p = make_params(a);
-    bwd_launch_prepass(p, a->dtype, stream);  // D = rowsum(dO o O)
-    if (plan.path == FLASH_BWD_PATH_MMA_TWO_PASS) bwd_launch_mma(p, false, plan.version, g_parts, stream);
-    else bwd_launch_simt(p, a->dtype, false, stream);
-}
-
-extern "C" void flash_backward_atomic_cuda(const attn_args_t* a, cudaStream_t stream) {
-    check_args(a, "flash_backward_atomic_cuda");
-    backward_single_pass(a, flash_bwd_current_plan(a, 1), stream);
+    // The GPU is asked whether the sm_90a kernels exist only when a row could use them.
+    flash_bwd_build_t b = {0};
+    if (flash_bwd_mma_ok(a) && (a->d == 64 || a->d == 128)) b = flash_bwd_this_build();
+    flash_bwd_choose(a, &b)->launch(a, stream);
 }
 
 // The table the model takes: the forward must take *a too.

@@ -1,6 +1,7 @@
-// Which backward kernels run for a call: one pure function (flash_bwd_plan) that both the
-// launch code (flash_bwd_cuda.cu) and everything that prints a kernel name go through, so a
-// benchmark's label is the dispatch's own answer. No GPU here: the CPU tests check it case by case.
+// Which backward kernels run for a call: one ordered table of named rows, each with the
+// condition under which it applies and the launch that runs it. The first row whose condition
+// holds runs (flash_bwd_choose); benchmarks and the demo print that row's name. Pure, no GPU:
+// the CPU tests walk every row and every fallback.
 #include <stdint.h>
 #include <stdio.h>
 #include "04_flashattn_bwd/flash_bwd.h"
@@ -22,9 +23,9 @@ int flash_bwd_mma_ok(const attn_args_t* a) {
     return 1;
 }
 
-// Version 21 loads Q, dO, K and V by TMA: each [B, H, N, d] view must be one a tensor map
-// describes (common/tma.h: no zero stride on an axis longer than 1, strides of 16-byte
-// multiples). The same pure test the plan below and nothing else decides with.
+// The FA3-layout kernel loads Q, dO, K and V by TMA: each [B, H, N, d] view must be one a
+// tensor map describes (common/tma.h: no zero stride on an axis longer than 1, strides of
+// 16-byte multiples).
 int flash_bwd_tma_ok(const attn_args_t* a) {
     tma_view_t v;
     char err[160];
@@ -34,51 +35,41 @@ int flash_bwd_tma_ok(const attn_args_t* a) {
            tma_view_bhnd(a->B, a->H, a->Nk, a->d, a->sv, &v, err, sizeof err) == 0;
 }
 
-flash_bwd_plan_t flash_bwd_plan(const attn_args_t* a, int version, int atomic, int wgmma_built) {
-    flash_bwd_plan_t p = {FLASH_BWD_PATH_SIMT, 0, atomic ? 1 : 0, "flash_bwd_simt.cu"};
-    const int mma = flash_bwd_mma_ok(a);
-    if (version == 21) {
-        // Version 21: the TMA-fed single pass (flash_bwd_tma.cu) for bf16 d 64 with 16-byte rows
-        // in sm_90a builds, where TMA describes the views; everywhere else what version 20 runs
-        // (19 at d 64, 20 at d 128, 10 at d 16 and 32, version 1 without sm_90a code at d 128).
-        if (mma && a->d == 64 && wgmma_built && flash_bwd_tma_ok(a)) {
-            p.single_pass = 1;
-            p.path = FLASH_BWD_PATH_TMA, p.version = 21, p.file = "flash_bwd_tma.cu";
-            return p;
-        }
-        version = 20;
-    }
-    if (mma && version >= 6 && a->d <= 64) {
-        // Versions 6-20 have single-pass kernels for d 16, 32, 64 (flash_bwd_fa2.cu); 16-19 are
-        // wgmma kernels for d 64 in sm_90a builds (flash_bwd_wgmma.cu), and 20 (built for d 128)
-        // runs 19 there; without sm_90a code, and at d 16 and 32, 16-20 run version 10.
-        p.single_pass = 1;
-        if (version >= 16 && a->d == 64 && wgmma_built) {
-            p.path = FLASH_BWD_PATH_WGMMA, p.version = version == 20 ? 19 : version, p.file = "flash_bwd_wgmma.cu";
-        } else {
-            p.path = FLASH_BWD_PATH_FA2, p.version = version >= 16 ? 10 : version, p.file = "flash_bwd_fa2.cu";
-        }
-    } else if (mma && version == 20 && a->d == 128 && wgmma_built) {
-        // Version 20: 19's single pass on wgmma for d 128 (flash_bwd_wgmma.cu), sm_90a builds,
-        // whether the single pass was asked for or not (as 6-19 at d <= 64).
-        p.single_pass = 1;
-        p.path = FLASH_BWD_PATH_WGMMA, p.version = 20, p.file = "flash_bwd_wgmma.cu";
-    } else if (mma) {
-        // Versions 1-5 (6-20 where their kernels do not apply run version 1). At d = 128 the
-        // two-pass kernels of every version are version 1's (no room for the register cache or
-        // the second m-tile); the single pass still differs by its dQ method (flash_bwd_mma.cu).
-        const int v = version >= 6 ? 1 : version;
-        p.version = (!p.single_pass && a->d == 128) ? 1 : v;
-        p.path = p.single_pass ? FLASH_BWD_PATH_MMA_SINGLE : FLASH_BWD_PATH_MMA_TWO_PASS;
-        p.file = (!p.single_pass && p.version == 5) ? "flash_bwd_dkdv_mt2.cu + flash_bwd_mma.cu" : "flash_bwd_mma.cu";
-    }
-    return p;
+static int applies_fa3(const attn_args_t* a, const flash_bwd_build_t* b) {
+    return b->sm90a && a->d == 64 && flash_bwd_mma_ok(a) && flash_bwd_tma_ok(a);
+}
+static int applies_wgmma(const attn_args_t* a, const flash_bwd_build_t* b) {
+    return b->sm90a && (a->d == 64 || a->d == 128) && flash_bwd_mma_ok(a);
+}
+static int applies_mma(const attn_args_t* a, const flash_bwd_build_t* b) {
+    (void)b;
+    return a->d <= 64 && flash_bwd_mma_ok(a);
+}
+static int applies_mma_two_pass(const attn_args_t* a, const flash_bwd_build_t* b) {
+    (void)b;
+    return a->d == 128 && flash_bwd_mma_ok(a);
+}
+static int applies_simt(const attn_args_t* a, const flash_bwd_build_t* b) {
+    (void)a, (void)b;
+    return 1;
 }
 
-const char* flash_bwd_plan_name(const flash_bwd_plan_t* p, char* buf, size_t len) {
-    static const char* const what[] = {"simt", "mma.sync", "mma.sync", "fa2 mma.sync", "wgmma", "tma wgmma"};
-    const char* pass = p->single_pass ? "single pass" : "two-pass";
-    if (p->version > 0) snprintf(buf, len, "v%d %s %s (%s)", p->version, what[p->path], pass, p->file);
-    else snprintf(buf, len, "%s %s (%s)", what[p->path], pass, p->file);
-    return buf;
+// The table, fastest first. The launches are in flash_bwd_cuda.cu.
+static const flash_bwd_row_t rows[] = {
+    {"fa3", "flash_bwd_tma.cu", 1, applies_fa3, flash_bwd_launch_fa3},
+    {"wgmma", "flash_bwd_wgmma.cu", 1, applies_wgmma, flash_bwd_launch_wgmma},
+    {"mma", "flash_bwd_mma.cu", 1, applies_mma, flash_bwd_launch_mma},
+    {"mma_two_pass", "flash_bwd_mma_two_pass.cu", 0, applies_mma_two_pass, flash_bwd_launch_mma_two_pass},
+    {"simt", "flash_bwd_simt.cu", 0, applies_simt, flash_bwd_launch_simt},
+};
+
+const flash_bwd_row_t* flash_bwd_rows(int* n) {
+    *n = (int)(sizeof rows / sizeof rows[0]);
+    return rows;
+}
+
+const flash_bwd_row_t* flash_bwd_choose(const attn_args_t* a, const flash_bwd_build_t* b) {
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (rows[i].applies(a, b)) return &rows[i];
+    return &rows[sizeof rows / sizeof rows[0] - 1];  // not reached: simt applies to everything
 }

@@ -39,7 +39,7 @@ static void to_host(float* x, const void* d, size_t n, dtype_t dt) {
 
 void fa_fwd_bwd_gpu(const float* q, const float* k, const float* v, const float* dout, float* o, float* lse,
                     float* dq, float* dk, float* dv, int B, int H, int Nq, int Nk, int d, int causal,
-                    float scale, dtype_t dt, int atomic, int reps, fa_timing_t* timing) {
+                    float scale, dtype_t dt, int reps, fa_timing_t* timing) {
     const size_t nq = (size_t)B * H * Nq * d, nk = (size_t)B * H * Nk * d, nl = (size_t)B * H * Nq;
     const size_t es = dtype_size(dt);
     attn_args_t a;
@@ -58,7 +58,7 @@ void fa_fwd_bwd_gpu(const float* q, const float* k, const float* v, const float*
     a.dq = mem_alloc(DEV_CUDA, nq * es, MEM_GRADS);
     a.dk = mem_alloc(DEV_CUDA, nk * es, MEM_GRADS);
     a.dv = mem_alloc(DEV_CUDA, nk * es, MEM_GRADS);
-    const size_t ws = atomic ? flash_bwd_atomic_workspace_bytes(&a) : flash_bwd_workspace_bytes(&a);
+    const size_t ws = flash_bwd_workspace_bytes(&a);
     a.workspace = mem_alloc(DEV_CUDA, ws, MEM_WORKSPACE);
     char err[256];
     if (flash_fwd_supports(&a, err, sizeof err) != 0) fail("%s", err);
@@ -75,8 +75,7 @@ void fa_fwd_bwd_gpu(const float* q, const float* k, const float* v, const float*
         flash_forward_cuda(&a, 0);
         tf[r] = gpu_timer_stop_ms(&t);
         gpu_timer_start(&t, 0);
-        if (atomic) flash_backward_atomic_cuda(&a, 0);
-        else flash_backward_cuda(&a, 0);
+        flash_backward_cuda(&a, 0);
         tb[r] = gpu_timer_stop_ms(&t);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -85,8 +84,10 @@ void fa_fwd_bwd_gpu(const float* q, const float* k, const float* v, const float*
         timing->fwd_ms = stats_compute(tf, reps).median;
         timing->bwd_ms = stats_compute(tb, reps).median;
         timing->kernel = flash_bwd_kernel_name(&a);
-        const flash_bwd_plan_t plan = flash_bwd_current_plan(&a, atomic);
-        flash_bwd_plan_name(&plan, timing->plan, sizeof timing->plan);
+        const flash_bwd_build_t b = flash_bwd_this_build();
+        const flash_bwd_row_t* row = flash_bwd_choose(&a, &b);
+        snprintf(timing->plan, sizeof timing->plan, "%s %s (%s)", row->name,
+                 row->single_pass ? "single pass" : "two passes", row->file);
     }
     free(tf);
     free(tb);

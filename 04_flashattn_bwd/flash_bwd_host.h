@@ -9,17 +9,17 @@ extern "C" {
 
 typedef struct {
     double fwd_ms, bwd_ms;  // medians over the repetitions (CUDA events)
-    const char* kernel;     // the backward kernels used ("mma-bf16" or "simt")
-    char plan[96];          // which ones exactly: flash_bwd_plan's name ("v19 wgmma single pass (...)")
+    const char* kernel;     // the dispatch row that ran ("fa3", "wgmma", "mma", "mma_two_pass", "simt")
+    char plan[96];          // the same with its pass count and file ("fa3 single pass (flash_bwd_tma.cu)")
 } fa_timing_t;
 
 // q, dout, o, dq: contiguous fp32 [B*H, Nq, d]; k, v, dk, dv: [B*H, Nk, d]; lse: [B*H, Nq].
 // Inputs are converted to dt on the way in (callers round them first if they want the CPU to
-// see the same values); outputs are widened to fp32. atomic: the single-pass backward.
+// see the same values); outputs are widened to fp32.
 // reps >= 1 runs of forward then backward; the last run's outputs are returned.
 void fa_fwd_bwd_gpu(const float* q, const float* k, const float* v, const float* dout, float* o, float* lse,
                     float* dq, float* dk, float* dv, int B, int H, int Nq, int Nk, int d, int causal,
-                    float scale, dtype_t dt, int atomic, int reps, fa_timing_t* timing);
+                    float scale, dtype_t dt, int reps, fa_timing_t* timing);
 
 #ifdef __cplusplus
 }

@@ -50,28 +50,17 @@ __device__ __forceinline__ void load_rows_async(__nv_bfloat16* dst, const __nv_b
     }
 }
 
-// Launchers (flash_bwd_simt.cu, flash_bwd_mma.cu), called by flash_bwd_cuda.cu.
-void bwd_launch_prepass(const BwdParams& p, dtype_t dt, cudaStream_t s);
-void bwd_launch_simt(const BwdParams& p, dtype_t dt, bool atomic_dq, cudaStream_t s);
-// version: 1 to 5 (flash_bwd_mma.cu lists them; 6-19 are not passed here); parts: 3 both kernels, 1 only dK/dV, 2 only dQ.
-void bwd_launch_mma(const BwdParams& p, bool atomic_dq, int version, int parts, cudaStream_t s);
-void bwd_launch_dq_convert(const BwdParams& p, dtype_t dt, cudaStream_t s);
-// Version 5's dK/dV kernel (flash_bwd_dkdv_mt2.cu): two m-tiles per warp, d in {16, 32, 64}.
-void bwd_launch_dkdv_mt2(const BwdParams& p, cudaStream_t s);
-// Versions 6-19 (flash_bwd_fa2.cu): the single-pass kernel (8 or 4 warps, 128 or 64 keys per
-// block, dQ by vector reductions into p.dq_accum, which must be zeroed) and the cast of
-// p.dq_accum into p.dq; bf16, d in {16, 32, 64}. 16-19 launch bwd_launch_wgmma's kernel where it
-// was built (d 64, sm_90a), version 10's elsewhere (flash_bwd_plan names the same choice).
-void bwd_launch_fa2(const BwdParams& p, int version, cudaStream_t s);
-// The cast bwd_launch_fa2 ends with (p.dq_accum into p.dq, one 16-byte store per thread), for
-// the other single-pass kernels at d 16, 32, 64 (version 21's).
-void bwd_launch_dq_convert16(const BwdParams& p, cudaStream_t s);
-// Versions 16-19 (flash_bwd_wgmma.cu): the single pass on wgmma, d = 64; version 20: the same
-// for d = 128. The main kernel alone (the caller adds the cast: bwd_launch_fa2 at d 64,
-// bwd_launch_dq_convert at d 128). Available where the code was built for sm_90a.
-void bwd_launch_wgmma(const BwdParams& p, int version, cudaStream_t s);
+// The kernels' launchers, one per file, called by flash_bwd_cuda.cu (the rows of the dispatch
+// table, flash_bwd_dispatch.c). The single-pass ones add dQ into p.dq_accum, which the caller
+// zeroes first and casts afterwards (bwd_launch_dq_cast).
+void bwd_launch_prepass(const BwdParams& p, dtype_t dt, cudaStream_t s);   // flash_bwd_prepass.cu: D
+void bwd_launch_dq_cast(const BwdParams& p, dtype_t dt, cudaStream_t s);   // flash_bwd_dq_cast.cu
+void bwd_launch_simt(const BwdParams& p, dtype_t dt, cudaStream_t s);      // two passes, any d <= 128
+void bwd_launch_mma_two_pass(const BwdParams& p, cudaStream_t s);          // bf16, d 128
+void bwd_launch_mma(const BwdParams& p, cudaStream_t s);                   // bf16, d 16, 32, 64
+// flash_bwd_wgmma.cu: bf16, d 64 and 128, sm_90a; bwd_wgmma_available: the build has that code.
+void bwd_launch_wgmma(const BwdParams& p, cudaStream_t s);
 bool bwd_wgmma_available();
-// Version 21 (flash_bwd_tma.cu): the single pass with a TMA producer warpgroup and two wgmma
-// consumer warpgroups, d = 64, sm_90a, views a tensor map describes (flash_bwd_tma_ok); the
-// kernel, then the cast of p.dq_accum (which must be zeroed) into p.dq.
+// flash_bwd_tma.cu: bf16, d 64, sm_90a, views a tensor map describes (flash_bwd_tma_ok); the
+// kernel, then the cast of p.dq_accum into p.dq.
 void bwd_launch_tma(const BwdParams& p, cudaStream_t s);

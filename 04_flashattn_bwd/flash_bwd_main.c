@@ -22,9 +22,6 @@
 #include "04_flashattn_bwd/flash_bwd.h"
 #include "04_flashattn_bwd/flash_bwd_host.h"
 
-// The kernel version limits as text, for --help (the help said 1..15 when there were 19).
-#define STR_(x) #x
-#define STR(x) STR_(x)
 
 static double max_abs_err(const float* a, const float* b, size_t n) {
     double m = 0.0;
@@ -63,7 +60,7 @@ static void check_sizes(int B, int H, int Nq, int Nk, int d, int on_gpu, int che
 int main(int argc, char** argv) {
     const char *pq = NULL, *pk = NULL, *pv = NULL, *pdo = NULL, *out = NULL, *dtype_s = NULL, *device_s = NULL,
                *impl_s = NULL;
-    int B = 0, H = 0, Nq = 0, Nk = 0, d = 0, causal = 0, seed = 0, Bq = 0, Bk = 0, check = 0, reps = 0, version = 0;
+    int B = 0, H = 0, Nq = 0, Nk = 0, d = 0, causal = 0, seed = 0, Bq = 0, Bk = 0, check = 0, reps = 0;
     double scale_arg = 0.0;
     cli_opt_t opts[] = {
         {"q", CLI_STR, &pq, "", "q.npy (float32 [B, N, d] or [B, H, N, d]); empty: random inputs", NULL},
@@ -81,32 +78,27 @@ int main(int argc, char** argv) {
         {"dtype", CLI_CHOICE, &dtype_s, "f32", "precision of q, k, v, dO and the results", "f32|bf16"},
         {"device", CLI_CHOICE, &device_s, "auto", "where to run (auto: cuda if a GPU is present)", "auto|cpu|cuda"},
         {"impl", CLI_CHOICE, &impl_s, "flash",
-         "flash: two-pass kernels (GPU) / tiled Algorithm 2 (CPU); atomic: single pass, atomic dQ (GPU); "
-         "naive: materialised P (CPU)",
-         "flash|atomic|naive"},
+         "flash: the dispatch's kernels (GPU) / tiled Algorithm 2 (CPU); naive: materialised P (CPU)",
+         "flash|naive"},
         {"Bq", CLI_INT, &Bq, "64", "query tile of the CPU tiled reference (>= 16)", NULL},
         {"Bk", CLI_INT, &Bk, "64", "key tile of the CPU tiled reference (>= 16)", NULL},
         {"check", CLI_FLAG, &check, "0", "also run the CPU naive reference and print the max errors", NULL},
         {"reps", CLI_INT, &reps, "1", "GPU runs to time (median printed)", NULL},
-        {"version", CLI_INT, &version, "0", "tensor-core kernel version 1.." STR(FLASH_BWD_MAX_VERSION) " (NOTES.md); 0: the default (" STR(FLASH_BWD_DEFAULT_VERSION) ")", NULL},
         {"out", CLI_STR, &out, "results/flash_bwd", "output directory for dQ, dK, dV, O, L (.npy); empty: none", NULL},
     };
     cli_parse(argc, argv,
               "Attention forward + backward (FlashAttention-2) on random or .npy inputs; writes dQ, dK, dV.", opts,
               CLI_COUNT(opts));
 
-    // Every flag first (issue 17), then the GPU, the output place, the inputs.
+    // Every flag first, then the GPU, the output place, the inputs.
     const int from_files = pq[0] || pk[0] || pv[0] || pdo[0];
     if (from_files && !(pq[0] && pk[0] && pv[0] && pdo[0]))
         fail("--q, --k, --v and --dO go together (got only some of them)");
     const dtype_t dt = strcmp(dtype_s, "bf16") == 0 ? DT_BF16 : DT_F32;
     const int on_gpu = strcmp(device_s, "cuda") == 0 || (strcmp(device_s, "auto") == 0 && gpu_count() > 0);
-    const int naive = strcmp(impl_s, "naive") == 0, atomic = strcmp(impl_s, "atomic") == 0;
+    const int naive = strcmp(impl_s, "naive") == 0;
     if (on_gpu && naive) fail("--impl naive runs on the CPU only (add --device cpu)");
-    if (!on_gpu && atomic) fail("--impl atomic is a GPU kernel (on the CPU, --impl flash is Algorithm 2 itself)");
     if (reps < 1) fail("--reps must be >= 1 (got %d)", reps);
-    if (version < 0 || version > FLASH_BWD_MAX_VERSION)
-        fail("--version must be 0 (default) or 1..%d (got %d)", FLASH_BWD_MAX_VERSION, version);
     if (!on_gpu && !naive && (Bq < 16 || Bk < 16 || Bq > 4096 || Bk > 4096))
         fail("--Bq and --Bk must be between 16 and 4096 (got %d, %d)", Bq, Bk);
     if (!from_files) {
@@ -115,7 +107,6 @@ int main(int argc, char** argv) {
         check_sizes(B, H, Nq, Nk, d, on_gpu, check, "--B --H --Nq --Nk --d");
     }
     if (on_gpu) gpu_require("--device cuda");
-    if (version) flash_bwd_set_version(version);
     // dQ, dK, dV, O and L appear together or not at all; an unusable --out is said before the work.
     char oerr[512];
     outset_t* outs = NULL;
@@ -183,10 +174,10 @@ int main(int argc, char** argv) {
     double fwd_ms = 0.0, bwd_ms = 0.0;
     if (on_gpu) {
         fa_timing_t t;
-        fa_fwd_bwd_gpu(hq, hk, hv, hdo, ho, hl, gq, gk, gv, B, H, Nq, Nk, d, causal, scale, dt, atomic, reps, &t);
+        fa_fwd_bwd_gpu(hq, hk, hv, hdo, ho, hl, gq, gk, gv, B, H, Nq, Nk, d, causal, scale, dt, reps, &t);
         fwd_ms = t.fwd_ms;
         bwd_ms = t.bwd_ms;
-        what = atomic ? "flash (CUDA, single pass, atomic dQ)" : "flash (CUDA, two passes)";
+        what = "flash (CUDA)";
         printf("backward kernels: %s: %s\n", t.kernel, t.plan);  // the dispatch's own name of what ran
     } else {
         what = naive ? "naive (CPU reference)" : "flash tiled Algorithm 2 (CPU reference)";

@@ -1,6 +1,5 @@
-// The plain (SIMT, fp32 arithmetic) backward kernels: the D pre-pass, the key-tile-parallel
-// dK/dV kernel (optionally adding its dQ share atomically: Algorithm 2's single pass), the
-// query-tile-parallel dQ kernel, and the cast of the atomic accumulator into dq. They take fp32
+// The plain (SIMT, fp32 arithmetic) two-pass backward, after the D pre-pass: the key-tile-parallel
+// dK/dV kernel and the query-tile-parallel dQ kernel, no atomics. They take fp32
 // or bf16 inputs and any head dim up to 128: the fp32 path, and the fallback for bf16 shapes
 // the tensor-core kernels do not take. Each block keeps its tiles in shared memory as fp32.
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
@@ -16,36 +15,6 @@ constexpr int kMaxD = 128;
 [[maybe_unused]] constexpr int kMaxPerThread = kBk * kMaxD / kThreads;  // (row, col) accumulators per thread
 static_assert(kBq == kBk, "the accumulator split below assumes square tiles");
 
-// D_r = rowsum(dO_r o O_r): one warp per row, lanes stride over the head dim.
-template <typename T>
-__global__ void bwd_prepass_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.prepass_kernel): the D pre-pass: D_i = rowsum(O_i o dO_i) for every query row, in fp32 | see 04_flashattn_bwd/README.md §The maths | test: test_04 bwd_cuda/*f32*
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // bh*Nq + r
-    if (row >= (int64_t)p.B * p.H * p.Nq) return;
-    const int bh = (int)(row / p.Nq), r = (int)(row % p.Nq);
-    const T* O = (const T*)p.o + view_off(p.so, bh, p.H, r);
-    const T* dO = (const T*)p.dout + view_off(p.sdo, bh, p.H, r);
-    float acc = 0.0f;
-    for (int c = lane; c < p.d; c += 32) acc += to_f(O[c]) * to_f(dO[c]);
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) p.D[row] = acc;
-    // STUDENT-END(04.prepass_kernel)
-}
-
-// dq = dq_accum (already scaled), cast to T and written through dq's strides.
-template <typename T>
-__global__ void bwd_dq_convert_kernel(BwdParams p) {
-    const int64_t n = (int64_t)p.B * p.H * p.Nq * p.d;
-    for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < n;
-         x += (int64_t)gridDim.x * blockDim.x) {
-        const int c = (int)(x % p.d);
-        const int64_t row = x / p.d;
-        const int bh = (int)(row / p.Nq), r = (int)(row % p.Nq);
-        ((T*)p.dq)[view_off(p.sdq, bh, p.H, r) + c] = from_f<T>(p.dq_accum[x]);
-    }
-}
-
 // rows [r0, r0+rows) of a [N, d] view into smem tile (rows, ld) as fp32; rows past N are zeros.
 template <typename T>
 __device__ void load_tile_f32(float* tile, int ld, const T* base, int64_t row_stride, int r0,
@@ -57,10 +26,10 @@ __device__ void load_tile_f32(float* tile, int ld, const T* base, int64_t row_st
 }
 
 // Key-tile-parallel pass: block (bh, j) owns K_j, V_j and accumulates dK_j, dV_j over the query
-// tiles i that see key tile j. ATOMIC_DQ: also dQ_i += scale dS_ij K_j into p.dq_accum.
-template <typename T, bool ATOMIC_DQ>
+// tiles i that see key tile j.
+template <typename T>
 __global__ void __launch_bounds__(kThreads) bwd_dkdv_simt_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.dkdv_kernel): the key-tile-parallel kernel: one block per (key tile j, batch*head) accumulates dK_j and dV_j over the query tiles (causal: from the diagonal on) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*f32*
+    // STUDENT-BEGIN(04.dkdv_kernel): the key-tile-parallel kernel: one block per (key tile j, batch*head) accumulates dK_j and dV_j over the query tiles (causal: from the diagonal on) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_noncausal bwd_cuda/fixture_causal bwd_cuda/fixture_f32_simt bwd_cuda/fixture_bf16_simt 
     extern __shared__ float smem[];
     const int d = p.d, ld = d + 1;  // odd row stride: a warp reading a column hits 32 banks
     float* K_j = smem;               // (Bk, ld)
@@ -124,16 +93,6 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_simt_kernel(BwdParams p) {
                 dK[m] += ak;
             }
         }
-        if (ATOMIC_DQ) {
-            // dQ_i += scale dS K_j: this block's share, added into the shared fp32 accumulator.
-            for (int x = tid; x < kBq * d; x += kThreads) {
-                const int r = x / d, e = x % d;
-                if (q0 + r >= p.Nq) continue;
-                float acc = 0.0f;
-                for (int c = 0; c < kBk; c++) acc += dS[c * (kBq + 1) + r] * K_j[c * ld + e];
-                atomicAdd(&p.dq_accum[((int64_t)bh * p.Nq + q0 + r) * d + e], acc * p.scale);
-            }
-        }
     }
     // Write dK_j, dV_j once (keys past Nk are not written; keys no query sees get zeros).
     T* dk = (T*)p.dk + view_off(p.sdk, bh, p.H, 0);
@@ -156,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_simt_kernel(BwdParams p) {
 // tiles j it sees (causal: up to the diagonal), recomputing P.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) bwd_dq_simt_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.dq_kernel): the query-tile-parallel kernel: one block per (query tile i, batch*head) accumulates dQ_i = scale sum_j dS_ij K_j (no atomics) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*f32*
+    // STUDENT-BEGIN(04.dq_kernel): the query-tile-parallel kernel: one block per (query tile i, batch*head) accumulates dQ_i = scale sum_j dS_ij K_j (no atomics) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_noncausal bwd_cuda/fixture_causal bwd_cuda/fixture_f32_simt bwd_cuda/fixture_bf16_simt 
     extern __shared__ float smem[];
     const int d = p.d, ld = d + 1;
     float* Q_i = smem;                  // (Bq, ld)
@@ -231,22 +190,15 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_simt_kernel(BwdParams p) {
 }
 
 template <typename T>
-void launch_simt(const BwdParams& p, bool atomic_dq, cudaStream_t s) {
-    // STUDENT-BEGIN(04.launch_simt): launch bwd_dkdv_simt_kernel<T> then bwd_dq_simt_kernel<T> (or the atomic dQ path) with simt_smem_bytes(d) of shared memory | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*f32*
+void launch_simt(const BwdParams& p, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_simt): launch bwd_dkdv_simt_kernel<T> then bwd_dq_simt_kernel<T> with simt_smem_bytes(d) of shared memory (opted in by cudaFuncSetAttribute) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_f32 bwd_cuda/sweep_f32_simt bwd_cuda/sweep_bf16_simt bwd_cuda/fixture_noncausal bwd_cuda/fixture_causal bwd_cuda/fixture_f32_simt bwd_cuda/fixture_bf16_simt
     const int BH = p.B * p.H;
     const size_t smem = simt_smem_bytes(p.d);
     dim3 block(kThreads);
     dim3 grid_kv(BH, (p.Nk + kBk - 1) / kBk), grid_q(BH, (p.Nq + kBq - 1) / kBq);
-    if (atomic_dq) {
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_dkdv_simt_kernel<T, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        bwd_dkdv_simt_kernel<T, true><<<grid_kv, block, smem, s>>>(p);
-        CUDA_CHECK_LAST();
-        return;
-    }
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_dkdv_simt_kernel<T, false>,
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_dkdv_simt_kernel<T>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    bwd_dkdv_simt_kernel<T, false><<<grid_kv, block, smem, s>>>(p);
+    bwd_dkdv_simt_kernel<T><<<grid_kv, block, smem, s>>>(p);
     CUDA_CHECK_LAST();
     CUDA_CHECK(cudaFuncSetAttribute(bwd_dq_simt_kernel<T>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -257,25 +209,8 @@ void launch_simt(const BwdParams& p, bool atomic_dq, cudaStream_t s) {
 
 }  // namespace
 
-void bwd_launch_prepass(const BwdParams& p, dtype_t dt, cudaStream_t s) {
-    const int64_t rows = (int64_t)p.B * p.H * p.Nq;
-    const int warps = 8;
-    const unsigned blocks = (unsigned)((rows + warps - 1) / warps);
-    // Inputs are bf16 or fp32 alike; dt picks the instantiation.
-    if (dt == DT_BF16) bwd_prepass_kernel<__nv_bfloat16><<<blocks, warps * 32, 0, s>>>(p);
-    else bwd_prepass_kernel<float><<<blocks, warps * 32, 0, s>>>(p);
-    CUDA_CHECK_LAST();
+void bwd_launch_simt(const BwdParams& p, dtype_t dt, cudaStream_t s) {
+    if (dt == DT_BF16) launch_simt<__nv_bfloat16>(p, s);
+    else launch_simt<float>(p, s);
 }
 
-void bwd_launch_simt(const BwdParams& p, dtype_t dt, bool atomic_dq, cudaStream_t s) {
-    if (dt == DT_BF16) launch_simt<__nv_bfloat16>(p, atomic_dq, s);
-    else launch_simt<float>(p, atomic_dq, s);
-}
-
-void bwd_launch_dq_convert(const BwdParams& p, dtype_t dt, cudaStream_t s) {
-    const int64_t n = (int64_t)p.B * p.H * p.Nq * p.d;
-    const unsigned blocks = (unsigned)((n + 255) / 256 < 65535 * 4 ? (n + 255) / 256 : 65535 * 4);
-    if (dt == DT_BF16) bwd_dq_convert_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p);
-    else bwd_dq_convert_kernel<float><<<blocks, 256, 0, s>>>(p);
-    CUDA_CHECK_LAST();
-}

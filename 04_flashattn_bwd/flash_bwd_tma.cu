@@ -1,11 +1,12 @@
-// Version 21: the single-pass backward laid out as FlashAttention-3 lays it out on Hopper
-// (sm_90a), bf16, d = 64: warp specialisation, TMA loads into an mbarrier ring, wgmma for all five
-// products, dQ added by TMA's reduce-add. Version 19's math (flash_bwd_wgmma.cu) kept as it is:
-// the products, the fragment layouts, the masks only on diagonal/ragged tiles, L and D past Nq = 0.
+// Row fa3 of the dispatch table, the default at d 64: the single-pass backward laid out as
+// FlashAttention-3 lays it out on Hopper (sm_90a), bf16, d = 64: warp specialisation, TMA loads
+// into an mbarrier ring, wgmma for all five products, dQ added by TMA's reduce-add. The maths of
+// the wgmma row (flash_bwd_wgmma.cu) kept as it is: the products, the fragment layouts, the masks
+// only on diagonal/ragged tiles, L and D past Nq = 0.
 //
-// Why: version 19 (4.17-4.25 ms at the leaderboard point) has its 8 warps load Q_i, dO_i, L_i, D_i
-// with cp.async, meet at a block-wide barrier every step and add dQ with 16-byte reductions from
-// every warp (8 x 4 REDs per step). Here one producer thread issues every load, the consumers
+// Why: the wgmma kernel has its 8 warps load Q_i, dO_i, L_i, D_i with cp.async, meet at a
+// block-wide barrier every step and add dQ with 16-byte reductions from every warp (8 x 4 REDs
+// per step). Here one producer thread issues every load, the consumers
 // meet only where they exchange dS^T, and dQ leaves as two 8 KB TMA reductions per step.
 //
 // Block (bh, j): 3 warpgroups, 128 keys (Bk), one block per SM (__launch_bounds__(384, 1)).
@@ -22,21 +23,21 @@
 //       named barrier while G1 runs (both warpgroups' dS^T of tile i-1 written; dQ of tile i-2
 //         staged, whose reductions the first thread of each warpgroup now issues)
 //       G2  dQ_{i-1} = dS_{i-1} K_j, columns 32c..32c+31 (m64n32k16 x 8 over the 128 keys; A = dS^T
-//           from shared memory, B = a no-swizzle copy of K_j, both MN-major: version 19's
+//           from shared memory, B = a no-swizzle copy of K_j, both MN-major: the wgmma kernel's
 //           descriptors); runs under the softmax
-//       P^T, dS^T in registers (version 19's code); dS^T -> shared memory (core matrices)
+//       P^T, dS^T in registers (the wgmma kernel's code); dS^T -> shared memory (core matrices)
 //       G3  dV += P^T dO_i, dK += dS^T Q_i (A from registers, B = dO_i, Q_i MN-major swizzled,
 //           the descriptors of the forward's P~ V)
 //       wait all; release the slot; dQ_{i-1} * scale -> this warpgroup's 64 x 32 fp32 staging box
 //         (128-byte swizzle, so the 8-byte stores hit distinct banks), fenced for the async proxy
-//   After the last tile: dQ of the last tile the same way; dK_j (scaled), dV_j stored (version 19).
+//   After the last tile: dQ of the last tile the same way; dK_j (scaled), dV_j stored (as the wgmma kernel).
 // dQ: the staging box is added into p.dq_accum ([B*H, Nq, 64] fp32, zeroed by the caller) by
 // cp.reduce.async.bulk.tensor over a 3-D map (64, Nq, B*H): rows past Nq are outside the map and
 // are not written. Two staging buffers per warpgroup: a box is written one step, reduced after
 // the next step's barrier, and its buffer rewritten two steps later, once the issuing thread has
 // seen the read finish (cp.async.bulk.wait_group.read before that barrier).
 // Why the copy of K_j: G2 needs K_j as an MN-major operand cut at column 32 (half a 128-byte
-// swizzled row); the no-swizzle core-matrix layout is the one version 19 proved for exactly that
+// swizzled row); the no-swizzle core-matrix layout is the one the wgmma kernel proved for exactly that
 // use, and the copy costs 4 16-byte moves per thread once per block.
 // The dS^T exchange: G2 of warpgroup c reads both warpgroups' dS^T, so one 256-thread named
 // barrier per step orders the stores (fence.proxy.async first) before the reads, and the reads
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
                    const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                    const __grid_constant__ CUtensorMap tdq, const __grid_constant__ CUtensorMap tl,
                    const __grid_constant__ CUtensorMap td) {
+    // STUDENT-BEGIN(04.tma_kernel): the FA3-layout single pass (sm_90a, d 64): warpgroup 0 the producer (setmaxnreg 40; thread 0 loads K_j, V_j once, then Q_i, dO_i, and L_i, D_i with LDT, into a 3-stage mbarrier ring by TMA), warpgroups 1 and 2 the consumers (setmaxnreg 232; 64 keys each): G1 S^T, dP^T; G2 the previous tile's dQ from dS^T and a no-swizzle copy of K_j; P^T, dS^T in registers, dS^T to shared memory behind one named barrier; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ staged and added into the accumulator by TMA reduce-add | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_fa3 bwd_cuda/fixture_bf16_fa3 bwd_cuda/shapes_bf16_fa3 bwd_cuda/strided_bf16_fa3 bwd_cuda/sanitize_bf16_fa3
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef TmaCfg C;
     extern __shared__ unsigned char smem_tma[];
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
             for (int n = 0; n < n_tiles; n++) {
                 const int st = n % C::STAGES, q0 = (i_start + n) * C::Bq;
                 mbar_wait(empty(st), ((n / C::STAGES) & 1) ^ 1);  // first pass: a fresh barrier's
-                // L (unscaled) and D; past Nq both 0, harmless (version 19): those rows of Q and
+                // L (unscaled) and D; past Nq both 0, harmless (as in the wgmma kernel): those rows of Q and
                 // dO arrive as zeros, so S = 0, P = 1, dP = 0, dS = 0, and P^T dO adds nothing.
                 if constexpr (LDT) {
                     if (lane == 0) {
@@ -224,7 +226,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
     if (n_tiles > 0) {
         mbar_wait(bar_kv, 0);
         // K_j for G2: this warpgroup's 32 columns (chunks 4c..4c+3) of all 128 rows from the
-        // swizzled tile into core matrices (common/wgmma.cuh), as version 19 loads it.
+        // swizzled tile into core matrices (common/wgmma.cuh), as the wgmma kernel loads it.
 #pragma unroll
         for (int it = 0; it < 4; it++) {
             const int x = it * 128 + (threadIdx.x & 127), r = x >> 2, ch = 4 * c + (x & 3);
@@ -260,7 +262,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         if constexpr (!kFirst) {
             // The barrier while G1 runs (it needs nothing the barrier orders): dS^T of step n-1
             // in, dQ of step n-2 staged. Then a second wgmma.fence, so that G2 follows the
-            // barrier in the order version 19 proved (fence.proxy.async, barrier, wgmma.fence,
+            // barrier in the order the wgmma kernel proved (fence.proxy.async, barrier, wgmma.fence,
             // wgmma); it does not wait for G1.
             sync();
             wg_fence();
@@ -273,7 +275,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         fence_regs(S);
         fence_regs(dP);
 
-        // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (version 19).
+        // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (the wgmma kernel's).
         const float* Lb = (const float*)(smem + C::kOffL) + st * C::Bq;
         const float* Db = (const float*)(smem + C::kOffD) + st * C::Bq;
         auto p_ds = [&](auto masked) {
@@ -295,7 +297,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         };
         if ((p.causal && k0 + kw + 15 > q0) || (k0 + kw + 16 > p.Nk)) p_ds(std::true_type{});
         else p_ds(std::false_type{});
-        // dS^T (bf16) to buffer n & 1, core matrices: key rows, query columns (version 19).
+        // dS^T (bf16) to buffer n & 1, core matrices: key rows, query columns (the wgmma kernel's).
         wg_store_core_bf16(smem + C::kOffdS + (n & 1) * C::kTileS, dP, kw + g, t);
 
         // G3: dV += P^T dO_i, dK += dS^T Q_i; k-step kq = queries 16kq.. = 16 rows = 2048 bytes.
@@ -315,7 +317,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         for (int kq = 0; kq < 4; kq++) wg_m64n64_rs<1>(dK, as[kq], wg_desc_sw(kDescMN, qa + kq * 2048), 1);
         wg_commit();
         // G2 and G3 done (a wait_group 1 here as well made ptxas serialise every wgmma in
-        // version 16, C7514): the slot's Q_i, dO_i, L_i, D_i are no longer read.
+        // an earlier form of the wgmma kernel, C7514): the slot's Q_i, dO_i, L_i, D_i are no longer read.
         wg_wait<0>();
         fence_regs(dK);
         fence_regs(dV);
@@ -324,7 +326,7 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
         // (as CUTLASS's and FlashAttention-3's pipelines do): its own arrive orders its own reads
         // before the producer's next writes into the slot. One arrive per warp after a
         // __syncwarp is enough by the memory model, but racecheck reported the slot's reuse as a
-        // race that way (2026-11-26, 333 x 201 causal: 4 hazards), and this way it has nothing to
+        // race that way (333 x 201 causal: 4 hazards), and this way it has nothing to
         // take on trust.
         // With L/D by TMA no thread wrote the slot with a generic store: one arrive per warp,
         // after the warp's reads (__syncwarp), as the forward releases K_j and V_j.
@@ -368,17 +370,19 @@ __global__ void __launch_bounds__(TmaCfg::THREADS, 1)
             }
         }
 #else
-    __trap();  // built without sm_90a: flash_bwd_plan never picks version 21 there
+    __trap();  // built without sm_90a: the dispatch never picks the fa3 row there
 #endif
+    // STUDENT-END(04.tma_kernel)
 }
 
 }  // namespace
 
-// Version 21 (flash_bwd_plan chose it: bf16, d 64, 16-byte rows, an sm_90a build, views a tensor
+// The fa3 row's launch (the dispatch chose it: bf16, d 64, 16-byte rows, an sm_90a build, views a tensor
 // map describes): the kernel, then the cast of p.dq_accum (zeroed by the caller) into dq.
 void bwd_launch_tma(const BwdParams& p, cudaStream_t s) {
+    // STUDENT-BEGIN(04.launch_tma): check d 64 and the kernel's entry register count (the setmaxnreg split needs it), describe Q, dO, K, V and the dQ accumulator (and L, D where Nq is a multiple of 4) by tensor maps (common/tma.h), launch bwd_tma_kernel<LDT> on grid (B·H, key tiles of 128) with TmaCfg::SMEM, then the cast of the accumulator into dq | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_fa3 bwd_cuda/fixture_bf16_fa3 bwd_cuda/shapes_bf16_fa3 bwd_cuda/strided_bf16_fa3 bwd_cuda/sanitize_bf16_fa3 | uses: bwd_tma_kernel<true> bwd_tma_kernel<false>
     typedef TmaCfg C;
-    if (p.d != 64) DIE("bwd_launch_tma: head dim %d (version 21 is built for d = 64)", p.d);
+    if (p.d != 64) DIE("bwd_launch_tma: head dim %d (the fa3 kernel is built for d = 64)", p.d);
     // The register split (setmaxnreg) assumes the entry count __launch_bounds__ gives (as the fa3
     // forward checks): a build that changed it would leave setmaxnreg.inc waiting forever.
     // L and D by TMA where a tensor map can hold their rows (Nq a multiple of 4: 16-byte rows).
@@ -400,7 +404,7 @@ void bwd_launch_tma(const BwdParams& p, cudaStream_t s) {
         tma_view_bhnd(p.B, p.H, p.Nq, 64, p.sdo, &vdo, err, sizeof err) ||
         tma_view_bhnd(p.B, p.H, p.Nk, 64, p.sk, &vk, err, sizeof err) ||
         tma_view_bhnd(p.B, p.H, p.Nk, 64, p.sv, &vv, err, sizeof err))
-        DIE("bwd_launch_tma: %s (flash_bwd_plan sends such views to version 19)", err);
+        DIE("bwd_launch_tma: %s (the dispatch sends such views to the wgmma row)", err);
     CUtensorMap tq, tdo, tk, tv, tdq;
     const uint32_t box_q[2] = {64, (uint32_t)C::Bq}, box_k[2] = {64, (uint32_t)C::Bk}, box_dq[2] = {32, (uint32_t)C::Bq};
     const uint64_t dq_dims[3] = {64, (uint64_t)p.Nq, (uint64_t)p.B * p.H};
@@ -418,5 +422,6 @@ void bwd_launch_tma(const BwdParams& p, cudaStream_t s) {
     else bwd_tma_kernel<false><<<grid, C::THREADS, C::SMEM, s>>>(p, tq, tdo, tk, tv, tdq, tl, td);
     CUDA_CHECK_LAST();
 
-    bwd_launch_dq_convert16(p, s);  // flash_bwd_fa2.cu's 16-byte cast of the accumulator into dq
+    bwd_launch_dq_cast(p, DT_BF16, s);  // the 16-byte cast of the accumulator into dq (flash_bwd_dq_cast.cu)
+    // STUDENT-END(04.launch_tma)
 }

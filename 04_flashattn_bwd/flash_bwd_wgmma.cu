@@ -1,16 +1,15 @@
-// Versions 16-19: the single-pass backward (version 10's schedule) on Hopper's warpgroup MMA
-// (wgmma, sm_90a); bf16, d = 64. 19 is what the default (version 20) runs at d 64 (flash_bwd.h);
-// 16-18 are kept experiments. Version 20: 19's kernel for d = 128 (the same template, D = 128;
-// below), the default: 7.98 ms at N 16384, 16 heads, causal, against version 1's 15.69 (H100).
+// Row wgmma of the dispatch table: the single-pass backward on Hopper's warpgroup MMA (wgmma,
+// sm_90a); bf16, d = 64 and d = 128. It runs at d 128, and at d 64 where a tensor map cannot
+// describe a view (the fa3 row, flash_bwd_tma.cu, takes the rest of d 64).
 //
-// Why: versions 6-15 issue mma.sync, whose B operands every warp reads again from shared memory
-// with ldmatrix (NOTES.md: ~59% of the shared-memory budget, the L1 pipe 71% busy in ncu) and
-// whose results wait on registers, with 2 warps per scheduler to hide it. wgmma reads its shared
-// operands itself, once per warpgroup (4 warps, a 64-row tile), and runs asynchronously: the
-// warps compute P and dS while the tensor cores work on the previous products.
+// Why wgmma: mma.sync (flash_bwd_mma.cu) makes every warp read its B operands again from shared
+// memory with ldmatrix and wait on the results in registers. wgmma reads its shared operands
+// itself, once per warpgroup (4 warps, a 64-row tile), and runs asynchronously: the warps compute
+// P and dS while the tensor cores work on the previous products.
 //
 // Block (bh, j): 2 warpgroups, 128 keys (64 each); K_j, V_j in shared memory as core matrices
-// (common/wgmma.cuh). Per query tile i of 64 rows (Q_i, dO_i, L_i, D_i double-buffered with cp.async):
+// (common/wgmma.cuh). Per query tile i of 64 rows (Q_i, dO_i, L_i, D_i double-buffered with
+// cp.async, so no warp waits on a global load after the barrier):
 //   G1  S^T = K_j Q_i^T, dP^T = V_j dO_i^T     m64n64k16 x 4 each, both operands from shared memory
 //   G2  dQ_{i-1} += scale dS_{i-1} K_j        m64n32k16 x 8: warpgroup w takes d columns 32w..;
 //                                             A = dS^T of the previous tile (MN-major), B = K_j
@@ -19,23 +18,23 @@
 //       dS^T -> shared memory (bf16, two buffers)
 //   G3  dV_j += P^T dO_i, dK_j += dS^T Q_i      m64n64k16 x 4 each, A = P^T / dS^T from registers
 //                                             (the accumulator layout is the A layout), B MN-major
-//       dQ_{i-1} (G2's result) added to the fp32 accumulator with 16-byte reductions
-// One barrier per step, as version 10. The accumulator of each warpgroup's 64 x 64 products has
-// the layout of version 10's per-warp tiles (warp w of the block: keys 16w..16w+15), so the
-// masks, the exponentials and the epilogue are version 10's.
+//       dQ_{i-1} (G2's result) added to the fp32 accumulator: each warp's share passes through
+//       shared memory so that one 16-byte reduction instruction of a warp covers 4 rows of 128
+//       bytes, not 16 rows of 32 (a quarter of the L2 requests)
+// One barrier per step. The accumulator of each warpgroup's 64 x 64 products has the layout of
+// the mma kernel's per-warp tiles (warp w of the block: keys 16w..16w+15), so the masks, the
+// exponentials and the epilogue are that kernel's.
 //
-// Version 20 (D = 128; 19's block: 2 warpgroups, 128 keys, STAGE): every [rows][128] tile (K_j,
-// V_j, Q_i, dO_i) is two [rows][64] core-matrix halves (a descriptor has one stride per
-// direction), so G1 is 8 k-steps of m64n64k16 per product, the second 4 in the second half; G2
-// gives warpgroup w the 64 dQ columns of half w (m64n64k16 x 8, 32 registers); G3 is two
-// m64n64k16 per k-step and product, one per half, into dK[h], dV[h] (64 + 64 registers). dS^T
-// stays keys x 64 queries. Registers: dK, dV 128 + S^T, dP^T 64 + dQ 32 = 224 accumulators, so
-// G2 moves from before the softmax to behind G3 (then S^T, dP^T are dead and G3's A operands are
-// 32 registers): the softmax no longer overlaps G2 inside a warpgroup. ptxas (CUDA 13.0,
-// sm_90a): 255 registers, 0 spills, no C7512; shared memory 199 680 bytes (195 KB: K_j, V_j
+// d = 128: every [rows][128] tile (K_j, V_j, Q_i, dO_i) is two [rows][64] core-matrix halves (a
+// descriptor has one stride per direction), so G1 is 8 k-steps of m64n64k16 per product, the
+// second 4 in the second half; G2 gives warpgroup w the 64 dQ columns of half w (m64n64k16 x 8,
+// 32 registers); G3 is two m64n64k16 per k-step and product, one per half, into dK[h], dV[h]
+// (64 + 64 registers). dS^T stays keys x 64 queries. Registers: dK, dV 128 + S^T, dP^T 64 + dQ 32
+// = 224 accumulators, so G2 moves from before the softmax to behind G3 (then S^T, dP^T are dead
+// and G3's A operands are 32 registers): the softmax no longer overlaps G2 inside a warpgroup.
+// ptxas (CUDA 13.0, sm_90a): 255 registers, 0 spills; shared memory 199 680 bytes (K_j, V_j
 // 32 KB each, Q_i, dO_i 2 x 16 KB each, dS^T 2 x 16 KB, L_i, D_i 1 KB, dQ staging 34 KB), one
-// block per SM. The d 64 kernels (16-19) compile to the same SASS as before the template
-// (scripts/sass_diff.sh -m, NOTES.md).
+// block per SM.
 #include <type_traits>
 #include "04_flashattn_bwd/flash_bwd_internal.cuh"
 #include "common/wgmma.cuh"
@@ -44,14 +43,15 @@
 namespace {
 
 typedef __nv_bfloat16 bf16;
-constexpr int kBQ = 64;
-// NWG warpgroups per block, 64 keys each; head dim D (64, or 128 for version 20). Shared memory:
+constexpr int kBQ = 64, kNWG = 2;  // 64-query tiles; 2 warpgroups of 64 keys per block
+// NWG warpgroups per block, 64 keys each; head dim D (64 or 128). Shared memory:
 // Ks | Vs | Qs[2] | dOs[2] | dSs[2] (dS^T: keys x 64 queries) | Ls[2][64] | Ds[2][64] (| staging)
 // A [rows][128] tile (D = 128) is two [rows][64] core-matrix halves, kHalf* bytes apart: a
 // descriptor has one stride per direction (common/wgmma.cuh), and the k-steps over d (S^T, dP^T)
 // and the N = 64 column blocks of dK, dV, dQ each stay inside one half.
-template <int NWG, int D = 64>
+template <int D>
 struct WgCfg {
+    static constexpr int NWG = kNWG;
     static constexpr int kT = 128 * NWG, kBK = 64 * NWG, kDQN = D / NWG;  // dQ columns per warpgroup
     static constexpr int kDH = D / 64;                                     // 64-column halves
     static constexpr uint32_t kTileQ = kBQ * D * 2;   // bytes of a 64-row tile: 8 KB (d 64), 16 KB
@@ -61,7 +61,7 @@ struct WgCfg {
     static constexpr uint32_t kOffV = kTileK, kOffQ = 2 * kTileK, kOffdO = kOffQ + 2 * kTileQ,
                               kOffdS = kOffdO + 2 * kTileQ, kOffL = kOffdS + 2 * kTileS, kOffD = kOffL + 2 * kBQ * 4,
                               kOffStg = kOffD + 2 * kBQ * 4;
-    // STAGE: each warp's 16 x kDQN share of dQ passes through shared memory (rows padded by 4
+    // Each warp's 16 x kDQN share of dQ passes through shared memory (rows padded by 4
     // floats: the 8-byte fragment stores hit distinct banks) to leave as whole-row reductions.
     static constexpr int kStgLD = kDQN + 4;
     static constexpr size_t kSmemStg = kOffStg + (size_t)NWG * 4 * 16 * kStgLD * 4;
@@ -101,15 +101,11 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool val
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 4 : 0));
 }
 
-// STAGE (version 19): L_i and D_i arrive by cp.async like the tiles (no warp waits on a global
-// load after the barrier), and dQ leaves through shared memory as whole-row reductions (a warp's
-// 16-byte reductions cover 4 rows of 128 bytes, not 16 rows of 32: a quarter of the L2 requests).
-
-template <int NWG, int MINB, bool STAGE, int D>
-__global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p) {
-    // STUDENT-BEGIN(04.wgmma_kernel): version 10's single pass on wgmma (versions 16-19, d = 64; version 20, D = 128 as two [rows][64] halves, G2 issued after G3; sm_90a): NWG warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices; G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ by 16-byte reductions (STAGE: staged through shared memory, L_i, D_i by cp.async) | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] test_04 bwd_cuda/*version20* | uses: ex2_approx cp_async4 red_add_v4_f32
+template <int D>
+__global__ void __launch_bounds__(kNWG * 128, 1) bwd_wgmma_kernel(BwdParams p) {
+    // STUDENT-BEGIN(04.wgmma_kernel): the single pass on wgmma (d 64; d 128 as two [rows][64] halves, G2 issued after G3; sm_90a): 2 warpgroups of 64 keys; K_j, V_j, Q_i, dO_i in shared memory as 8 x 8 core matrices (L_i, D_i by cp.async too); G1 S^T, dP^T; G2 the previous tile's dQ, issued before the softmax; P^T, dS^T in registers (masks only on diagonal / ragged tiles), dS^T to shared memory; G3 dV += P^T dO_i, dK += dS^T Q_i; dQ staged through shared memory and added by 16-byte reductions | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_wgmma bwd_cuda/fixture_bf16_wgmma bwd_cuda/long_bf16_d128_wgmma bwd_cuda/sanitize_bf16_wgmma_d128 | uses: ex2_approx cp_async4 red_add_v4_f32
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef WgCfg<NWG, D> C;
+    typedef WgCfg<D> C;
     constexpr int kT = C::kT, kBK = C::kBK, kDQN = C::kDQN, kStgLD = C::kStgLD, kDH = C::kDH;
     // d 128: G2 is issued after G3, not before the softmax: its 32 accumulators beside S^T, dP^T
     // and the 128 of dK, dV would not fit in 255 registers.
@@ -139,18 +135,13 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         const int q0 = i * kBQ;
         load_core_d<D, kBQ, kT>(smem + kOffQ + buf * kTileQ, soff, Qg, p.sq[2], q0, p.Nq);
         load_core_d<D, kBQ, kT>(smem + kOffdO + buf * kTileQ, soff, dOg, p.sdo[2], q0, p.Nq);
-        if constexpr (STAGE) {
-            // L (unscaled) and D; past Nq both 0, harmless: those rows of Q and dO are zeros, so
-            // S = 0, P = 1, dP = 0, dS = 0, and P^T dO adds nothing.
-            if (tid < 2 * kBQ) {
-                const int r = q0 + (tid & (kBQ - 1));
-                const bool valid = r < p.Nq;
-                cp_async4((tid < kBQ ? Ls : Ds) + buf * kBQ + (tid & (kBQ - 1)), (tid < kBQ ? Lg : Dg) + (valid ? r : 0), valid);
-            }
-        } else if (tid < kBQ) {
-            const int r = q0 + tid;
-            Ls[buf * kBQ + tid] = r < p.Nq ? Lg[r] * LOG2E_F : INFINITY;  // P = 0 past Nq
-            Ds[buf * kBQ + tid] = r < p.Nq ? Dg[r] : 0.0f;
+        // L (unscaled) and D by cp.async like the tiles (no warp waits on a global load after
+        // the barrier); past Nq both 0, harmless: those rows of Q and dO are zeros, so S = 0,
+        // P = 1, dP = 0, dS = 0, and P^T dO adds nothing.
+        if (tid < 2 * kBQ) {
+            const int r = q0 + (tid & (kBQ - 1));
+            const bool valid = r < p.Nq;
+            cp_async4((tid < kBQ ? Ls : Ds) + buf * kBQ + (tid & (kBQ - 1)), (tid < kBQ ? Lg : Dg) + (valid ? r : 0), valid);
         }
     };
     load_core_d<D, kBK, kT>(smem, soff, (const bf16*)p.k + view_off(p.sk, bh, p.H, 0), p.sk[2], k0, p.Nk);
@@ -187,56 +178,39 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
     // lanes t and t^1 swap halves so each thread adds 4 consecutive floats.
     auto reduce_dq = [&](int q0) {
         fence_regs(dq);
-        if constexpr (STAGE) {
-            // This warp's 16 rows x kDQN columns through its own staging tile, then each lane
-            // adds 4 consecutive floats of a row: a warp instruction covers 32 * 4 / kDQN rows.
-            float* stg = (float*)(smem + C::kOffStg) + warp * 16 * kStgLD;
-#pragma unroll
-            for (int n = 0; n < kDQN / 8; n++) {
-                *(float2*)(stg + g * kStgLD + n * 8 + 2 * t) = make_float2(dq[4 * n] * p.scale, dq[4 * n + 1] * p.scale);
-                *(float2*)(stg + (g + 8) * kStgLD + n * 8 + 2 * t) =
-                    make_float2(dq[4 * n + 2] * p.scale, dq[4 * n + 3] * p.scale);
-            }
-            __syncwarp();
-            constexpr int kCh = kDQN / 4;  // 16-byte chunks per row
-            if constexpr (D == 128) {
-                // The same, written so that the 8 reductions share one address and one row
-                // bound (lane: row lane / 16 + 2 it, chunk lane % 16): computed per reduction,
-                // ptxas kept 8 of each across the loop and spilled them.
-                const int r0 = (warp & 3) * 16 + (lane >> 4), ch = lane & (kCh - 1), left = p.Nq - q0 - r0;
-                const float* src = stg + (lane >> 4) * kStgLD + ch * 4;
-                float* dst = dQacc + (int64_t)(q0 + r0) * D + wg * kDQN + ch * 4;
-#pragma unroll
-                for (int it = 0; it < 16 * kCh / 32; it++) {
-                    const float4 v = *(const float4*)(src + 2 * it * kStgLD);
-                    if (2 * it < left) red_add_v4_f32(dst + 2 * it * D, v.x, v.y, v.z, v.w);
-                }
-            } else {
-#pragma unroll
-                for (int it = 0; it < 16 * kCh / 32; it++) {
-                    const int x = it * 32 + lane, r = x / kCh, ch = x % kCh;
-                    const float4 v = *(const float4*)(stg + r * kStgLD + ch * 4);
-                    const int row = q0 + (warp & 3) * 16 + r;
-                    if (row < p.Nq) red_add_v4_f32(dQacc + (int64_t)row * D + wg * kDQN + ch * 4, v.x, v.y, v.z, v.w);
-                }
-            }
-            __syncwarp();
-            return;
-        }
-        const bool odd = t & 1;
-        const int row = q0 + (warp & 3) * 16 + g + (odd ? 8 : 0);
+        // This warp's 16 rows x kDQN columns through its own staging tile, then each lane
+        // adds 4 consecutive floats of a row: a warp instruction covers 32 * 4 / kDQN rows.
+        float* stg = (float*)(smem + C::kOffStg) + warp * 16 * kStgLD;
 #pragma unroll
         for (int n = 0; n < kDQN / 8; n++) {
-            const float* a = dq + 4 * n;
-            const float s0 = odd ? a[0] : a[2], s1 = odd ? a[1] : a[3];
-            const float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-            const int c = wg * kDQN + n * 8 + 2 * (t & 2);
-            if (row < p.Nq) {
-                float* dst = dQacc + (int64_t)row * D + c;
-                if (odd) red_add_v4_f32(dst, x0 * p.scale, x1 * p.scale, a[2] * p.scale, a[3] * p.scale);
-                else red_add_v4_f32(dst, a[0] * p.scale, a[1] * p.scale, x0 * p.scale, x1 * p.scale);
+            *(float2*)(stg + g * kStgLD + n * 8 + 2 * t) = make_float2(dq[4 * n] * p.scale, dq[4 * n + 1] * p.scale);
+            *(float2*)(stg + (g + 8) * kStgLD + n * 8 + 2 * t) =
+                make_float2(dq[4 * n + 2] * p.scale, dq[4 * n + 3] * p.scale);
+        }
+        __syncwarp();
+        constexpr int kCh = kDQN / 4;  // 16-byte chunks per row
+        if constexpr (D == 128) {
+            // The same, written so that the 8 reductions share one address and one row
+            // bound (lane: row lane / 16 + 2 it, chunk lane % 16): computed per reduction,
+            // ptxas kept 8 of each across the loop and spilled them.
+            const int r0 = (warp & 3) * 16 + (lane >> 4), ch = lane & (kCh - 1), left = p.Nq - q0 - r0;
+            const float* src = stg + (lane >> 4) * kStgLD + ch * 4;
+            float* dst = dQacc + (int64_t)(q0 + r0) * D + wg * kDQN + ch * 4;
+#pragma unroll
+            for (int it = 0; it < 16 * kCh / 32; it++) {
+                const float4 v = *(const float4*)(src + 2 * it * kStgLD);
+                if (2 * it < left) red_add_v4_f32(dst + 2 * it * D, v.x, v.y, v.z, v.w);
+            }
+        } else {
+#pragma unroll
+            for (int it = 0; it < 16 * kCh / 32; it++) {
+                const int x = it * 32 + lane, r = x / kCh, ch = x % kCh;
+                const float4 v = *(const float4*)(stg + r * kStgLD + ch * 4);
+                const int row = q0 + (warp & 3) * 16 + r;
+                if (row < p.Nq) red_add_v4_f32(dQacc + (int64_t)row * D + wg * kDQN + ch * 4, v.x, v.y, v.z, v.w);
             }
         }
+        __syncwarp();
     };
 
     for (int i = i_start; i < Tq; i++) {
@@ -271,7 +245,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
         fence_regs(S);
         fence_regs(dP);
 
-        // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (as version 10).
+        // P^T and dS^T: S[4n + e] is key kw + g + 8 (e / 2), query 8n + 2t + e % 2 (as in flash_bwd_mma.cu).
         const float* Lb = Ls + buf * kBQ;
         const float* Db = Ds + buf * kBQ;
         // Two copies of the loop: the masks cost 4 instructions an element, and only the tiles on
@@ -284,7 +258,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
                 for (int e = 0; e < 4; e++) {
                     const int kl = kw + g + ((e >> 1) << 3), ql = n * 8 + 2 * t + (e & 1);
                     const float l = (e & 1) ? l2.y : l2.x;
-                    float pr = ex2_approx(fmaf(S[4 * n + e], sl2, STAGE ? -l * LOG2E_F : -l));
+                    float pr = ex2_approx(fmaf(S[4 * n + e], sl2, -l * LOG2E_F));
                     if constexpr (decltype(masked)::value) {
                         const int kg = k0 + kl, qg = q0 + ql;
                         if (kg >= p.Nk || (p.causal && kg > qg)) pr = 0.0f;
@@ -366,12 +340,12 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_wgmma_kernel(BwdParams p)
 
 bool bwd_wgmma_available() { return wgmma_built(); }
 
-template <int NWG, int MINB, bool STAGE = false, int D = 64>
+template <int D>
 void launch_wgmma(const BwdParams& p, cudaStream_t s) {
-    // STUDENT-BEGIN(04.launch_wgmma): launch bwd_wgmma_kernel<NWG, MINB, STAGE, D> on grid (B·H, key tiles of WgCfg::kBK) with WgCfg::kT threads and its shared memory (kSmemStg with STAGE, else kOffStg), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/*version1[6-9] test_04 bwd_cuda/*version20* | uses: bwd_wgmma_kernel<NWG,MINB,STAGE,D>
-    typedef WgCfg<NWG, D> C;
-    auto kern = bwd_wgmma_kernel<NWG, MINB, STAGE, D>;
-    const size_t smem = STAGE ? C::kSmemStg : C::kOffStg;
+    // STUDENT-BEGIN(04.launch_wgmma): launch bwd_wgmma_kernel<D> on grid (B·H, key tiles of WgCfg::kBK) with WgCfg::kT threads and WgCfg::kSmemStg of shared memory (opted in by cudaFuncSetAttribute), then CUDA_CHECK_LAST | see 04_flashattn_bwd/README.md §The kernels | test: test_04 bwd_cuda/sweep_bf16_wgmma bwd_cuda/fixture_bf16_wgmma bwd_cuda/long_bf16_d128_wgmma bwd_cuda/sanitize_bf16_wgmma_d128 | uses: bwd_wgmma_kernel<D>
+    typedef WgCfg<D> C;
+    auto kern = bwd_wgmma_kernel<D>;
+    const size_t smem = C::kSmemStg;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(p.B * p.H, (p.Nk + C::kBK - 1) / C::kBK);  // x = head: the longest causal tiles start first
     kern<<<grid, C::kT, smem, s>>>(p);
@@ -379,15 +353,8 @@ void launch_wgmma(const BwdParams& p, cudaStream_t s) {
     // STUDENT-END(04.launch_wgmma)
 }
 
-void bwd_launch_wgmma(const BwdParams& p, int version, cudaStream_t s) {
-    if (version == 20) {  // d 128: 19's kernel with [rows][128] tiles as two halves
-        if (p.d != 128) DIE("bwd_launch_wgmma: head dim %d (version 20 is built for d = 128)", p.d);
-        launch_wgmma<2, 1, true, 128>(p, s);
-        return;
-    }
-    if (p.d != 64) DIE("bwd_launch_wgmma: head dim %d (versions 16-19 are built for d = 64)", p.d);
-    if (version == 16) launch_wgmma<2, 1>(p, s);       // 128 keys per block, 1 block per SM
-    else if (version == 17) launch_wgmma<1, 2>(p, s);  // 64 keys per block, 2 blocks per SM
-    else if (version == 18) launch_wgmma<1, 3>(p, s);  // 64 keys per block, 3 blocks per SM
-    else launch_wgmma<2, 1, true>(p, s);               // 16 + L/D by cp.async, staged dQ reductions
+void bwd_launch_wgmma(const BwdParams& p, cudaStream_t s) {
+    if (p.d == 64) launch_wgmma<64>(p, s);
+    else if (p.d == 128) launch_wgmma<128>(p, s);  // [rows][128] tiles as two halves
+    else DIE("bwd_launch_wgmma: head dim %d (the wgmma kernel is built for d 64 and 128)", p.d);
 }

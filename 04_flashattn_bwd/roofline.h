@@ -1,4 +1,4 @@
-// The roofline of every kernel of the repository (issue 16): the pure accounting behind
+// The roofline of every kernel of the repository: the pure accounting behind
 // build/04_flashattn_bwd/roofline (roofline_main.c times the kernels; this file only counts).
 //
 // The model. A kernel that does F floating-point operations and moves B bytes between HBM and

@@ -1,4 +1,4 @@
-// roofline: every kernel of the repository on the roofline of this GPU (issue 16).
+// roofline: every kernel of the repository on the roofline of this GPU.
 //   1. the peaks, measured: HBM bandwidth (our copy kernel and cudaMemcpy device-to-device,
 //      bytes read + written over the time, the faster of the two), and GEMM throughput through
 //      common/matmul (cuBLAS) on a large square product in fp32 (CUDA cores, TF32 off) and bf16

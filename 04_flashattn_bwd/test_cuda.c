@@ -1,6 +1,7 @@
-// Stage 04 GPU tests: both CUDA backwards (two-pass and single-pass atomic) against PyTorch's
-// gradients and against the CPU reference on random shapes (ragged, Nq != Nk, every head dim,
-// bf16 and fp32, causal and not, strided views), and the whole chain with stage 03's forward.
+// Stage 04 GPU tests: the CUDA backward, as the dispatch chooses and each row of its table forced
+// (fa3, wgmma, mma, mma_two_pass, simt), against PyTorch's gradients and against the CPU
+// reference on random shapes (ragged, Nq != Nk, every head dim, bf16 and fp32, causal and not,
+// strided views), and the whole chain with stage 03's forward.
 #include <cuda_runtime_api.h>
 #include "common/alloc.h"
 #include "common/check.h"
@@ -9,12 +10,29 @@
 typedef struct {
     int B, H, Nq, Nk, d, causal;
     dtype_t dt;
-    int atomic;   // 0: flash_backward_cuda, 1: flash_backward_atomic_cuda
+    const char* row;  // NULL: flash_backward_cuda (the dispatch's choice); else that row, forced
     int pad;      // extra elements per row: views as (B, N, H, d + pad), like a fused projection
 } bwd_case_t;
 // 1: K and V shared by the heads of a batch (head stride 0), a view TMA cannot describe; set by
 // the one test that wants it (every Criterion test is its own process).
 static int g_kv_bcast = 0;
+
+// The row of the dispatch table called name (the test fails on a name the table does not have).
+static const flash_bwd_row_t* find_row(const char* name) {
+    int n;
+    const flash_bwd_row_t* rows = flash_bwd_rows(&n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(rows[i].name, name) == 0) return &rows[i];
+    cr_assert_fail("no dispatch row named %s", name);
+    return NULL;
+}
+// fa3 and wgmma need the build's sm_90a code: without it their tests skip, saying so.
+#define SKIP_WITHOUT_ROW_CODE(name)                                                                  \
+    do {                                                                                            \
+        SKIP_WITHOUT_GPU();                                                                         \
+        if ((strcmp(name, "fa3") == 0 || strcmp(name, "wgmma") == 0) && !flash_bwd_this_build().sm90a) \
+            cr_skip_test("row %s: this build has no sm_90a code for this GPU", name);               \
+    } while (0)
 
 // Strides of a (B, H, N, d) view stored as (B, N, H, d + pad) when pad >= 0 (pad = 0 and
 // layout_bnhd = 0: plain contiguous [B, H, N, d]).
@@ -105,11 +123,19 @@ static void run_gpu_backward(const bwd_case_t* c, const float* q, const float* k
     a.dq = alloc_out(c, c->Nq, a.sdq);
     a.dk = alloc_out(c, c->Nk, a.sdk);
     a.dv = alloc_out(c, c->Nk, a.sdv);
-    const size_t ws = c->atomic ? flash_bwd_atomic_workspace_bytes(&a) : flash_bwd_workspace_bytes(&a);
+    const size_t ws = flash_bwd_workspace_bytes(&a);
     a.workspace = mem_alloc(DEV_CUDA, ws, MEM_WORKSPACE);
     CUDA_CHECK(cudaMemset(a.workspace, 0xFF, ws));  // the pre-pass must write every D
-    if (c->atomic) flash_backward_atomic_cuda(&a, 0);
-    else flash_backward_cuda(&a, 0);
+    if (c->row) {
+        const flash_bwd_row_t* r = find_row(c->row);
+        const flash_bwd_build_t b = flash_bwd_this_build();
+        cr_assert(r->applies(&a, &b), "row %s does not apply to this case (d %d)", c->row, c->d);
+        char err[256];
+        cr_assert_eq(flash_bwd_supports(&a, err, sizeof err), 0, "%s", err);
+        r->launch(&a, 0);
+    } else {
+        flash_backward_cuda(&a, 0);
+    }
     CUDA_CHECK(cudaDeviceSynchronize());
     *dq = download(c, a.dq, c->Nq, a.sdq);
     *dk = download(c, a.dk, c->Nk, a.sdk);
@@ -159,7 +185,7 @@ static void check_case(bwd_case_t c, uint64_t seed) {
     for (int x = 0; x < 3; x++) {
         const double atol = (bf ? 2e-2 : 1e-3) * bwd_max_abs(want[x], n[x]) + 1e-6;
         snprintf(what, sizeof what, "%s (%s, %s, B %d H %d Nq %d Nk %d d %d %s pad %d%s)", names[x],
-                 c.atomic ? "atomic" : "two-pass", dtype_name(c.dt), c.B, c.H, c.Nq, c.Nk, c.d,
+                 c.row ? c.row : "dispatch", dtype_name(c.dt), c.B, c.H, c.Nq, c.Nk, c.d,
                  c.causal ? "causal" : "noncausal", c.pad, g_kv_bcast ? " kv shared by heads" : "");
         ASSERT_ALLCLOSE(got[x], want[x], n[x], rtol, atol, what);
     }
@@ -167,9 +193,12 @@ static void check_case(bwd_case_t c, uint64_t seed) {
     free(wq); free(wk); free(wv); free(gq); free(gk); free(gv);
 }
 
-// PyTorch's gradients at the course's shape, fp32, rtol = atol = 1e-2 (the course's tolerance).
-static void check_fixture_gpu(int causal, int atomic) {
+// PyTorch's gradients at the course's shape (fp32), rtol = atol = 1e-2 (the course's tolerance).
+// bf16 (the tensor-core rows): the inputs and O rounded to bf16, against the same fp32 gradients
+// with check_case's bf16 tolerance (rounding the inputs moves the gradients by ~2^-9 relative).
+static void check_fixture_gpu(int causal, const char* row, dtype_t dt) {
     SKIP_WITHOUT_GPU();
+    if (row) SKIP_WITHOUT_ROW_CODE(row);
     const size_t n = (size_t)FX_BH * FX_N * FX_D, nl = (size_t)FX_BH * FX_N;
     const char* tag = causal ? "causal" : "noncausal";
     char name[64];
@@ -179,7 +208,11 @@ static void check_fixture_gpu(int causal, int atomic) {
     float* O = load_fixture(name, n);
     snprintf(name, sizeof name, "%s_L", tag);
     float* L = load_fixture(name, nl);
-    bwd_case_t c = {FX_BH, 1, FX_N, FX_N, FX_D, causal, DT_F32, atomic, 0};
+    if (dt == DT_BF16) {
+        bwd_round_bf16(q, n); bwd_round_bf16(k, n); bwd_round_bf16(v, n); bwd_round_bf16(dO, n);
+        bwd_round_bf16(O, n);
+    }
+    bwd_case_t c = {FX_BH, 1, FX_N, FX_N, FX_D, causal, dt, row, 0};
     float *gq, *gk, *gv;
     run_gpu_backward(&c, q, k, v, dO, O, L, &gq, &gk, &gv);
     const char* names[3] = {"dQ", "dK", "dV"};
@@ -187,220 +220,125 @@ static void check_fixture_gpu(int causal, int atomic) {
     for (int x = 0; x < 3; x++) {
         snprintf(name, sizeof name, "%s_%s", tag, names[x]);
         float* want = load_fixture(name, n);
-        ASSERT_ALLCLOSE(got[x], want, n, 1e-2, 1e-2, name);  // the course's tolerance
+        if (dt == DT_F32) ASSERT_ALLCLOSE(got[x], want, n, 1e-2, 1e-2, name);  // the course's tolerance
+        else ASSERT_ALLCLOSE(got[x], want, n, 3e-2, 2e-2 * bwd_max_abs(want, n) + 1e-6, name);
         free(want);
     }
     free(q); free(k); free(v); free(dO); free(O); free(L); free(gq); free(gk); free(gv);
 }
 
-Test(bwd_cuda, fixture_noncausal) { check_fixture_gpu(0, 0); }
-Test(bwd_cuda, fixture_causal) { check_fixture_gpu(1, 0); }
-Test(bwd_cuda, fixture_noncausal_atomic) { check_fixture_gpu(0, 1); }
-Test(bwd_cuda, fixture_causal_atomic) { check_fixture_gpu(1, 1); }
+Test(bwd_cuda, fixture_noncausal) { check_fixture_gpu(0, NULL, DT_F32); }
+Test(bwd_cuda, fixture_causal) { check_fixture_gpu(1, NULL, DT_F32); }
+// Every row that takes the fixture's shape (d 64), forced; the tensor-core rows in bf16.
+static void fixture_row(const char* row) {
+    for (int causal = 0; causal < 2; causal++) check_fixture_gpu(causal, row, DT_BF16);
+}
+Test(bwd_cuda, fixture_bf16_fa3) { fixture_row("fa3"); }
+Test(bwd_cuda, fixture_bf16_wgmma) { fixture_row("wgmma"); }
+Test(bwd_cuda, fixture_bf16_mma) { fixture_row("mma"); }
+Test(bwd_cuda, fixture_bf16_simt) { fixture_row("simt"); }
+Test(bwd_cuda, fixture_f32_simt) {
+    check_fixture_gpu(0, "simt", DT_F32);
+    check_fixture_gpu(1, "simt", DT_F32);
+}
 
-// Every head dim, both dtypes, causal and not, both variants, ragged Nq != Nk.
-static void sweep(dtype_t dt, int atomic) {
+// Every head dim the row takes (all of them for the dispatch), causal and not, ragged Nq != Nk.
+static void sweep(dtype_t dt, const char* row) {
     SKIP_WITHOUT_GPU();
+    if (row) SKIP_WITHOUT_ROW_CODE(row);
     const int ds[4] = {16, 32, 64, 128};
     const int shapes[3][2] = {{77, 77}, {150, 67}, {45, 203}};
-    uint64_t seed = 1000 + 100 * (uint64_t)dt + 10 * (uint64_t)atomic;
-    for (int di = 0; di < 4; di++)
+    uint64_t seed = 1000 + 100 * (uint64_t)dt + (row ? 10 * (uint64_t)strlen(row) : 0);
+    for (int di = 0; di < 4; di++) {
+        if (row && dt == DT_BF16) {
+            attn_args_t a;  // does the row take this head dim? (contiguous aligned views)
+            memset(&a, 0, sizeof a);
+            a.B = 2; a.H = 3; a.Nq = a.Nk = 64; a.d = ds[di]; a.dtype = dt;
+            a.q = a.k = a.v = a.dout = a.dq = a.dk = a.dv = (void*)0x10000;
+            int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
+            for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, 64, a.d);
+            const flash_bwd_build_t b = flash_bwd_this_build();
+            if (!find_row(row)->applies(&a, &b)) continue;
+        }
         for (int si = 0; si < 3; si++)
             for (int causal = 0; causal < 2; causal++) {
-                bwd_case_t c = {2, 3, shapes[si][0], shapes[si][1], ds[di], causal, dt, atomic, 0};
+                bwd_case_t c = {2, 3, shapes[si][0], shapes[si][1], ds[di], causal, dt, row, 0};
                 check_case(c, seed++);
             }
+    }
 }
-Test(bwd_cuda, sweep_f32_two_pass, .timeout = 300) { sweep(DT_F32, 0); }
-Test(bwd_cuda, sweep_bf16_two_pass, .timeout = 300) { sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_f32_atomic, .timeout = 300) { sweep(DT_F32, 1); }
-Test(bwd_cuda, sweep_bf16_atomic, .timeout = 300) { sweep(DT_BF16, 1); }
-// Every version of the tensor-core kernels the benchmark times (each test is its own process,
-// so the process-wide version switch does not leak into other tests).
-Test(bwd_cuda, sweep_bf16_two_pass_version1, .timeout = 300) { flash_bwd_set_version(1); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_atomic_version1, .timeout = 300) { flash_bwd_set_version(1); sweep(DT_BF16, 1); }
-Test(bwd_cuda, sweep_bf16_two_pass_version2, .timeout = 300) { flash_bwd_set_version(2); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_atomic_version2, .timeout = 300) { flash_bwd_set_version(2); sweep(DT_BF16, 1); }
-Test(bwd_cuda, sweep_bf16_two_pass_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_atomic_version3, .timeout = 300) { flash_bwd_set_version(3); sweep(DT_BF16, 1); }
-Test(bwd_cuda, sweep_bf16_atomic_version4, .timeout = 300) { flash_bwd_set_version(4); sweep(DT_BF16, 1); }
-Test(bwd_cuda, sweep_bf16_two_pass_version5, .timeout = 300) { flash_bwd_set_version(5); sweep(DT_BF16, 0); }
-// Versions 6-19: flash_backward_cuda is itself single-pass for d <= 64 (d 128: version 1's
-// kernels; version 20: its own single pass).
-Test(bwd_cuda, sweep_bf16_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_atomic_version6, .timeout = 300) { flash_bwd_set_version(6); sweep(DT_BF16, 1); }
-Test(bwd_cuda, sweep_bf16_version7, .timeout = 300) { flash_bwd_set_version(7); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version8, .timeout = 300) { flash_bwd_set_version(8); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version9, .timeout = 300) { flash_bwd_set_version(9); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version10, .timeout = 300) { flash_bwd_set_version(10); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version11, .timeout = 300) { flash_bwd_set_version(11); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version12, .timeout = 300) { flash_bwd_set_version(12); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version13, .timeout = 300) { flash_bwd_set_version(13); sweep(DT_BF16, 0); }
-// Versions 14-15 (not yet run on a GPU when written): dQ by half the warps; 15 also movmatrix.
-Test(bwd_cuda, sweep_bf16_version14, .timeout = 300) { flash_bwd_set_version(14); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version15, .timeout = 300) { flash_bwd_set_version(15); sweep(DT_BF16, 0); }
-// Versions 16-19: wgmma (sm_90a), d 64; the sweep's other head dims run version 10's kernel.
-Test(bwd_cuda, sweep_bf16_version16, .timeout = 300) { flash_bwd_set_version(16); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version17, .timeout = 300) { flash_bwd_set_version(17); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version18, .timeout = 300) { flash_bwd_set_version(18); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_version19, .timeout = 300) { flash_bwd_set_version(19); sweep(DT_BF16, 0); }
-// Version 20 (the default; first run on an H100 on 2026-11-26): 19's wgmma single pass at d 128 (sm_90a builds);
-// the sweep's d 64 runs 19, d 16 and 32 version 10. Both entry points: flash_backward_cuda and
-// flash_backward_atomic_cuda are the same single pass at d 128.
-Test(bwd_cuda, sweep_bf16_version20, .timeout = 300) { flash_bwd_set_version(20); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_atomic_version20, .timeout = 300) { flash_bwd_set_version(20); sweep(DT_BF16, 1); }
-// Version 20 at d 128 over many tiles: 6 key blocks of 128, 11 query tiles, a ragged end on both,
+Test(bwd_cuda, sweep_f32, .timeout = 300) { sweep(DT_F32, NULL); }
+Test(bwd_cuda, sweep_bf16, .timeout = 300) { sweep(DT_BF16, NULL); }
+// Each row of the dispatch table forced, at every head dim it takes.
+Test(bwd_cuda, sweep_bf16_fa3, .timeout = 300) { sweep(DT_BF16, "fa3"); }
+Test(bwd_cuda, sweep_bf16_wgmma, .timeout = 300) { sweep(DT_BF16, "wgmma"); }
+Test(bwd_cuda, sweep_bf16_mma, .timeout = 300) { sweep(DT_BF16, "mma"); }
+Test(bwd_cuda, sweep_bf16_mma_two_pass, .timeout = 300) { sweep(DT_BF16, "mma_two_pass"); }
+Test(bwd_cuda, sweep_bf16_simt, .timeout = 300) { sweep(DT_BF16, "simt"); }
+Test(bwd_cuda, sweep_f32_simt, .timeout = 300) { sweep(DT_F32, "simt"); }
+
+// wgmma at d 128 over many tiles: 6 key blocks of 128, 11 query tiles, a ragged end on both,
 // causal (the diagonal masks and the causal start) and not, Nq > Nk and Nq < Nk, strided views.
-Test(bwd_cuda, long_bf16_d128_version20, .timeout = 120) {
-    SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(20);
+Test(bwd_cuda, long_bf16_d128_wgmma, .timeout = 120) {
+    SKIP_WITHOUT_ROW_CODE("wgmma");
     const int shapes[3][2] = {{700, 650}, {333, 517}, {1024, 1024}};
     uint64_t seed = 2000;
     for (int si = 0; si < 3; si++)
         for (int causal = 0; causal < 2; causal++) {
-            bwd_case_t c = {1, 2, shapes[si][0], shapes[si][1], 128, causal, DT_BF16, 0, 0};
+            bwd_case_t c = {1, 2, shapes[si][0], shapes[si][1], 128, causal, DT_BF16, "wgmma", 0};
             check_case(c, seed++);
         }
-    bwd_case_t c = {2, 3, 200, 190, 128, 1, DT_BF16, 0, 8};  // (B, N, H, d + 8) views: 16-byte rows
+    bwd_case_t c = {2, 3, 200, 190, 128, 1, DT_BF16, "wgmma", 8};  // (B, N, H, d + 8) views: 16-byte rows
     check_case(c, seed++);
 }
-// The kernel that runs: where the build has the wgmma kernels (version 19 runs them at d 64),
-// version 20 runs its own at d 128; elsewhere version 1's kernels, as every version >= 6 there.
-Test(bwd_cuda, version20_runs_where_wgmma_is_built) {
-    SKIP_WITHOUT_GPU();
-    attn_args_t a;
-    memset(&a, 0, sizeof a);
-    a.B = 1; a.H = 2; a.Nq = a.Nk = 256; a.dtype = DT_BF16; a.causal = 1; a.scale = 0.125f;
-    a.q = (void*)0x10000; a.k = (void*)0x20000; a.v = (void*)0x30000; a.o = (void*)0x40000;
-    a.dout = (void*)0x50000; a.dq = (void*)0x60000; a.dk = (void*)0x70000; a.dv = (void*)0x80000;
-    int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
-    a.d = 64;
-    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, a.Nq, a.d);
-    flash_bwd_set_version(19);
-    const int built = flash_bwd_current_plan(&a, 0).path == FLASH_BWD_PATH_WGMMA;
-    a.d = 128;
-    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, a.Nq, a.d);
-    flash_bwd_set_version(20);
-    const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 0);
-    char name[96];
-    flash_bwd_plan_name(&p, name, sizeof name);
-    if (built) cr_assert_str_eq(name, "v20 wgmma single pass (flash_bwd_wgmma.cu)");
-    else cr_assert_str_eq(name, "v1 mma.sync two-pass (flash_bwd_mma.cu)");
-}
-
-// The single pass adds dQ with atomics in whatever order the blocks run: dK and dV must be the
-// same bits run to run, dQ only close (its fp32 sums differ in the last bits, which can move a
-// bf16 rounding by one unit, 2^-8 relative: rtol 8e-3; atol 1e-6 for values near zero).
-// version 0: the default's single pass (version 10 if the default were a two-pass one).
-static void run_to_run_case(int version, int Nq, int Nk, int d, int atomic, uint64_t seed) {
-    if (version) flash_bwd_set_version(version);
-    else if (FLASH_BWD_DEFAULT_VERSION < 6) flash_bwd_set_version(10);
-    bwd_case_t c = {1, 2, Nq, Nk, d, 1, DT_BF16, atomic, 0};
-    const size_t nq = (size_t)2 * Nq * d, nk = (size_t)2 * Nk * d, nl = (size_t)2 * Nq;
-    float *q = randn_f32(nq, seed), *k = randn_f32(nk, seed + 1), *v = randn_f32(nk, seed + 2);
-    float *dO = randn_f32(nq, seed + 3);
-    bwd_round_bf16(q, nq); bwd_round_bf16(k, nk); bwd_round_bf16(v, nk); bwd_round_bf16(dO, nq);
-    float *O = poisoned_f32(nq), *L = poisoned_f32(nl);
-    attn_naive_forward_cpu(q, k, v, O, L, 2, Nq, Nk, d, 1, 1.0f / sqrtf((float)d));
-    bwd_round_bf16(O, nq);
-    float *q1, *k1, *v1, *q2, *k2, *v2;
-    run_gpu_backward(&c, q, k, v, dO, O, L, &q1, &k1, &v1);
-    run_gpu_backward(&c, q, k, v, dO, O, L, &q2, &k2, &v2);
-    cr_assert(memcmp(k1, k2, nk * sizeof(float)) == 0, "dK differs between runs (version %d)", version);
-    cr_assert(memcmp(v1, v2, nk * sizeof(float)) == 0, "dV differs between runs (version %d)", version);
-    ASSERT_ALLCLOSE(q2, q1, nq, 8e-3, 1e-6, "dQ run to run");
-    free(q); free(k); free(v); free(dO); free(O); free(L);
-    free(q1); free(k1); free(v1); free(q2); free(k2); free(v2);
-}
-Test(bwd_cuda, single_pass_run_to_run, .timeout = 60) {
-    SKIP_WITHOUT_GPU();
-    run_to_run_case(0, 517, 517, 64, 1, 601);
-}
-// Version 20 at d 128: its dQ is added by reductions in any order too.
-Test(bwd_cuda, single_pass_run_to_run_version20_d128, .timeout = 60) {
-    SKIP_WITHOUT_GPU();
-    run_to_run_case(20, 517, 389, 128, 0, 611);
-}
-// Version 21: dQ by TMA reduce-adds, in any order.
-Test(bwd_cuda, single_pass_run_to_run_version21, .timeout = 60) {
-    SKIP_WITHOUT_GPU();
-    run_to_run_case(21, 517, 389, 64, 0, 621);
-}
-Test(bwd_cuda, long_bf16_causal_every_version, .timeout = 120) {
-    SKIP_WITHOUT_GPU();
-    for (int ver = 1; ver <= FLASH_BWD_MAX_VERSION; ver++) {
-        flash_bwd_set_version(ver);
-        bwd_case_t c = {1, 2, 700, 650, 64, 1, DT_BF16, 0, 0};
-        check_case(c, 700 + (uint64_t)ver);
-        c.atomic = 1;
-        check_case(c, 710 + (uint64_t)ver);
+// Many tiles through every tensor-core row that takes d 64 (and d 128 for the two-pass one).
+Test(bwd_cuda, long_bf16_causal_every_row, .timeout = 120) {
+    const char* rows[4] = {"fa3", "wgmma", "mma", "simt"};
+    uint64_t seed = 700;
+    for (int i = 0; i < 4; i++) {
+        SKIP_WITHOUT_ROW_CODE(rows[i]);
+        bwd_case_t c = {1, 2, 700, 650, 64, 1, DT_BF16, rows[i], 0};
+        check_case(c, seed++);
     }
+    bwd_case_t c = {1, 2, 389, 301, 128, 1, DT_BF16, "mma_two_pass", 0};
+    check_case(c, seed++);
 }
 
-// Version 21 (flash_bwd_tma.cu; the default at d 64 since its first H100 runs): the TMA-fed single pass at d 64. The
-// sweep covers every head dim (d 16, 32: version 10; d 128: version 20) through both entry points.
-Test(bwd_cuda, sweep_bf16_version21, .timeout = 300) { flash_bwd_set_version(21); sweep(DT_BF16, 0); }
-Test(bwd_cuda, sweep_bf16_atomic_version21, .timeout = 300) { flash_bwd_set_version(21); sweep(DT_BF16, 1); }
-// Where the build has the wgmma kernels, version 21 runs its own at d 64 (a contiguous view).
-Test(bwd_cuda, version21_runs_where_wgmma_is_built) {
-    SKIP_WITHOUT_GPU();
-    attn_args_t a;
-    memset(&a, 0, sizeof a);
-    a.B = 1; a.H = 2; a.Nq = a.Nk = 256; a.d = 64; a.dtype = DT_BF16; a.causal = 1; a.scale = 0.125f;
-    a.q = (void*)0x10000; a.k = (void*)0x20000; a.v = (void*)0x30000; a.o = (void*)0x40000;
-    a.dout = (void*)0x50000; a.dq = (void*)0x60000; a.dk = (void*)0x70000; a.dv = (void*)0x80000;
-    int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
-    for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, a.Nq, a.d);
-    flash_bwd_set_version(19);
-    const int built = flash_bwd_current_plan(&a, 0).path == FLASH_BWD_PATH_WGMMA;
-    flash_bwd_set_version(21);
-    const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 0);
-    char name[96];
-    flash_bwd_plan_name(&p, name, sizeof name);
-    if (built) cr_assert_str_eq(name, "v21 tma wgmma single pass (flash_bwd_tma.cu)");
-    else cr_assert_str_eq(name, "v10 fa2 mma.sync single pass (flash_bwd_fa2.cu)");
-}
-// Ragged ends on both axes (the TMA zero fill, L = D = 0 past Nq, the dQ map's clipped rows),
-// Nq != Nk both ways (causal blocks with no query tile: Nk > Nq), one tile, one element, many
-// tiles (the ring wraps: 3 stages), causal and not, both entry points, several heads and batches.
-Test(bwd_cuda, shapes_bf16_version21, .timeout = 300) {
-    SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(21);
+// The FA3-layout kernel: ragged ends on both axes (the TMA zero fill, L = D = 0 past Nq, the dQ
+// map's clipped rows), Nq != Nk both ways (causal blocks with no query tile: Nk > Nq), one tile,
+// one element, many tiles (the ring wraps: 3 stages), causal and not, several heads and batches.
+Test(bwd_cuda, shapes_bf16_fa3, .timeout = 300) {
+    SKIP_WITHOUT_ROW_CODE("fa3");
     const int shapes[9][2] = {{150, 67}, {70, 200}, {333, 201}, {517, 517}, {64, 64},
                               {1, 1}, {128, 129}, {700, 650}, {201, 333}};
     uint64_t seed = 2100;
     for (int si = 0; si < 9; si++)
         for (int causal = 0; causal < 2; causal++) {
-            bwd_case_t c = {1, 2, shapes[si][0], shapes[si][1], 64, causal, DT_BF16, (si + causal) & 1, 0};
+            bwd_case_t c = {1, 2, shapes[si][0], shapes[si][1], 64, causal, DT_BF16, "fa3", 0};
             check_case(c, seed++);
         }
-    bwd_case_t c = {2, 3, 257, 190, 64, 1, DT_BF16, 0, 0};  // B*H = 6 blocks of heads
+    bwd_case_t c = {2, 3, 257, 190, 64, 1, DT_BF16, "fa3", 0};  // B*H = 6 blocks of heads
     check_case(c, seed++);
-    c.atomic = 1;
     c.causal = 0;
     check_case(c, seed++);
 }
 // Strided views as the model hands them over, (B, N, H, d + 8): TMA describes them (row stride
-// H (d + 8) elements, head stride d + 8), so version 21's kernel runs on them.
-Test(bwd_cuda, strided_bf16_version21, .timeout = 120) {
-    SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(21);
-    bwd_case_t c = {2, 3, 200, 190, 64, 1, DT_BF16, 0, 8};
+// H (d + 8) elements, head stride d + 8), so the fa3 row takes them.
+Test(bwd_cuda, strided_bf16_fa3, .timeout = 120) {
+    SKIP_WITHOUT_ROW_CODE("fa3");
+    bwd_case_t c = {2, 3, 200, 190, 64, 1, DT_BF16, "fa3", 8};
     check_case(c, 2150);
     c.causal = 0;
-    c.atomic = 1;
     c.Nq = 97;
     check_case(c, 2151);
 }
-// A view TMA cannot describe (K and V shared by the heads: head stride 0) runs version 19
-// instead, through both entry points; the plan names it.
-Test(bwd_cuda, fallback_bf16_version21, .timeout = 120) {
+// A view TMA cannot describe (K and V shared by the heads: head stride 0): the dispatch sends it
+// to the wgmma row (sm_90a builds), and the result is right.
+Test(bwd_cuda, fallback_bf16_kv_shared, .timeout = 120) {
     SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(21);
     g_kv_bcast = 1;
-    bwd_case_t c = {2, 3, 150, 130, 64, 1, DT_BF16, 0, 0};
+    bwd_case_t c = {2, 3, 150, 130, 64, 1, DT_BF16, NULL, 0};
     check_case(c, 2160);
-    c.atomic = 1;
     c.causal = 0;
     check_case(c, 2161);
     attn_args_t a;
@@ -411,18 +349,17 @@ Test(bwd_cuda, fallback_bf16_version21, .timeout = 120) {
     int64_t* all[8] = {a.sq, a.sk, a.sv, a.so, a.sdo, a.sdq, a.sdk, a.sdv};
     for (int i = 0; i < 8; i++) attn_contiguous_strides(all[i], a.H, (i == 1 || i == 2 || i >= 6) ? a.Nk : a.Nq, a.d);
     a.sk[1] = a.sv[1] = 0;
-    const flash_bwd_plan_t p = flash_bwd_current_plan(&a, 1);
-    cr_assert(p.path != FLASH_BWD_PATH_TMA, "version 21 must not take a view TMA cannot describe");
+    cr_assert_str_neq(flash_bwd_kernel_name(&a), "fa3", "the fa3 row must not take a view TMA cannot describe");
 }
 // Longer sequences: many tiles, so the causal start/stop and the double buffering are exercised.
 Test(bwd_cuda, long_bf16_causal_d64) {
     SKIP_WITHOUT_GPU();
-    bwd_case_t c = {1, 2, 517, 517, 64, 1, DT_BF16, 0, 0};
+    bwd_case_t c = {1, 2, 517, 517, 64, 1, DT_BF16, NULL, 0};
     check_case(c, 77);
 }
-Test(bwd_cuda, long_bf16_causal_d128_atomic) {
+Test(bwd_cuda, long_bf16_causal_d128) {
     SKIP_WITHOUT_GPU();
-    bwd_case_t c = {1, 2, 389, 301, 128, 1, DT_BF16, 1, 0};
+    bwd_case_t c = {1, 2, 389, 301, 128, 1, DT_BF16, NULL, 0};
     check_case(c, 78);
 }
 
@@ -430,17 +367,17 @@ Test(bwd_cuda, long_bf16_causal_d128_atomic) {
 // path (16-byte rows), pad 3 sends bf16 to the SIMT fallback. d = 40 has no tensor-core kernel.
 Test(bwd_cuda, strided_bf16_tensor_core) {
     SKIP_WITHOUT_GPU();
-    bwd_case_t c = {2, 3, 100, 90, 64, 1, DT_BF16, 0, 8};
+    bwd_case_t c = {2, 3, 100, 90, 64, 1, DT_BF16, NULL, 8};
     check_case(c, 81);
 }
 Test(bwd_cuda, strided_bf16_unaligned_fallback) {
     SKIP_WITHOUT_GPU();
-    bwd_case_t c = {2, 3, 100, 90, 32, 1, DT_BF16, 0, 3};
+    bwd_case_t c = {2, 3, 100, 90, 32, 1, DT_BF16, NULL, 3};
     check_case(c, 82);
 }
 Test(bwd_cuda, strided_f32_odd_head_dim) {
     SKIP_WITHOUT_GPU();
-    bwd_case_t c = {2, 2, 61, 70, 40, 0, DT_F32, 0, 5};
+    bwd_case_t c = {2, 2, 61, 70, 40, 0, DT_F32, NULL, 5};
     check_case(c, 83);
 }
 
@@ -448,7 +385,7 @@ Test(bwd_cuda, strided_f32_odd_head_dim) {
 // the attention_impl_t the model uses; checked against the CPU forward + naive backward.
 static void chain(dtype_t dt) {
     SKIP_WITHOUT_GPU();
-    bwd_case_t c = {2, 2, 200, 200, 64, 1, dt, 0, 0};
+    bwd_case_t c = {2, 2, 200, 200, 64, 1, dt, NULL, 0};
     const int BH = c.B * c.H;
     const size_t n = (size_t)BH * c.Nq * c.d, nl = (size_t)BH * c.Nq;
     float *q = randn_f32(n, 501), *k = randn_f32(n, 502), *v = randn_f32(n, 503), *dO = randn_f32(n, 504);
@@ -497,57 +434,30 @@ static void chain(dtype_t dt) {
 Test(bwd_cuda, chain_stage03_forward_bf16) { chain(DT_BF16); }
 Test(bwd_cuda, chain_stage03_forward_f32) { chain(DT_F32); }
 
-// Small cases for compute-sanitizer (racecheck is slow): make sanitize runs these.
+// Small cases for compute-sanitizer (racecheck is slow): make sanitize runs these. Each
+// tensor-core row forced, ragged and causal.
+static void sanitize_row(const char* row, int d, uint64_t seed) {
+    SKIP_WITHOUT_ROW_CODE(row);
+    bwd_case_t c = {1, 2, 150, 67, d, 1, DT_BF16, row, 0};
+    check_case(c, seed);
+    c.causal = 0;
+    check_case(c, seed + 1);
+}
 Test(bwd_cuda, sanitize_bf16) {
     SKIP_WITHOUT_GPU();
-    bwd_case_t c = {1, 2, 150, 67, 64, 1, DT_BF16, 0, 0};
+    bwd_case_t c = {1, 2, 150, 67, 64, 1, DT_BF16, NULL, 0};
     check_case(c, 91);
-    c.atomic = 1;
-    check_case(c, 92);
 }
-Test(bwd_cuda, sanitize_bf16_version20) {
-    SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(20);
-    bwd_case_t c = {1, 2, 150, 67, 128, 1, DT_BF16, 0, 0};
-    check_case(c, 95);
-    c.causal = 0;
-    check_case(c, 96);
-}
-Test(bwd_cuda, sanitize_bf16_version21) {
-    SKIP_WITHOUT_GPU();
-    flash_bwd_set_version(21);
-    bwd_case_t c = {1, 2, 150, 67, 64, 1, DT_BF16, 0, 0};
-    check_case(c, 97);
-    c.causal = 0;
-    c.atomic = 1;
-    check_case(c, 98);
-    c.Nq = 148;  // a multiple of 4: L and D by TMA, one release per warp
-    c.causal = 1;
+Test(bwd_cuda, sanitize_bf16_fa3) {
+    sanitize_row("fa3", 64, 97);
+    bwd_case_t c = {1, 2, 148, 67, 64, 1, DT_BF16, "fa3", 0};  // Nq a multiple of 4: L and D by TMA
     check_case(c, 99);
 }
+Test(bwd_cuda, sanitize_bf16_wgmma_d128) { sanitize_row("wgmma", 128, 95); }
+Test(bwd_cuda, sanitize_bf16_mma) { sanitize_row("mma", 64, 101); }
+Test(bwd_cuda, sanitize_bf16_mma_two_pass) { sanitize_row("mma_two_pass", 128, 103); }
 Test(bwd_cuda, sanitize_f32) {
     SKIP_WITHOUT_GPU();
-    bwd_case_t c = {1, 2, 45, 70, 32, 1, DT_F32, 0, 0};
+    bwd_case_t c = {1, 2, 45, 70, 32, 1, DT_F32, NULL, 0};
     check_case(c, 93);
-    c.atomic = 1;
-    check_case(c, 94);
-}
-
-// The kernel choice the tests above rely on.
-Test(bwd_cuda, kernel_choice) {
-    attn_args_t a;
-    memset(&a, 0, sizeof a);
-    a.B = 1; a.H = 1; a.Nq = 8; a.Nk = 8; a.d = 64; a.dtype = DT_BF16;
-    attn_contiguous_strides(a.sq, 1, 8, 64);
-    memcpy(a.sk, a.sq, sizeof a.sq); memcpy(a.sv, a.sq, sizeof a.sq); memcpy(a.sdo, a.sq, sizeof a.sq);
-    memcpy(a.sdq, a.sq, sizeof a.sq); memcpy(a.sdk, a.sq, sizeof a.sq); memcpy(a.sdv, a.sq, sizeof a.sq);
-    cr_assert_str_eq(flash_bwd_kernel_name(&a), "mma-bf16");
-    a.sk[2] = 67;
-    cr_assert_str_eq(flash_bwd_kernel_name(&a), "simt", "an unaligned row stride must fall back");
-    a.sk[2] = 64;
-    a.d = 40;
-    cr_assert_str_eq(flash_bwd_kernel_name(&a), "simt");
-    a.d = 64;
-    a.dtype = DT_F32;
-    cr_assert_str_eq(flash_bwd_kernel_name(&a), "simt");
 }

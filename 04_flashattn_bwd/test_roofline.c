@@ -1,4 +1,4 @@
-// The roofline (issue 16): the FLOP and byte count of every kernel entry against values derived
+// The roofline: the FLOP and byte count of every kernel entry against values derived
 // by hand for a small shape, the bound, and the program (its refusals everywhere, a short run
 // on the GPU).
 #include <math.h>

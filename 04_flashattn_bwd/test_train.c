@@ -66,7 +66,7 @@ Test(train, flash_grads_match_naive_fp32, .timeout = 60) { grads_match(MP_FP32, 
 // bf16: P, dS and the attention outputs are rounded to bf16 at different points in the two
 // attentions, and the difference flows through both layers: 5e-2.
 Test(train, flash_grads_match_naive_bf16, .timeout = 60) { grads_match(MP_BF16, 5e-2, 0); }
-// The same at head dims 64 and 128, where the defaults are fa3 (forward) and versions 19 / 20.
+// The same at head dims 64 and 128, where the dispatch runs fa3 (forward) and the fa3 / wgmma rows (backward).
 Test(train, flash_grads_match_naive_bf16_hs64, .timeout = 60) { grads_match(MP_BF16, 5e-2, 64); }
 Test(train, flash_grads_match_naive_bf16_hs128, .timeout = 60) { grads_match(MP_BF16, 5e-2, 128); }
 

@@ -26,14 +26,14 @@ cases=(
   "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 70 --Nk 200 --d 128 --dtype bf16 --out ''"
   "$B/03_flashattn_fwd/flash_fwd --device cuda --B 1 --H 2 --Nq 33 --Nk 33 --d 16 --causal --dtype f32 --out ''"
   "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 150 --Nk 67 --d 64 --causal --dtype bf16 --check --out ''"
-  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 70 --Nk 130 --d 128 --dtype bf16 --impl atomic --check --out ''"
-  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 150 --Nk 67 --d 128 --causal --dtype bf16 --version 20 --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 70 --Nk 130 --d 128 --dtype bf16 --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 150 --Nk 67 --d 128 --causal --dtype bf16 --check --out ''"
   "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 100 --Nk 65 --d 32 --causal --dtype f32 --check --out ''"
-  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 150 --Nk 67 --d 64 --causal --dtype bf16 --version 21 --check --out ''"
-  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 70 --Nk 200 --d 64 --dtype bf16 --version 21 --impl atomic --check --out ''"
-  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 333 --Nk 201 --d 64 --causal --dtype bf16 --version 21 --check --out ''"
-  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 332 --Nk 201 --d 64 --causal --dtype bf16 --version 21 --check --out ''"
-  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 200 --Nk 333 --d 64 --dtype bf16 --version 21 --impl atomic --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 70 --Nk 200 --d 64 --dtype bf16 --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 333 --Nk 201 --d 64 --causal --dtype bf16 --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 332 --Nk 201 --d 64 --causal --dtype bf16 --check --out ''"
+  "$B/04_flashattn_bwd/flash_bwd --device cuda --B 1 --H 2 --Nq 200 --Nk 333 --d 64 --dtype bf16 --check --out ''"
+  "$B/04_flashattn_bwd/test_04 --filter 'bwd_cuda/sanitize_*'"
 )
 for c in "${cases[@]}"; do
   for tool in memcheck racecheck synccheck; do eval run $tool "$c"; done

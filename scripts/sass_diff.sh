@@ -10,6 +10,10 @@
 #     SED    a sed -E expression applied to side A's kernel names before they are paired, for a
 #            change that renames kernels without meaning to change their code (a new template
 #            parameter); every line it renames is printed. The code is still compared in full.
+#     -p     pool: the kernels of all the named files are compared as one set (for code that moved
+#            between files; a file may exist on one side only). The anonymous namespace's file
+#            tag ("_GLOBAL__N__<id>_<file>_cu_<hash>") is masked on both sides, so a kernel that
+#            moved keeps its name.
 #   e.g. scripts/sass_diff.sh -a HEAD~1 -b HEAD 03_flashattn_fwd/flash_fwd_bf16_d64.cu
 #        scripts/sass_diff.sh -m 's/ELb([01])EEEv9BwdParams/ELb\1ELi64EEEv9BwdParams/' 04_flashattn_bwd/flash_bwd_wgmma.cu
 #
@@ -30,16 +34,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-A=HEAD B=WORKTREE OUTDIR="" JOBS=2 COMPARE_ONLY=0 MAP=""
-while getopts "a:b:o:j:m:ch" opt; do
+A=HEAD B=WORKTREE OUTDIR="" JOBS=2 COMPARE_ONLY=0 MAP="" POOL=0
+while getopts "a:b:o:j:m:pch" opt; do
   case $opt in
+    p) POOL=1 ;;
     c) COMPARE_ONLY=1 ;;
     m) MAP=$OPTARG ;;
     a) A=$OPTARG ;;
     b) B=$OPTARG ;;
     o) OUTDIR=$OPTARG ;;
     j) JOBS=$OPTARG ;;
-    *) sed -n '2,26p' "$0"; exit 2 ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -94,7 +99,7 @@ build_side() {  # $1 side name (A or B), $2 revision
   local pids=() f n=0
   for f in "${FILES[@]}"; do
     local o="$obj/${f//\//__}.o"
-    if [ ! -f "$src/$f" ]; then echo "sass_diff: $f does not exist at $2" >&2; touch "$o.missing"; continue; fi
+    if [ ! -f "$src/$f" ]; then [ "$POOL" = 1 ] || echo "sass_diff: $f does not exist at $2" >&2; touch "$o.missing"; continue; fi
     ( cd "$src" && "$NVCC" "${FLAGS[@]}" -c "$f" -o "$o" 2> "$o.log" ) || { echo "sass_diff: $f failed to compile at $2:" >&2; cat "$o.log" >&2; exit 1; } &
     pids+=($!); n=$((n + 1))
     if [ $((n % JOBS)) -eq 0 ]; then for p in "${pids[@]}"; do wait "$p"; done; pids=(); fi
@@ -120,12 +125,28 @@ split_sass() {  # $1 object, $2 folder
 }
 
 total=0 same=0 bad=0
-for f in "${FILES[@]}"; do
+LOOP=("${FILES[@]}"); [ "$POOL" = 0 ] || LOOP=(pool)
+for f in "${LOOP[@]}"; do
   key=${f//\//__}
   oa="$OUTDIR/A/obj/$key.o" ob="$OUTDIR/B/obj/$key.o"
-  if [ ! -f "$oa" ] || [ ! -f "$ob" ]; then echo "MISSING   $f (not on both sides)"; bad=$((bad + 1)); continue; fi
   da="$OUTDIR/A/sass/$key" db="$OUTDIR/B/sass/$key"
+  if [ "$POOL" = 1 ]; then  # every object of each side into one folder, file tags masked
+    for side in A B; do
+      d="$OUTDIR/$side/sass/pool"; rm -rf "$d"; mkdir -p "$d"
+      for o in "$OUTDIR/$side"/obj/*.o; do
+        [ -f "$o" ] || continue
+        split_sass "$o" "$d.tmp"
+        for k in $(ls "$d.tmp"); do
+          n=$(printf '%s\n' "$k" | sed -E 's/_ZN[0-9]+_GLOBAL__N__x{8}_[0-9]+_[A-Za-z0-9_]+_cu_[0-9a-f]{8}/_ZN_ANON_/')
+          mv "$d.tmp/$k" "$d/$n"
+        done
+        rm -rf "$d.tmp"
+      done
+    done
+  else
+  if [ ! -f "$oa" ] || [ ! -f "$ob" ]; then echo "MISSING   $f (not on both sides)"; bad=$((bad + 1)); continue; fi
   split_sass "$oa" "$da"; split_sass "$ob" "$db"
+  fi
   if [ -n "$MAP" ]; then  # -m: side A's names as side B spells them
     for k in $(ls "$da"); do
       n=$(printf '%s\n' "${k%.sass}" | sed -E "$MAP")
