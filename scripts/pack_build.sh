@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs a build's programs and test binaries, stripped, into one xz tarball to carry to a GPU
-# machine that should spend no time compiling (scripts/device_h100.sh, device_dist.sh run them
+# machine that should spend no time compiling (the lab's device scripts, lab/device/device_h100.sh and lab/05_collectives/device_dist.sh, run them
 # from B=build-dev after `tar xJf`). The CUDA code stays: strip removes host symbols only.
 #   scripts/pack_build.sh [BUILD] [OUT]      (defaults: build, .dev/bin.tar.xz)
 # Then: carry the tarball's folder (git-ignored, e.g. via .git/info/exclude) and .criterion, and

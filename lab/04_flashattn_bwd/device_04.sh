@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device parts of stage 04's backward ladder, moved out of scripts/device_h100.sh (kept as
+# The device parts of stage 04's backward ladder, moved out of lab/device/device_h100.sh (kept as
 # they were run; steps, limits and logs as there: scripts/device_lib.sh). They drove the rungs
 # through flash_bwd/bench --version and test_04's version tests, which are now the lab's:
 # build/lab/04_flashattn_bwd/bench_rungs --version N and test_lab04's rungs/* and rung_plan/*
@@ -31,7 +31,7 @@ R=results/h100
 mkdir -p "$O" "$L" "$R"
 export LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
 B=${B:-build}
-. scripts/device_lib.sh  # step, last_ok
+. lab/device/device_lib.sh  # step, last_ok
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
 # bwd_diag TAG VERSION "NQ NK"...: after a failed smoke run, that backward version under
 # memcheck on the smallest shapes (d 64, one head), for the diagnosis.

@@ -13,7 +13,7 @@ mkdir -p "$O" "$L" results/05_collectives results/06_ddp results/07_zero
 export NCCL_NVLS_ENABLE=0 SETUP_SKIP=1 LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
 B=${B:-build}
 TORCHRUN="python3 -m torch.distributed.run --standalone --nproc_per_node"  # a variable: `timeout` cannot run a shell function
-. scripts/device_lib.sh  # step, last_ok
+. lab/device/device_lib.sh  # step, last_ok
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
 for s in "$@"; do
   case $s in

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The single-GPU measurements the course's questions rest on (issue 16) and the trainer on one
 # GPU (issue 18), on one GPU with prebuilt binaries (built here, carried there). Steps as in
-# device_dist.sh (scripts/device_lib.sh: a time limit each, logs under results/device/, all of
+# device_dist.sh (lab/device/device_lib.sh: a time limit each, logs under results/device/, all of
 # results/ packed into $OUT/all.tgz after every step).
 #   OUT=/tmp/o B=build-dev scripts/device_h100.sh tests ckpt ctxmax sizes ...
 # Parts:
@@ -50,7 +50,7 @@
 #             point with fa3's forward (do_bench mean too), d 128 forward + backward with fa3 and
 #             backward version 20; SDPA flash and cuDNN in the same call
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 O=${OUT:-results/device_out}
 L=results/device
 R=results/h100
@@ -58,7 +58,7 @@ mkdir -p "$O" "$L" "$R"
 export LD_LIBRARY_PATH=$PWD/.criterion/lib:${LD_LIBRARY_PATH:-}
 B=${B:-build}
 BM="$B/01_benchmarking/benchmark"
-. scripts/device_lib.sh  # step, last_ok
+. lab/device/device_lib.sh  # step, last_ok
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$L/gpu.txt" 2>&1
 # variant_index D PREFIX: the index of the first bf16 forward variant at head dim D whose name
 # starts with PREFIX, read from the variant table (flash_fwd_bf16_dD.cu), so that a part names
