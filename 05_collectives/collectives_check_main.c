@@ -275,6 +275,8 @@ static void check_count(ctx_t* x, size_t count) {
     }
 }
 
+#define COUNT_MAX (INT64_C(64) << 20)  // --counts: the largest count, in elements
+
 int main(int argc, char** argv) {
     const char* backend_s = "mpi";
     const char* counts_s = "0,1,3,7,1000,65537,1000003";
@@ -297,11 +299,22 @@ int main(int argc, char** argv) {
     int64_t counts[32];
     int ncounts = parse_size_list(counts_s, counts, 32);
     if (ncounts < 0) comm_bad_input("--counts: '%s' is not a comma list of sizes (e.g. 0,1,7,1M)", counts_s);
+    // A bound that does not depend on the machine, checked before anything is allocated: the
+    // buffers hold world x count doubles (five of them), so 64M elements is already GBs a rank.
+    for (int i = 0; i < ncounts; i++)
+        if (counts[i] > COUNT_MAX)
+            comm_bad_input("--counts: %lld is above the largest count checked, 64M elements", (long long)counts[i]);
+    if (rank_order != 0 && rank_order != 1) comm_bad_input("--rank-order: %d must be 0 or 1", rank_order);
+    if (die_rank < -1) comm_bad_input("--die-rank: %d is not a rank (-1: none)", die_rank);
+    if (hang_rank < -1) comm_bad_input("--hang-rank: %d is not a rank (-1: none)", hang_rank);
     comm_backend_t backend;
     comm_backend_parse(backend_s, &backend);
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
-
-    if (rank_order != 0 && rank_order != 1) comm_bad_input("--rank-order: %d must be 0 or 1", rank_order);
+    // Every rank knows the world now and gives the same verdict: one line from rank 0, exit 2.
+    if (die_rank >= c->world)
+        comm_refuse(c, "--die-rank: %d is out of range for %d ranks (0..%d, or -1: none)", die_rank, c->world, c->world - 1);
+    if (hang_rank >= c->world)
+        comm_refuse(c, "--hang-rank: %d is out of range for %d ranks (0..%d, or -1: none)", hang_rank, c->world, c->world - 1);
     ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank, .rank_order = rank_order};
     for (int i = 0; i < ncounts; i++)
         if ((size_t)counts[i] > x.cap) x.cap = (size_t)counts[i];

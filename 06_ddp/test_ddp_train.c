@@ -77,5 +77,5 @@ Test(ddp_train_mpi, zero_and_shard_run_stage_07) {
     cr_assert(strstr(g_out, "course  done:"), "%s", g_out);
     st = run_train(2, "--zero 1 --variant flat");
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
-    cr_assert(strstr(g_out, "ddp_train: --variant is not a flag of stage 07's zero_train"), "%s", g_out);
+    ASSERT_REFUSED(st, g_out, "ddp_train", "--variant is not a flag of stage 07's zero_train");
 }
