@@ -348,7 +348,8 @@ int main(int argc, char** argv) {
     if (factor < 2) BAD("--stepfactor: %d must be at least 2", factor);
     if (ring_chunk < 4) BAD("--ring-chunk: %lld is below one element (4 bytes)", (long long)ring_chunk);
     if (check != 0 && check != 1) BAD("--check: %d must be 0 or 1", check);
-    if (minb < 4 || maxb < minb) BAD("--minbytes/--maxbytes: need 4 <= min (%lld) <= max (%lld)", (long long)minb, (long long)maxb);
+    if (minb < 4) BAD("--minbytes: %lld is below one element (4 bytes)", (long long)minb);
+    if (maxb < minb) BAD("--maxbytes: %lld is below --minbytes %lld", (long long)maxb, (long long)minb);
     if (maxb > (INT64_C(8) << 30)) BAD("--maxbytes: %lld is above 8G", (long long)maxb);
     {  // where the results go, checked before any work (rank 0 writes them at the end)
         char why[1024];

@@ -595,7 +595,7 @@ int main(int argc, char** argv) {
     }
     comm_t* c = comm_init(backend, comm_timeout);
     const int W = c->world, r = c->rank;
-    if (W > 64) comm_fatal(c, EXIT_BAD_INPUT, "at most 64 ranks (got %d)", W);
+    if (W > 64) comm_refuse(c, "at most 64 ranks (got %d)", W);
     const attention_impl_t* attn = strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL;
     t.opt = adamw_default();
     t.opt.lr = (float)lr;
@@ -625,7 +625,7 @@ int main(int argc, char** argv) {
     t.dev = t.rep.gpu ? DEV_CUDA : DEV_CPU;
     if (t.rep.gpu) {
         char err[512];
-        if (!t.lean && model_gpu_pad_flat(t.rep.m, t.P, err, sizeof err) != 0) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        if (!t.lean) comm_check_input(c, model_gpu_pad_flat(t.rep.m, t.P, err, sizeof err) == 0, "%s", err);
         t.params = model_gpu_params(t.rep.m);  // (NULL for lean ZeRO-3)
         t.grads = model_gpu_grads(t.rep.m);
         t.cs = model_gpu_stream(t.rep.m);
