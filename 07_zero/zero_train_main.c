@@ -548,7 +548,7 @@ int main(int argc, char** argv) {
     int nruns = 0, want[N_RUN_KINDS] = {0};
     {
         char buf[128], why[256];
-        if (list_check_items("zero", zero_s, why, sizeof why) != 0) BAD("%s", why);
+        if (*zero_s && list_check_items("zero", zero_s, why, sizeof why) != 0) BAD("%s", why);
         if (strlen(zero_s) >= sizeof buf) BAD("--zero: longer than %zu characters", sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", strcmp(zero_s, "all") == 0 ? "0,1,2,3" : zero_s);
         int any = 0;
