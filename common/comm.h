@@ -152,6 +152,8 @@ void comm_fatal(comm_t* c, int status, const char* fmt, ...);
 int comm_env_rank(void);
 // Bad input under mpirun: rank 0 prints the one line "prog: error: ..." (fail()'s form), every
 // rank exits 2 (the others a moment later, so that the line is out before mpirun ends the job).
+// For checks every rank makes alike, typically before comm_init; after it, where one rank may
+// know something the others do not, use comm_check_input below.
 __attribute__((noreturn, format(printf, 1, 2))) void comm_bad_input(const char* fmt, ...);
 // After comm_init, every refusal of input goes through one of these two, called by EVERY rank at
 // the same point (they are collective, under the communicator's deadline): one line from rank 0,
