@@ -161,8 +161,8 @@ Test(ws_cli, impossible_sizes_are_bad_input) {
     expect("--device cpu --rows 1G --d 1G", 2, "of host memory here");
     expect("--device cpu --rows 8G --d 8G", 2, "more than 8 EiB");  // rows * d overflows int64
     char cmd[1024], out[4096];
-    // The demo's bound is a rule, the same on every machine (a host with 256 GB would run 10^10
-    // elements of a rule that asked only "does it fit"); just above it is refused, whatever the memory.
+    // The demo's bound is a rule, the same on every machine (asking only "does it fit", a host with
+    // 256 GB took 10^10 elements); just above the bound is refused, whatever the memory.
     snprintf(cmd, sizeof cmd, "%s/02_weighted_sum/demo --rows 100000000 --d 100", build_dir());
     cr_assert_eq(run_out(cmd, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "demo: error: --rows 100000000 --d 100: ") && strstr(out, "at most 256M"), "%s", out);
