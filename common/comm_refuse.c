@@ -30,7 +30,10 @@ static void check_input_v(comm_t* c, int ok, const char* fmt, va_list ap) {
     if (c->rank == 0) fail_line(reason);
     if (c->world > 1) comm_barrier(c);
     fflush(stdout);
-    exit(EXIT_BAD_INPUT);  // atexit handlers still run (they remove half-written files)
+    // exit, not _exit: atexit handlers still run (they remove half-written files). Should a
+    // library's teardown hang in it, the watchdog ends the process.
+    comm_watchdog_arm(c, "the exit after refused input", 10.0);
+    exit(EXIT_BAD_INPUT);
 }
 
 void comm_check_input(comm_t* c, int ok, const char* fmt, ...) {
