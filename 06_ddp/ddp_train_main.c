@@ -215,7 +215,9 @@ static void hand_to_zero_train(int argc, char** argv) {
         const size_t n = strcspn(argv[i], "=");
         const int is_zero = n == 6 && !strncmp(argv[i], "--zero", 6), is_shard = n == 7 && !strncmp(argv[i], "--shard", 7);
         if (!is_zero && !is_shard) continue;
-        const char* v = argv[i][n] == '=' ? argv[i] + n + 1 : i + 1 < argc && strncmp(argv[i + 1], "--", 2) ? argv[i + 1] : NULL;
+        const char* v = NULL;  // --name=value, or --name value (a value never starts with --)
+        if (argv[i][n] == '=') v = argv[i] + n + 1;
+        else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) v = argv[i + 1];
         if (!v) comm_bad_input("%s needs a value", is_zero ? "--zero" : "--shard");
         if (is_shard) {
             if (strcmp(v, "zero") && strcmp(v, "course")) comm_bad_input("--shard: '%s' is not one of zero|course", v);
