@@ -280,7 +280,7 @@ static void check_count(ctx_t* x, size_t count) {
 int main(int argc, char** argv) {
     const char* backend_s = "mpi";
     const char* counts_s = "0,1,3,7,1000,65537,1000003";
-    int die_rank = -1, hang_rank = -1, rank_order = 0;
+    int die_rank = -1, hang_rank = -1, refuse_rank = -1, rank_order = 0;
     double timeout_s = 0;
     const char* tag = "";
     cli_opt_t opts[] = {
@@ -288,6 +288,7 @@ int main(int argc, char** argv) {
         {"counts", CLI_STR, &counts_s, "0,1,3,7,1000,65537,1000003", "element counts to check (comma list, K/M suffixes)", NULL},
         {"die-rank", CLI_INT, &die_rank, "-1", "this rank exits in the middle of the run (failure test)", NULL},
         {"hang-rank", CLI_INT, &hang_rank, "-1", "this rank stops answering in the middle of the run (failure test)", NULL},
+        {"refuse-rank", CLI_INT, &refuse_rank, "-1", "this rank alone refuses its input after start-up (test of the one line from rank 0)", NULL},
         {"rank-order", CLI_INT, &rank_order, "0", "1: the blocking all-reduce must reduce in rank order, bit for bit (MPI backend, shared-memory path)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
         {"tag", CLI_STR, &tag, "", "ignored: lets a test find its processes", NULL},
@@ -315,6 +316,8 @@ int main(int argc, char** argv) {
         comm_refuse(c, "--die-rank: %d is out of range for %d ranks (0..%d, or -1: none)", die_rank, c->world, c->world - 1);
     if (hang_rank >= c->world)
         comm_refuse(c, "--hang-rank: %d is out of range for %d ranks (0..%d, or -1: none)", hang_rank, c->world, c->world - 1);
+    // A fault only one rank sees (a file only it read, say): its reason reaches rank 0's line.
+    comm_check_input(c, c->rank != refuse_rank, "--refuse-rank %d: rank %d refused its input, alone", refuse_rank, c->rank);
     ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank, .rank_order = rank_order};
     for (int i = 0; i < ncounts; i++)
         if ((size_t)counts[i] > x.cap) x.cap = (size_t)counts[i];

@@ -154,6 +154,9 @@ Test(collectives_mpi, bad_input_is_one_line_from_the_whole_job, .timeout = 240) 
     ASSERT_REFUSED(st, g_out, "collectives_check", "--die-rank: 5 is out of range", "0..1");
     st = mpi_run(2, "collectives_check", "--counts 1 --hang-rank 9", NULL);
     ASSERT_REFUSED(st, g_out, "collectives_check", "--hang-rank: 9 is out of range", "0..1");
+    // a fault only one rank sees: its reason, in rank 0's one line
+    st = mpi_run(3, "collectives_check", "--counts 1 --refuse-rank 2", NULL);
+    ASSERT_REFUSED(st, g_out, "collectives_check", "--refuse-rank 2: rank 2 refused its input, alone");
     st = mpi_run(3, "collectives_check", "--counts 1 --hang-rank -2", NULL);
     ASSERT_REFUSED(st, g_out, "collectives_check", "--hang-rank: -2");
     // every rank finds it at once (the environment): still one line, not interleaved
