@@ -76,6 +76,9 @@ static double max_err(const float* a, const float* b, size_t n) {
     return m;
 }
 
+// The demo's largest example run: 2^28 elements of x (at most 6 GiB of host memory, 2 of GPU).
+#define DEMO_MAX_ELEMENTS 268435456.0
+
 int main(int argc, char** argv) {
     int64_t rows, d;
     cli_opt_t opts[] = {
@@ -91,6 +94,10 @@ int main(int argc, char** argv) {
         // x the host holds x, its f32 copy, the reference's grad_x, the widened result (and on
         // the CPU x and grad_x once more): at most 6 floats; the GPU holds x and grad_x.
         const double n = (double)rows * (double)d;
+        // First a rule that is the same on every machine: the demo is a small run.
+        if (n > DEMO_MAX_ELEMENTS)
+            fail("--rows %lld --d %lld: %.3g elements; the demo runs at most 256M (ROWS x D <= 268435456; "
+                 "weighted_sum takes larger sizes)", (long long)rows, (long long)d, n);
         char err[256];
         if (!mem_fits(DEV_CPU, 24.0 * n, err, sizeof err) || (dev == DEV_CUDA && !mem_fits(DEV_CUDA, 8.0 * n, err, sizeof err)))
             fail("--rows %lld --d %lld: %s", (long long)rows, (long long)d, err);

@@ -11,6 +11,7 @@
 // (small integers), counted in #wrong. Exits 1 if any element is wrong.
 // S is the size of the larger buffer (nccl-tests' convention): an all-reduce of S bytes, a
 // reduce-scatter from S to S/n, an all-gather from S/n to S.
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -349,8 +350,14 @@ int main(int argc, char** argv) {
     if (factor < 2) BAD("--stepfactor: %d must be at least 2", factor);
     if (ring_chunk < 4) BAD("--ring-chunk: %lld is below one element (4 bytes)", (long long)ring_chunk);
     if (check != 0 && check != 1) BAD("--check: %d must be 0 or 1", check);
-    if (minb < 4 || maxb < minb) BAD("--minbytes/--maxbytes: need 4 <= min (%lld) <= max (%lld)", (long long)minb, (long long)maxb);
+    if (minb < 4) BAD("--minbytes: %lld is below one element (4 bytes)", (long long)minb);
+    if (maxb < minb) BAD("--maxbytes: %lld is below --minbytes %lld", (long long)maxb, (long long)minb);
     if (maxb > (INT64_C(8) << 30)) BAD("--maxbytes: %lld is above 8G", (long long)maxb);
+    {  // where the results go, checked before any work (rank 0 writes them at the end)
+        char why[1024];
+        if (dir_check_writable(out_dir, why, sizeof why) != 0) BAD("--out: cannot write into %s: %s", out_dir, why);
+        if (*tag && file_name_check(tag, why, sizeof why) != 0) BAD("--tag: %s (a file name inside --out)", why);
+    }
 
     // Sizes: min, min·f, ... up to max, plus the course's 10M and 100M; or the explicit list.
     int64_t sizes[128];
@@ -388,7 +395,9 @@ int main(int argc, char** argv) {
         const int use_gpu = kind == COMM_NCCL;
         for (int i = 0; i < 3; i++) chosen[nchosen++] = find_backend(use_gpu ? gpu_set[i] : cpu_set[i]);
     } else {
-        char buf[256];
+        char buf[256], why[320];
+        if (list_check_items("backends", backends_s, why, sizeof why) != 0) BAD("%s", why);
+        if (strlen(backends_s) >= sizeof buf) BAD("--backends: longer than %zu characters", sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", backends_s);
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
             const backend_entry_t* be = find_backend(tok);
@@ -478,11 +487,11 @@ int main(int argc, char** argv) {
             snprintf(base, sizeof base, "allreduce_%s_np%d", backends_s, nranks);
             for (char* p = base; *p; p++) if (*p == ',') *p = '+';
         }
-        if (mkdir_p(out_dir) != 0) fail("--out: cannot create the directory %s", out_dir);
+        if (mkdir_p(out_dir) != 0) DIE("--out: cannot create the directory %s: %s", out_dir, strerror(errno));
         snprintf(path, sizeof path, "%s/%s.csv", out_dir, base);
-        if (table_write_csv(t, path) != 0) fail("cannot write %s", path);
+        if (table_write_csv(t, path) != 0) DIE("cannot write %s: %s", path, strerror(errno));
         snprintf(path, sizeof path, "%s/%s.json", out_dir, base);
-        if (table_write_json(t, path) != 0) fail("cannot write %s", path);
+        if (table_write_json(t, path) != 0) DIE("cannot write %s: %s", path, strerror(errno));
         printf("\n# %s: %s/%s.{csv,json}\n", total_wrong ? "FAILED: wrong elements" : "OK", out_dir, base);
     }
     table_free(t);

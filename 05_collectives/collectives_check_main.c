@@ -303,10 +303,12 @@ static void check_count(ctx_t* x, size_t count) {
     }
 }
 
+#define COUNT_MAX (INT64_C(64) << 20)  // --counts: the largest count, in elements
+
 int main(int argc, char** argv) {
     const char* backend_s = "mpi";
     const char* counts_s = "0,1,3,7,1000,65537,1000003";
-    int die_rank = -1, hang_rank = -1, stop_rank = -1, hang_at = 3, rank_order = 0;
+    int die_rank = -1, hang_rank = -1, stop_rank = -1, hang_at = 3, refuse_rank = -1, rank_order = 0;
     double stop_delay = 0;
     double timeout_s = 0;
     const char* tag = "";
@@ -318,6 +320,7 @@ int main(int argc, char** argv) {
         {"stop-rank", CLI_INT, &stop_rank, "-1", "this rank is stopped (SIGSTOP) in the middle of the run (failure test)", NULL},
         {"stop-delay", CLI_DOUBLE, &stop_delay, "0", "seconds after it starts the operation that --stop-rank stops (0: before it)", NULL},
         {"hang-at", CLI_INT, &hang_at, "3", "the operation (1, 2, ...) before which --die-rank, --hang-rank, --stop-rank act; 3: the ring's first send/receive", NULL},
+        {"refuse-rank", CLI_INT, &refuse_rank, "-1", "this rank alone refuses its input after start-up (test of the one line from rank 0)", NULL},
         {"rank-order", CLI_INT, &rank_order, "0", "1: the blocking all-reduce must reduce in rank order, bit for bit (MPI backend, shared-memory path)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
         {"tag", CLI_STR, &tag, "", "ignored: lets a test find its processes", NULL},
@@ -329,13 +332,30 @@ int main(int argc, char** argv) {
     int64_t counts[32];
     int ncounts = parse_size_list(counts_s, counts, 32);
     if (ncounts < 0) comm_bad_input("--counts: '%s' is not a comma list of sizes (e.g. 0,1,7,1M)", counts_s);
+    // A bound that does not depend on the machine, checked before anything is allocated: the
+    // buffers hold world x count doubles (five of them), so 64M elements is already GBs a rank.
+    for (int i = 0; i < ncounts; i++)
+        if (counts[i] > COUNT_MAX)
+            comm_bad_input("--counts: %lld is above the largest count checked, 64M elements", (long long)counts[i]);
+    if (rank_order != 0 && rank_order != 1) comm_bad_input("--rank-order: %d must be 0 or 1", rank_order);
+    if (die_rank < -1) comm_bad_input("--die-rank: %d is not a rank (-1: none)", die_rank);
+    if (hang_rank < -1) comm_bad_input("--hang-rank: %d is not a rank (-1: none)", hang_rank);
+    if (stop_rank < -1) comm_bad_input("--stop-rank: %d is not a rank (-1: none)", stop_rank);
+    if (hang_at < 1) comm_bad_input("--hang-at: %d must be 1 or more", hang_at);
+    if (!(stop_delay >= 0 && stop_delay <= 60)) comm_bad_input("--stop-delay: %g must be 0 to 60 seconds", stop_delay);
     comm_backend_t backend;
     comm_backend_parse(backend_s, &backend);
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
 
-    if (rank_order != 0 && rank_order != 1) comm_bad_input("--rank-order: %d must be 0 or 1", rank_order);
-    if (hang_at < 1) comm_bad_input("--hang-at: %d must be 1 or more", hang_at);
-    if (!(stop_delay >= 0 && stop_delay <= 60)) comm_bad_input("--stop-delay: %g must be 0 to 60 seconds", stop_delay);
+    // Every rank knows the world now and gives the same verdict: one line from rank 0, exit 2.
+    if (die_rank >= c->world)
+        comm_refuse(c, "--die-rank: %d is out of range for %d ranks (0..%d, or -1: none)", die_rank, c->world, c->world - 1);
+    if (hang_rank >= c->world)
+        comm_refuse(c, "--hang-rank: %d is out of range for %d ranks (0..%d, or -1: none)", hang_rank, c->world, c->world - 1);
+    if (stop_rank >= c->world)
+        comm_refuse(c, "--stop-rank: %d is out of range for %d ranks (0..%d, or -1: none)", stop_rank, c->world, c->world - 1);
+    // A fault only one rank sees (a file only it read, say): its reason reaches rank 0's line.
+    comm_check_input(c, c->rank != refuse_rank, "--refuse-rank %d: rank %d refused its input, alone", refuse_rank, c->rank);
     ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank, .stop_rank = stop_rank,
                .hang_at = hang_at, .stop_delay = stop_delay, .rank_order = rank_order};
     for (int i = 0; i < ncounts; i++)

@@ -1,6 +1,7 @@
 // Stage 05's demo (make run): an all-reduce by the library and by the hand-written ring, on the
 // GPUs when there is one per rank (NCCL), else on the CPU (MPI). Started without mpirun, it
 // starts itself under scripts/mpirun.sh with 2 ranks.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +22,34 @@ int main(int argc, char** argv) {
         {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl with a GPU per rank, else mpi", COMM_BACKEND_AUTO_CHOICES},
     };
     comm_cli_parse(argc, argv, "All-reduce by the library and by the ring (stage 05's demo).", opts, CLI_COUNT(opts));
-    if (np < 1 || np > 64) fail("--np: %d is out of range (1..64)", np);
-    if (!getenv("OMPI_COMM_WORLD_SIZE") && access("scripts/mpirun.sh", X_OK) == 0) {
-        char nps[16];
-        snprintf(nps, sizeof nps, "%d", np);
-        char* args[] = {"scripts/mpirun.sh", nps, argv[0], "--backend", (char*)backend_s, NULL};
-        setenv("MPIRUN_TIMEOUT", "120", 0);
-        execv(args[0], args);
-        perror("demo: cannot start scripts/mpirun.sh");  // then go on as a world of one
+    if (np < 1 || np > 64) comm_bad_input("--np: %d is out of range (1..64)", np);
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) {
+        // Not under mpirun: start this program again under the repository's scripts/mpirun.sh,
+        // found from this program's own path (build/05_collectives/demo), wherever it is run from.
+        char self[4096], launcher[4200] = "";
+        const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len > 0) {
+            self[len] = '\0';
+            char* slash = strrchr(self, '/');
+            if (slash) {
+                *slash = '\0';  // .../build/05_collectives
+                snprintf(launcher, sizeof launcher, "%s/../../scripts/mpirun.sh", self);
+                *slash = '/';
+            }
+        }
+        if (!launcher[0] || access(launcher, X_OK) != 0) {
+            if (np > 1)
+                fail("--np %d: cannot start %d ranks: %s not found from this program's place (a program of the "
+                     "repository's build directory finds it; or run it under mpirun: scripts/mpirun.sh %d %s)",
+                     np, np, launcher[0] ? launcher : "scripts/mpirun.sh", np, argv[0]);
+        } else if (np > 1) {
+            char nps[16];
+            snprintf(nps, sizeof nps, "%d", np);
+            char* args[] = {launcher, nps, self, "--backend", (char*)backend_s, NULL};
+            setenv("MPIRUN_TIMEOUT", "120", 0);
+            execv(args[0], args);
+            fail("--np %d: cannot start %s: %s", np, launcher, strerror(errno));
+        }
     }
     comm_backend_t backend;
     comm_backend_choose(backend_s, &backend);  // the flag's choices were checked by the parser

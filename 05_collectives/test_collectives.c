@@ -192,6 +192,69 @@ Test(collectives_mpi, bad_flags_one_line_exit_2) {
     cr_assert(strstr(g_out, "unknown backend 'tcp'"), "%s", g_out);
 }
 
+// A plain file, so that "<file>/x" is a path that cannot be created on any machine.
+static const char* plain_file(void) {
+    static char path[600] = "";
+    if (!path[0]) {
+        snprintf(path, sizeof path, "%s/plain", test_tmpdir());
+        FILE* f = fopen(path, "w");
+        cr_assert_not_null(f, "%s", path);
+        fclose(f);
+    }
+    return path;
+}
+
+// Bad input under MPI, one way out: ONE line from the whole job (rank 0's), exit 2 on every rank,
+// no banner, no abort; the line names the flag, the value and what is allowed.
+Test(collectives_mpi, bad_input_is_one_line_from_the_whole_job, .timeout = 240) {
+    char args[1024];
+    // a count that cannot be allocated: refused by a rule, before anything is allocated
+    int st = mpi_run(2, "collectives_check", "--counts 1,100000G", NULL);
+    ASSERT_REFUSED(st, g_out, "collectives_check", "--counts: 107374182400000", "64M");
+    // ranks that are not in the job
+    st = mpi_run(2, "collectives_check", "--counts 1 --die-rank 5", NULL);
+    ASSERT_REFUSED(st, g_out, "collectives_check", "--die-rank: 5 is out of range", "0..1");
+    st = mpi_run(2, "collectives_check", "--counts 1 --hang-rank 9", NULL);
+    ASSERT_REFUSED(st, g_out, "collectives_check", "--hang-rank: 9 is out of range", "0..1");
+    // a fault only one rank sees: its reason, in rank 0's one line
+    st = mpi_run(3, "collectives_check", "--counts 1 --refuse-rank 2", NULL);
+    ASSERT_REFUSED(st, g_out, "collectives_check", "--refuse-rank 2: rank 2 refused its input, alone");
+    st = mpi_run(3, "collectives_check", "--counts 1 --hang-rank -2", NULL);
+    ASSERT_REFUSED(st, g_out, "collectives_check", "--hang-rank: -2");
+    // every rank finds it at once (the environment): still one line, not interleaved
+    st = mpi_run_env("COMM_TIMEOUT=abc", 3, "collectives_check", "--counts 1", NULL);
+    ASSERT_REFUSED(st, g_out, "collectives_check", "COMM_TIMEOUT=abc", "a positive number of seconds");
+    st = mpi_run(2, "collectives_check", "--counts 1 --comm-timeout -1", NULL);
+    ASSERT_REFUSED(st, g_out, "collectives_check", "--comm-timeout: -1 is negative");
+    // an output place that cannot exist: said before any work, with the system's reason
+    snprintf(args, sizeof args, "--backends mpi --maxbytes 1K --iters 1 --warmup 0 --out %s/x", plain_file());
+    st = mpi_run(2, "allreduce_bench", args, NULL);
+    ASSERT_REFUSED(st, g_out, "allreduce_bench", "--out", plain_file(), "not a directory");
+    // an empty item of a list is refused, not skipped
+    st = mpi_run(2, "allreduce_bench", "--backends mpi,,ring-mpi --maxbytes 1K", NULL);
+    ASSERT_REFUSED(st, g_out, "allreduce_bench", "--backends: 'mpi,,ring-mpi' has an empty item");
+    st = mpi_run(2, "allreduce_bench", "--minbytes 2", NULL);
+    ASSERT_REFUSED(st, g_out, "allreduce_bench", "--minbytes: 2");
+}
+
+// The demo started outside the repository's root still starts its 2 ranks (it finds
+// scripts/mpirun.sh from its own path); a copy of it that cannot find the launcher refuses
+// --np 2 in one line rather than running one rank.
+Test(collectives_mpi, demo_np_2_from_anywhere, .timeout = 120) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "root=$PWD; cd %s && $root/%s/05_collectives/demo --np 2 --backend mpi", test_tmpdir(),
+             build_dir());
+    if (build_dir()[0] == '/')
+        snprintf(cmd, sizeof cmd, "cd %s && %s/05_collectives/demo --np 2 --backend mpi", test_tmpdir(), build_dir());
+    int st = run_capture(cmd, g_out, sizeof g_out);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "over 2 ranks"), "%s", g_out);
+    snprintf(cmd, sizeof cmd, "cp %s/05_collectives/demo %s/demo_copy && cd %s && ./demo_copy --np 2", build_dir(),
+             test_tmpdir(), test_tmpdir());
+    st = run_capture(cmd, g_out, sizeof g_out);
+    ASSERT_REFUSED(st, g_out, "demo_copy", "--np 2: cannot start 2 ranks", "mpirun.sh");
+}
+
 Test(collectives_mpi, nccl_without_a_gpu_is_a_clear_error) {
     if (gpu_count() > 0) cr_skip_test("this machine has a GPU: the no-GPU message cannot be seen here");
     int st = mpi_run(2, "collectives_check", "--backend nccl", NULL);

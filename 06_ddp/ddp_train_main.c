@@ -32,6 +32,7 @@
 #include "common/cli.h"
 #include "common/comm.h"
 #include "common/data.h"
+#include "common/fileio.h"
 #include "common/gpu.h"
 #include "common/model.h"
 #include "common/model_cpu.h"
@@ -205,32 +206,44 @@ static void hand_to_zero_train(int argc, char** argv) {
             if (strlen(ddp_only[k]) == n && !strncmp(argv[i], ddp_only[k], n)) bad = ddp_only[k];
     }
     if (!zero) return;
-    const char* r = getenv("OMPI_COMM_WORLD_RANK");
-    const int talk = !r || !strcmp(r, "0");  // one line from the job, not one per rank
-    if (bad) {
-        if (talk) fprintf(stderr, "ddp_train: %s is not a flag of stage 07's zero_train, which runs --zero/--shard (its own flags: zero_train --help)\n", bad);
-        exit(EXIT_BAD_INPUT);
+    // Every refusal below is this program's one line (rank 0's), exit 2 on every rank.
+    if (argc > 0 && argv[0]) set_progname(argv[0]);
+    if (bad) comm_bad_input("%s is not a flag of stage 07's zero_train, which runs --zero/--shard (its own flags: zero_train --help)", bad);
+    // The values of --zero and --shard are checked here too, so that the common mistakes are
+    // named by this program before it hands over.
+    for (int i = 1; i < argc; i++) {
+        const size_t n = strcspn(argv[i], "=");
+        const int is_zero = n == 6 && !strncmp(argv[i], "--zero", 6), is_shard = n == 7 && !strncmp(argv[i], "--shard", 7);
+        if (!is_zero && !is_shard) continue;
+        const char* v = NULL;  // --name=value, or --name value (a value never starts with --)
+        if (argv[i][n] == '=') v = argv[i] + n + 1;
+        else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) v = argv[i + 1];
+        if (!v) comm_bad_input("%s needs a value", is_zero ? "--zero" : "--shard");
+        if (is_shard) {
+            if (strcmp(v, "zero") && strcmp(v, "course")) comm_bad_input("--shard: '%s' is not one of zero|course", v);
+        } else if (strcmp(v, "all") != 0) {
+            char why[256];
+            if (choice_list_check("zero", v, "0|1|2|3", why, sizeof why) != 0)
+                comm_bad_input("--zero: '%s' is not a ZeRO level (a comma list of 0, 1, 2, 3, or all)", v);
+        }
     }
     char self[4096], path[4200];
     const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        if (talk) fprintf(stderr, "ddp_train: --zero: cannot find this program's path (/proc/self/exe): %s\n", strerror(errno));
-        exit(EXIT_BAD_INPUT);
-    }
+    if (len <= 0) comm_bad_input("--zero: cannot find this program's path (/proc/self/exe): %s", strerror(errno));
     self[len] = '\0';
     char* slash = strrchr(self, '/');
     *slash = '\0';  // .../06_ddp
     snprintf(path, sizeof path, "%s/../07_zero/zero_train", self);
-    if (access(path, X_OK) != 0) {
-        if (talk) fprintf(stderr, "ddp_train: --zero/--shard run stage 07's zero_train, which is not built at %s (make build-07)\n", path);
-        exit(EXIT_BAD_INPUT);
-    }
-    if (talk) printf("ddp_train: --zero/--shard: optimizer-state sharding is stage 07's; running %s with the same flags\n", path);
+    if (access(path, X_OK) != 0)
+        comm_bad_input("--zero/--shard run stage 07's zero_train, which is not built at %s (make build-07)", path);
+    // zero_train prints this once it has accepted the flags (a refused flag stays one line), and
+    // speaks under this program's name (argv[0] is kept).
+    char notice[4400];
+    snprintf(notice, sizeof notice, "ddp_train: --zero/--shard: optimizer-state sharding is stage 07's; running %s with the same flags", path);
+    setenv("ZERO_TRAIN_HANDOFF", notice, 1);
     fflush(stdout);
-    argv[0] = path;
     execv(path, argv);
-    if (talk) fprintf(stderr, "ddp_train: cannot run %s: %s\n", path, strerror(errno));
-    exit(EXIT_BAD_INPUT);
+    comm_bad_input("cannot run %s: %s", path, strerror(errno));
 }
 
 int main(int argc, char** argv) {
@@ -285,7 +298,11 @@ int main(int argc, char** argv) {
     double buckets[16], firsts[16];
     int nb = 0;
     {
-        char buf[256];
+        char buf[256], why[320];
+        if (list_check_items("bucket-mb", bucket_s, why, sizeof why) != 0) BAD("%s", why);
+        if (list_check_items("variant", variant_s, why, sizeof why) != 0) BAD("%s", why);
+        if (strlen(bucket_s) >= sizeof buf) BAD("--bucket-mb: longer than %zu characters", sizeof buf - 1);
+        if (strlen(variant_s) >= sizeof buf) BAD("--variant: longer than %zu characters", sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", bucket_s);
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
             // "F+C": the first bucket capped at F MiB, the rest at C (PyTorch DDP: 1+25)
@@ -322,6 +339,11 @@ int main(int argc, char** argv) {
     if (backend == COMM_MPI && strcmp(attn_s, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
     if (*timeline && backend == COMM_MPI) BAD("--timeline needs the GPU (NCCL) backend (it draws CUDA streams)");
     if (*timeline && !profiler_available()) BAD("--timeline needs CUPTI and a GPU");
+    {  // the output places, checked before any work (rank 0 writes them at the end)
+        char why[1024];
+        if (*csv && file_check_writable(csv, 0, why, sizeof why) != 0) BAD("--csv: %s", why);
+        if (*timeline && dir_check_writable(timeline, why, sizeof why) != 0) BAD("--timeline: cannot write into %s: %s", timeline, why);
+    }
     nvtx_enable(nvtx);
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
     const int W = c->world, r = c->rank;
@@ -395,7 +417,8 @@ int main(int argc, char** argv) {
                 snprintf(png, sizeof png, "%s.png", base);
                 snprintf(title, sizeof title, "%s, %s%s, one step on rank 0 (%.1f ms)", model_s, run->name,
                          d && run->v == DDP_BUCKETED ? " buckets" : "", a);
-                if (profiler_write_timeline_csv(path) != 0) fail("--timeline: cannot write %s", path);
+                if (mkdir_p(timeline) != 0 || profiler_write_timeline_csv(path) != 0)
+                    DIE("--timeline: cannot write %s: %s", path, strerror(errno));
                 char perr[512];
                 if (profiler_plot_timeline(path, png, title, perr, sizeof perr) != 0)
                     printf("  timeline: %s written; no PNG: %s\n", path, perr);
@@ -429,7 +452,7 @@ int main(int argc, char** argv) {
         FILE* f = NULL;
         if (*csv) {
             f = fopen(csv, "a");
-            if (!f) fail("--csv: cannot open %s", csv);
+            if (!f) DIE("--csv: cannot open %s: %s", csv, strerror(errno));
             fseek(f, 0, SEEK_END);
             if (ftell(f) == 0) fprintf(f, "model,context,batch,ranks,precision,backend,variant,bucket_mb,n_buckets,step_ms,comm_ms,exposed_ms,overhead_pct\n");
         }

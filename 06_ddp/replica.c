@@ -27,17 +27,17 @@ static void create(replica_t* x, comm_t* c, const model_config_t* cfg, int B, in
     if (x->gpu && flat) {
         // Buffers of the caller's length (or none) and the backward's, made at creation.
         x->m = model_gpu_create_flat_ckpt(cfg, B, T, prec, attn, (uint64_t)(seed + r), flat_total, ckpt, err, sizeof err);
-        if (!x->m) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        comm_check_input(c, x->m != NULL, "%s", err);  // (a GPU short of memory may be one rank's alone)
         x->lay = model_gpu_layout(x->m);
     } else if (x->gpu) {
         x->m = model_gpu_create_ckpt(cfg, B, T, prec, attn, (uint64_t)(seed + r), ckpt, err, sizeof err);
-        if (!x->m) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        comm_check_input(c, x->m != NULL, "%s", err);  // (a GPU short of memory may be one rank's alone)
         x->lay = model_gpu_layout(x->m);
         // Gradients are allocated at the first backward.
         sample_batch(&x->data, B * W, T, -1, x->in_all, x->tg_all);
         model_gpu_set_tokens(x->m, x->in_all, x->tg_all);
         model_gpu_forward_async(x->m, model_gpu_inputs(x->m), model_gpu_targets(x->m));
-        if (model_gpu_backward(x->m, NULL, NULL, err, sizeof err) != 0) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        comm_check_input(c, model_gpu_backward(x->m, NULL, NULL, err, sizeof err) == 0, "%s", err);
         comm_stream_sync(c, model_gpu_stream(x->m), "the first backward");
     } else {
         model_cpu_create_ckpt(&x->cpu, cfg, B, T, (uint64_t)(seed + r), ckpt);

@@ -237,6 +237,23 @@ Test(zero_train_mpi, tables_and_bad_flags) {
     }
 }
 
+// Bad input under MPI: one line from the whole job, exit 2, naming the flag and the value; the
+// --csv place is checked before any work, with the system's reason.
+Test(zero_train_mpi, bad_input_is_one_line_from_the_whole_job, .timeout = 120) {
+    char plain[600], args[1024];
+    snprintf(plain, sizeof plain, "%s/plain07", test_tmpdir());
+    FILE* f = fopen(plain, "w");
+    cr_assert_not_null(f, "%s", plain);
+    fclose(f);
+    snprintf(args, sizeof args, "--context 16 --zero 1 --steps 1 --warmup 0 --csv %s/x.csv", plain);
+    int st = run_prog("zero_train", 2, args);
+    ASSERT_REFUSED(st, g_out, "zero_train", "--csv: cannot write", plain, "Not a directory");
+    st = run_prog("zero_train", 3, "--context 16 --zero 1,,2 --steps 1");
+    ASSERT_REFUSED(st, g_out, "zero_train", "--zero: '1,,2' has an empty item");
+    st = run_prog("zero_train", 2, "--context 16 --zero 1 --steps 1 --comm-timeout -3");
+    ASSERT_REFUSED(st, g_out, "zero_train", "--comm-timeout: -3 is negative");
+}
+
 // The MiB value in column `col` of a run's rank-0 row of zero_train's peaks-by-phase table
 // (1 after init, 2 step 1 before the optimizer step, 3 step 1 optimizer step, 4 step 1 live
 // after, 5 later steps' peak, 6 later steps' live after).

@@ -54,6 +54,7 @@
 // buffers and a shard made piece by piece from the seed (zero3_create_init with
 // model_init_params_range); the replicas are then compared by a hash taken without a
 // whole-model buffer (hash_floats). Both end with the same bits (test_07 sharded_construction_*).
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,7 @@
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
+#include "common/fileio.h"
 #include "common/data.h"
 #include "common/gpu.h"
 #include "common/model.h"
@@ -545,7 +547,9 @@ int main(int argc, char** argv) {
     run_kind_t runs[N_RUN_KINDS];
     int nruns = 0, want[N_RUN_KINDS] = {0};
     {
-        char buf[128];
+        char buf[128], why[256];
+        if (*zero_s && list_check_items("zero", zero_s, why, sizeof why) != 0) BAD("%s", why);
+        if (strlen(zero_s) >= sizeof buf) BAD("--zero: longer than %zu characters", sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", strcmp(zero_s, "all") == 0 ? "0,1,2,3" : zero_s);
         int any = 0;
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -579,9 +583,19 @@ int main(int argc, char** argv) {
     // segment of K > 1 blocks would need K of them for its recompute (model_cpu.h).
     if (ckpt > 1 && (want[RUN_ZERO2] || want[RUN_ZERO3]))
         BAD("--checkpoint %s with --zero 2 or 3: %s (use --checkpoint block)", ckpt_s, MODEL_CKPT_HOOKS_REFUSAL);
-    comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
+    {  // the output place, checked before any work (rank 0 appends to it at the end)
+        char why[1024];
+        if (*csv && file_check_writable(csv, 0, why, sizeof why) != 0) BAD("--csv: %s", why);
+    }
+    const double comm_timeout = comm_timeout_flag(timeout_s);
+    {  // handed over by 06's ddp_train (--zero/--shard): its notice, now that the flags are accepted
+        const char* handoff = getenv("ZERO_TRAIN_HANDOFF");
+        if (handoff && *handoff && comm_env_rank() == 0) printf("%s\n", handoff);
+        fflush(stdout);
+    }
+    comm_t* c = comm_init(backend, comm_timeout);
     const int W = c->world, r = c->rank;
-    if (W > 64) comm_fatal(c, EXIT_BAD_INPUT, "at most 64 ranks (got %d)", W);
+    if (W > 64) comm_refuse(c, "at most 64 ranks (got %d)", W);
     const attention_impl_t* attn = strcmp(attn_s, "flash") == 0 ? flash_attention_impl() : NULL;
     t.opt = adamw_default();
     t.opt.lr = (float)lr;
@@ -611,7 +625,7 @@ int main(int argc, char** argv) {
     t.dev = t.rep.gpu ? DEV_CUDA : DEV_CPU;
     if (t.rep.gpu) {
         char err[512];
-        if (!t.lean && model_gpu_pad_flat(t.rep.m, t.P, err, sizeof err) != 0) comm_fatal(c, EXIT_BAD_INPUT, "%s", err);
+        if (!t.lean) comm_check_input(c, model_gpu_pad_flat(t.rep.m, t.P, err, sizeof err) == 0, "%s", err);
         t.params = model_gpu_params(t.rep.m);  // (NULL for lean ZeRO-3)
         t.grads = model_gpu_grads(t.rep.m);
         t.cs = model_gpu_stream(t.rep.m);
@@ -844,7 +858,7 @@ int main(int argc, char** argv) {
         FILE* f = NULL;
         if (*csv) {
             f = fopen(csv, "a");
-            if (!f) fail("--csv: cannot open %s", csv);
+            if (!f) DIE("--csv: cannot open %s: %s", csv, strerror(errno));
             fseek(f, 0, SEEK_END);
             if (ftell(f) == 0) fprintf(f, "model,context,batch,ranks,precision,backend,run,bucket_mb,collectives,step_ms,sync_ms,update_ms,optim_bytes_rank0,peak_bytes_rank0\n");
         }

@@ -42,6 +42,7 @@
 // With --dp > 1, replica 0's pipeline only.
 //   scripts/mpirun.sh 4 build/08_pipeline/pp_train --layers 8 --batch 8 --micro-batches 8 --timeline /tmp/tl
 #include <limits.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
+#include "common/fileio.h"
 #include "common/data.h"
 #include "common/gnuplot.h"
 #include "common/model.h"
@@ -247,8 +249,12 @@ static const char* timeline_prefix_problem(const char* prefix) {
     else if ((size_t)(slash - prefix) >= sizeof dir) return "is too long";
     else snprintf(dir, sizeof dir, "%.*s", (int)(slash - prefix), prefix);
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return "names a directory that does not exist";
-    return NULL;
+    static char why[4200];
+    if (stat(dir, &st) != 0) snprintf(why, sizeof why, "cannot be written: %s: %s", dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode)) snprintf(why, sizeof why, "cannot be written: %s: %s", dir, strerror(ENOTDIR));
+    else if (dir_check_writable(dir, why, sizeof why) != 0) return why;
+    else return NULL;
+    return why;
 }
 
 // --timeline: every rank of replica 0 puts its last step's times in its row of a zero-filled

@@ -11,6 +11,7 @@
 #include "common/gnuplot.h"
 #include "08_pipeline/simulate.h"
 #include "common/check.h"
+#include "common/fileio.h"
 #include "common/cli.h"
 #include "common/table.h"
 
@@ -98,7 +99,7 @@ static int run_one(sched_kind_t kind, const opts_t* o, table_t* sum, int rank_ta
     table_cell(sum, "%d", peak0), table_cell(sum, "%d", peak), table_cell(sum, "%.2f", (double)peak / s.v);
     table_cell(sum, "%ld", schedule_messages(&s));
 
-    if (o->csv[0] && sim_write_csv(&s, &res, o->csv, err, errlen) != 0) DIE("--csv: %s", err);
+    if (o->csv[0] && sim_write_csv(&s, &res, o->csv, err, errlen) != 0) fail("--csv: %s", err);
     if (o->csv[0]) printf("timeline CSV: %s\n", o->csv);
     if (o->png[0]) {
         char title[128];
@@ -166,6 +167,11 @@ int main(int argc, char** argv) {
     if (all && (o.csv[0] || o.png[0])) fail("--csv and --png need one --schedule, not all");
     // gnuplot's quoted strings have no escapes: refuse such a path before doing any work.
     if (strchr(o.png, '\'') || strchr(o.png, '\n')) fail("--png %s: the path must not contain a quote or a newline", o.png);
+    {  // the output files, checked before any work (their directories are created if missing)
+        char why[1024];
+        if (o.csv[0] && file_check_writable(o.csv, 1, why, sizeof why) != 0) fail("--csv: %s", why);
+        if (o.png[0] && file_check_writable(o.png, 1, why, sizeof why) != 0) fail("--png: %s", why);
+    }
     if (all && o.v == 1) fail("--v 1: interleaved needs v >= 2 (with --schedule all, --v applies to interleaved only)");
 
     printf("# costs: F %g, B %g (zbh1: BI %g + W %g), comm %g per message; groups planned with these costs\n",

@@ -4,6 +4,7 @@
 #include "08_pipeline/simulate.h"
 #include "common/gnuplot.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -377,9 +378,9 @@ int sim_peak_live(const schedule_t* s, int rank) {
 // ------------------------------------------------------------------ output
 
 int sim_write_csv(const schedule_t* s, const sim_result_t* res, const char* path, char* err, size_t errlen) {
-    if (mkdir_parent(path) != 0) return set_err(err, errlen, "cannot create the directory of %s", path);
+    if (mkdir_parent(path) != 0) return set_err(err, errlen, "cannot create the directory of %s: %s", path, strerror(errno));
     FILE* f = afile_open(path);
-    if (!f) return set_err(err, errlen, "cannot write %s", path);
+    if (!f) return set_err(err, errlen, "cannot write %s: %s", path, strerror(errno));
     fprintf(f, "rank,index,action,mb,chunk,peer,start,end\n");
     for (int r = 0; r < s->p; r++)
         for (int i = 0; i < s->n_actions[r]; i++) {

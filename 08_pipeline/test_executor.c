@@ -187,7 +187,7 @@ Test(model_range, ranges_checked_and_spans_tile_the_layout) {
 static char g_out[1 << 16];
 
 static int run_pp(int np, const char* args) {
-    char cmd[1024];
+    char cmd[2048];
     snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/08_pipeline/pp_train %s 2>&1", np, build_dir(), args);
     return run_capture(cmd, g_out, sizeof g_out);
 }
@@ -334,4 +334,13 @@ Test(pp_train_mpi, bad_flags_one_line_exit_2) {
         cr_assert(strstr(g_out, cases[k].want), "%s: expected '%s' in:\n%s", cases[k].args, cases[k].want, g_out);
         cr_assert(strstr(g_out, "pp_train: error: "), "%s", g_out);
     }
+    // --timeline inside a plain file: one line from the whole job, the path and the reason
+    char plain[600], args[1024];
+    snprintf(plain, sizeof plain, "%s/plain08pp", test_tmpdir());
+    FILE* f = fopen(plain, "w");
+    cr_assert_not_null(f, "%s", plain);
+    fclose(f);
+    snprintf(args, sizeof args, "--timeline %s/x", plain);
+    const int st = run_pp(2, args);
+    ASSERT_REFUSED(st, g_out, "pp_train", "--timeline", plain, "Not a directory");
 }

@@ -571,6 +571,22 @@ Test(program, help_and_bad_flags) {
     expect_prog("--png \"it's.png\"", 2, "--png it's.png: the path must not contain a quote");
 }
 
+// An output file that cannot exist: one line with the path and the system's reason, exit 2,
+// before any work (no file:line, no table printed first).
+Test(program, unwritable_outputs_are_one_line) {
+    char plain[600], cmd[2048], out[1 << 16];
+    snprintf(plain, sizeof plain, "%s/plain08", test_tmpdir());
+    FILE* f = fopen(plain, "w");
+    cr_assert_not_null(f, "%s", plain);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/08_pipeline/schedule --csv %s/x.csv", build_dir(), plain);
+    int st = run_capture(cmd, out, sizeof out);
+    ASSERT_REFUSED(st, out, "schedule", "--csv: cannot write", plain, "Not a directory");
+    snprintf(cmd, sizeof cmd, "%s/08_pipeline/schedule --png %s/x.png", build_dir(), plain);
+    st = run_capture(cmd, out, sizeof out);
+    ASSERT_REFUSED(st, out, "schedule", "--png: cannot write", plain, "Not a directory");
+}
+
 Test(program, prints_lists_timeline_and_summary) {
     expect_prog("--schedule 1f1b --p 4 --m 8", 0, "rank 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
     expect_prog("--schedule 1f1b --p 4 --m 8", 0, "| 1f1b     |   4 |   8 |   1 |       33 |              0.2727 |");

@@ -175,7 +175,7 @@ Test(timeline, bad_prefix_one_line_exit_2) {
         const char* prefix;
         const char* want;
     } cases[] = {
-        {bad_dir, "names a directory that does not exist"},
+        {bad_dir, "no/such/dir: No such file or directory"},
         {"/tmp/it's", "contains a quote"},
         {"/tmp/a\\\"b", "contains a quote"},
         {trailing, "ends with '/'"},

@@ -73,6 +73,26 @@ Test(tokens, bad_files_are_refused_with_the_reason) {
     cr_assert(strstr(g_err, "uint16 ('<u2') or int32"), "%s", g_err);
 }
 
+// tokenize --in: an empty item of the list is refused in one line (it was skipped), before any
+// file is read; a missing file is named with the system's reason.
+Test(tokens, tokenize_refuses_an_empty_list_item) {
+    char cmd[2048], out[4096];
+    FILE* f = fopen(tmp_path("a.txt"), "w");
+    fputs("some text\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s,,%s --out %s", build_dir(), tmp_path("a.txt"),
+             tmp_path("a.txt"), tmp_path("ab.bin"));
+    int st = run_capture(cmd, out, sizeof out);
+    ASSERT_REFUSED(st, out, "tokenize", "--in: ", ",," , "has an empty item");
+    cr_assert(access(tmp_path("ab.bin"), F_OK) != 0, "a token file was written");
+    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s, --out %s", build_dir(), tmp_path("a.txt"), tmp_path("ab.bin"));
+    st = run_capture(cmd, out, sizeof out);
+    ASSERT_REFUSED(st, out, "tokenize", "has an empty item");
+    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s --out %s", build_dir(), tmp_path("a.txt"), tmp_path("ab.bin"));
+    st = run_capture(cmd, out, sizeof out);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, out);
+}
+
 // W ranks, B rows each, A micro-batches: a step's A·W·B windows never share a token, over many
 // steps that cross several epochs (a small file so that they do).
 Test(sampler, ranks_draw_disjoint_windows_every_step) {

@@ -84,11 +84,12 @@ int main(int argc, char** argv) {
     };
     cli_parse(argc, argv, "Byte-level token file (vocab 256) from text files.", opts, CLI_COUNT(opts));
     corpus_t c = {0};
-    char buf[4096];
+    char buf[4096], err[1024];
+    if (list_check_items("in", in, err, sizeof err) != 0) fail("%s", err);
+    if (strlen(in) >= sizeof buf) fail("--in: longer than %zu characters", sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", in);
     for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) add_path(&c, tok);
     if (c.n == 0) fail("--in: %s holds no text", in);
-    char err[1024];
     if (tokens_write_bin(out, c.ids, c.n, err, sizeof err) != 0) fail("%s", err);
     printf("%s: %zu tokens (bytes) from %d files, vocab 256\n", out, c.n, c.nfiles);
     free(c.ids);

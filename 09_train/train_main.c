@@ -477,20 +477,16 @@ static void write_csv(const char* path, const float* hist, int64_t steps) {
 // checkpoint; a change ends the job with one line naming the file, before anything more is saved.
 static void data_check(trainer_t* t, const ckpt_data_t* id) {
     char why[700] = "";
-    long long bad = 0;
+    int bad = 0;
     if (t->r == 0) {
         ckpt_data_t now;
         if (ckpt_data_identity(id->path, &now, why, sizeof why) != 0) bad = 1;
         else if (!ckpt_data_same(id, &now, why, sizeof why)) bad = 1;
         else if (now.mtime_ns != id->mtime_ns) bad = 1, snprintf(why, sizeof why, "rewritten: its modification time moved");
     }
-    if (t->W > 1) comm_host_allreduce_i64(t->c, &bad, 1, COMM_MAX);
-    if (!bad) return;
-    if (t->r == 0)
-        comm_fatal(t->c, EXIT_BAD_INPUT, "--data: %s changed during training (%s); it must not change while a job trains on "
-                   "it: restore it and --resume from the last checkpoint", id->path, why);
-    comm_barrier(t->c);  // the other ranks wait for rank 0's line and its end of the job
-    comm_fatal(t->c, EXIT_BAD_INPUT, "--data: the token file changed during training (rank 0 says how)");
+    // every rank calls it; rank 0's reason becomes the job's one line, and every rank exits 2
+    comm_check_input(t->c, !bad, "--data: %s changed during training (%s); it must not change while a job trains on "
+                     "it: restore it and --resume from the last checkpoint", id->path, why);
 }
 
 int main(int argc, char** argv) {
@@ -558,18 +554,28 @@ int main(int argc, char** argv) {
     if (warmup == -1) warmup = steps / 10;
     if (warmup < 0 || warmup > steps) BAD("--warmup: %d is out of range (0..--steps)", warmup);
     if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
-    if (min_lr < 0) min_lr = lr / 10;
+    // --min-lr: the learning rate the cosine ends at; -1 (exactly) asks for lr/10.
+    if (min_lr < 0 && min_lr != -1)
+        BAD("--min-lr: %g is negative: give the learning rate at the end of the cosine, 0 <= min-lr <= --lr (-1: lr/10)", min_lr);
+    if (min_lr == -1) min_lr = lr / 10;
     if (!(min_lr <= lr)) BAD("--min-lr: %g is above --lr %g", min_lr, lr);
     if (!(clip >= 0)) BAD("--clip: %g must be >= 0", clip);
     if (!(wd >= 0 && wd < 1)) BAD("--wd: %g is out of range [0, 1)", wd);
     if (!(val_frac > 0 && val_frac < 1)) BAD("--val-frac: %g is out of range (0, 1)", val_frac);
     if (zero < 0 || zero > 3) BAD("--zero: %d is out of range (0..3)", zero);
     if (zero && dp) BAD("--dp and --zero %d: choose one (ZeRO is data parallel already)", zero);
-    if (log_every < 1 || eval_every < 0 || eval_batches < 1 || ckpt_every < 0 || keep < 1)
-        BAD("--log-every, --eval-batches and --keep must be >= 1, --eval-every and --ckpt-every >= 0");
+    if (log_every < 1) BAD("--log-every: %d must be >= 1 (a progress line every k steps)", log_every);
+    if (eval_every < 0) BAD("--eval-every: %d must be >= 0 (0: evaluate only at the end)", eval_every);
+    if (eval_batches < 1) BAD("--eval-batches: %d must be >= 1", eval_batches);
+    if (ckpt_every < 0) BAD("--ckpt-every: %d must be >= 0 (0: a checkpoint only at the end)", ckpt_every);
+    if (keep < 1) BAD("--keep: %d must be >= 1 (the checkpoints kept)", keep);
+    if (!(bucket_mb >= 0 && bucket_mb <= 1e6)) BAD("--bucket-mb: %g is out of range [0, 1e6] (the DDP bucket cap in MiB)", bucket_mb);
+    if (kill_step < -1) BAD("--die-at-step: %d is not a step (-1: never)", kill_step);
+    if (signal_at < -1) BAD("--signal-at-step: %d is not a step (-1: never)", signal_at);
     if (!(peak_tflops >= 0 && peak_tflops < 1e6)) BAD("--peak-tflops: %g is out of range [0, 1e6)", peak_tflops);
     if (vocab < 0 || vocab > 1 << 20) BAD("--vocab: %d is out of range (0..%d)", vocab, 1 << 20);
-    if ((resume || ckpt_every) && !*ckpt_dir) BAD("--resume and --ckpt-every need --ckpt-dir");
+    if (resume && !*ckpt_dir) BAD("--resume needs --ckpt-dir (the directory to continue from)");
+    if (ckpt_every && !*ckpt_dir) BAD("--ckpt-every %d needs --ckpt-dir (where the checkpoints go)", ckpt_every);
     char err[2048];
     if (*ckpt_dir && dir_check_writable(ckpt_dir, err, sizeof err) != 0) BAD("--ckpt-dir: %s", err);
     if (*out && dir_check_writable(out, err, sizeof err) != 0) BAD("--out: %s", err);
@@ -581,7 +587,8 @@ int main(int argc, char** argv) {
 
     // --pp: the checks that need only the flags and the world size
     if (pp < 0 || pp > 256) BAD("--pp: %d is out of range (0..256)", pp);
-    if (chunks < 0 || chunks > 64 || mbs < 0 || mbs > 1024) BAD("--chunks (0..64) or --micro-batches (0..1024) out of range");
+    if (chunks < 0 || chunks > 64) BAD("--chunks: %d is out of range (0..64; 0: 2 for interleaved, else 1)", chunks);
+    if (mbs < 0 || mbs > 1024) BAD("--micro-batches: %d is out of range (0..1024; 0: --accum)", mbs);
     if (layers < 0 || layers > 1024) BAD("--layers: %d is out of range (0..1024)", layers);
     if (mbs) {
         if (A != 1 && A != mbs) BAD("--micro-batches %d and --accum %d: they are the same thing, give one", mbs, A);
@@ -680,14 +687,14 @@ int main(int argc, char** argv) {
     } else if (pp) {
         // The pipeline's CUDA model: the whole flat buffers, activations only per range (08)
         t.gm = model_gpu_create_ranges(&cfg, B, context, MP_FP32, NULL, (uint64_t)seed, err, sizeof err);
-        if (!t.gm) comm_fatal(t.c, EXIT_BAD_INPUT, "--model %s: %s", model_s, err);
+        comm_check_input(t.c, t.gm != NULL, "--model %s: %s", model_s, err);
         t.m.layout = *model_gpu_layout(t.gm);
         t.cs = model_gpu_stream(t.gm);
         if (cublasCreate(&t.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(t.blas, t.cs) != CUBLAS_STATUS_SUCCESS)
             DIE("cuBLAS: cannot create a handle");
     } else {
         t.gm = model_gpu_create(&cfg, B, context, prec, NULL, (uint64_t)seed, err, sizeof err);
-        if (!t.gm) comm_fatal(t.c, EXIT_BAD_INPUT, "--model %s: %s", model_s, err);
+        comm_check_input(t.c, t.gm != NULL, "--model %s: %s", model_s, err);
         t.m.layout = *model_gpu_layout(t.gm);  // (shared: never freed through t.m)
         t.cs = model_gpu_stream(t.gm);
         if (cublasCreate(&t.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(t.blas, t.cs) != CUBLAS_STATUS_SUCCESS)
@@ -698,7 +705,7 @@ int main(int argc, char** argv) {
         if (!z0) DIE("out of host memory");
         model_gpu_set_tokens(t.gm, z0, z0);
         model_gpu_forward_async(t.gm, model_gpu_inputs(t.gm), model_gpu_targets(t.gm));
-        if (model_gpu_backward(t.gm, NULL, NULL, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+        comm_check_input(t.c, model_gpu_backward(t.gm, NULL, NULL, err, sizeof err) == 0, "%s", err);
         CUDA_CHECK(cudaStreamSynchronize(t.cs));
         free(z0);
     }
@@ -739,31 +746,33 @@ int main(int argc, char** argv) {
             t_verify = time_now_s() - tv;
         }
         comm_host_allreduce_i64(t.c, &found, 1, COMM_SUM);
-        if (found < 0) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s; refusing to start over (remove %s to train from scratch)", err, ckpt_dir);
+        if (found < 0) comm_refuse(t.c, "--resume: %s; refusing to start over (remove %s to train from scratch)", err, ckpt_dir);
         if (found == 0 && t.r == 0) printf("resume: %s: no checkpoint yet, starting from step 0\n", ckpt_dir);
         if (found) {
             comm_host_bcast(t.c, &mf, sizeof mf, 0);
             comm_host_bcast(t.c, path, sizeof path, 0);
             if (mf.total != t.total || mf.T != context || mf.vocab != cfg.vocab || mf.d_model != cfg.d_model ||
                 mf.n_layers != cfg.n_layers || mf.n_heads != cfg.n_heads || mf.d_ff != cfg.d_ff)
-                comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s holds another model (context %d, vocab %d, d_model %d, %d layers, "
+                comm_refuse(t.c, "--resume: %s holds another model (context %d, vocab %d, d_model %d, %d layers, "
                            "%d heads, d_ff %d); give the flags it was trained with", path, mf.T, mf.vocab, mf.d_model,
                            mf.n_layers, mf.n_heads, mf.d_ff);
             if (mf.global_batch != (int64_t)gbatch)
-                comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s was trained with a global batch of %lld sequences (it was on %d ranks); "
+                comm_refuse(t.c, "--resume: %s was trained with a global batch of %lld sequences (it was on %d ranks); "
                            "here --batch %d x --accum %d x %d %s = %d: choose --batch and --accum with batch x accum x %s = %lld",
                            path, (long long)mf.global_batch, mf.world, B, A, Dp, pp ? "replicas" : "ranks", gbatch,
                            pp ? "replicas" : "ranks", (long long)mf.global_batch);
-            if (mf.step > steps) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s is at step %lld, beyond --steps %d", path, (long long)mf.step, steps);
-            if (mf.seed != (uint64_t)seed) comm_fatal(t.c, EXIT_BAD_INPUT, "--resume: %s was trained with --seed %llu; give that seed", path, (unsigned long long)mf.seed);
+            if (mf.step > steps) comm_refuse(t.c, "--resume: %s is at step %lld, beyond --steps %d", path, (long long)mf.step, steps);
+            if (mf.seed != (uint64_t)seed) comm_refuse(t.c, "--resume: %s was trained with --seed %llu; give that seed", path, (unsigned long long)mf.seed);
             // The data: another file (or this one changed) is refused unless --data-changed-ok.
-            char why[300];
+            // Every rank read the same manifest and file, and gives the same verdict.
+            char why[300] = "";
+            const int same = !mf.has_data || ckpt_data_same(&mf.data, &data_id, why, sizeof why);
+            comm_check_input(t.c, same || data_changed_ok,
+                             "--data: %s is not the token file %s was trained on (%s: %s); give that file, or "
+                             "--data-changed-ok to go on with this one", data, path, mf.data.path, why);
             if (!mf.has_data) {
                 if (t.r == 0) printf("resume: note: %s records no token file (written before checkpoints did); %s not checked\n", path, data);
-            } else if (!ckpt_data_same(&mf.data, &data_id, why, sizeof why)) {
-                if (!data_changed_ok)
-                    comm_fatal(t.c, EXIT_BAD_INPUT, "--data: %s is not the token file %s was trained on (%s: %s); give that "
-                               "file, or --data-changed-ok to go on with this one", data, path, mf.data.path, why);
+            } else if (!same) {
                 if (t.r == 0) printf("resume: note: --data-changed-ok: training on %s from here; %s was trained on %s (%s)\n", data_id.path, path, mf.data.path, why);
             } else if (t.r == 0 && strcmp(mf.data.path, data_id.path) != 0) {
                 printf("resume: note: %s holds the same bytes as %s, which %s was trained on\n", data_id.path, mf.data.path, path);
@@ -821,7 +830,7 @@ int main(int argc, char** argv) {
         // grown to P elements, the padding zero.
         t.P = zero_padded_total(t.total, t.W);
         if (t.gpu) {
-            if (model_gpu_pad_flat(t.gm, t.P, err, sizeof err) != 0) comm_fatal(t.c, EXIT_BAD_INPUT, "%s", err);
+            comm_check_input(t.c, model_gpu_pad_flat(t.gm, t.P, err, sizeof err) == 0, "%s", err);
         } else {
             float* pp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_PARAMS);
             float* gp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_GRADS);

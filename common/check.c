@@ -3,7 +3,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 static char g_progname[64] = "cs336";
 
@@ -49,13 +51,32 @@ int set_err(char* err, size_t errlen, const char* fmt, ...) {
     return -1;
 }
 
-void fail(const char* fmt, ...) {
-    va_list ap;
+// The line "prog: error: <msg>\n" in one write(2): ranks of an MPI job that fail at once print
+// whole lines, never one interleaved inside another.
+static void write_line(const char* msg) {
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%s: error: %s", g_progname, msg);
+    if (n < 0) n = 0;
+    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;  // cut a too-long reason, keep the newline
+    line[n++] = '\n';
     fflush(stdout);
-    fprintf(stderr, "%s: error: ", g_progname);
+    for (const char* p = line; n > 0;) {
+        ssize_t w = write(STDERR_FILENO, p, (size_t)n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        p += w;
+        n -= (int)w;
+    }
+}
+
+void fail_line(const char* reason) { write_line(reason ? reason : ""); }
+
+void fail(const char* fmt, ...) {
+    char msg[1024];
+    va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    write_line(msg);
     exit(EXIT_BAD_INPUT);
 }

@@ -30,6 +30,10 @@ __attribute__((format(printf, 3, 4))) int set_err(char* err, size_t errlen, cons
 __attribute__((noreturn, format(printf, 1, 2)))
 void fail(const char* fmt, ...);
 
+// fail()'s line for `reason` ("prog: error: <reason>"), written in one write(2), without exiting
+// (for code that must do something between the line and the exit: common/comm_refuse.c).
+void fail_line(const char* reason);
+
 #define DIE(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
 #define DIE_HINT(hint, ...) die_hint_at(__FILE__, __LINE__, hint, __VA_ARGS__)
 

@@ -65,6 +65,14 @@ int parse_size_list(const char* s, int64_t* out, int max) {
     }
 }
 
+int list_check_items(const char* flag, const char* s, char* err, size_t errlen) {
+    if (!s || !*s) return set_err(err, errlen, "--%s: empty (a comma list, e.g. a,b)", flag);
+    const size_t n = strlen(s);
+    if (s[0] == ',' || s[n - 1] == ',' || strstr(s, ",,"))
+        return set_err(err, errlen, "--%s: '%s' has an empty item (a comma list, e.g. a,b)", flag, s);
+    return 0;
+}
+
 int choice_list_check(const char* flag, const char* s, const char* choices, char* err, size_t errlen) {
     char example[64] = "";
     // The example is the first two choices, "a,b" (or the only one).

@@ -49,6 +49,10 @@ int parse_size(const char* s, int64_t* out);
 int choice_ok(const char* choices, const char* s);
 // Splits a comma list of sizes ("128,256,1K") into out (at most max). Returns the count or -1.
 int parse_size_list(const char* s, int64_t* out, int max);
+// Is `s` a comma list without an empty item (not empty, no ",,", no leading or trailing
+// comma)? 0, or -1 with "--flag: 'a,,b' has an empty item (a comma list, e.g. a,b)" in err.
+// For programs that split the list themselves (strtok would skip an empty item silently).
+int list_check_items(const char* flag, const char* s, char* err, size_t errlen);
 // Is every item of the comma list `s` one of `choices` ("a|b|c"), with no empty item? 0, or -1
 // with "--flag: 'x' is not one of a|b|c (a comma list, e.g. a,b)" in err.
 int choice_list_check(const char* flag, const char* s, const char* choices, char* err, size_t errlen);

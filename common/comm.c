@@ -54,7 +54,7 @@ double comm_timeout_from_env(void) {
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v > 0) || !isfinite(v))
-        fail("COMM_TIMEOUT=%s: expected a positive number of seconds", s);
+        comm_bad_input("COMM_TIMEOUT=%s: expected a positive number of seconds", s);
     return v;
 }
 

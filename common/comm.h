@@ -172,7 +172,19 @@ void comm_fatal(comm_t* c, int status, const char* fmt, ...);
 int comm_env_rank(void);
 // Bad input under mpirun: rank 0 prints the one line "prog: error: ..." (fail()'s form), every
 // rank exits 2 (the others a moment later, so that the line is out before mpirun ends the job).
+// For checks every rank makes alike, typically before comm_init; after it, where one rank may
+// know something the others do not, use comm_check_input below.
 __attribute__((noreturn, format(printf, 1, 2))) void comm_bad_input(const char* fmt, ...);
+// After comm_init, every refusal of input goes through one of these two, called by EVERY rank at
+// the same point (they are collective, under the communicator's deadline): one line from rank 0,
+// exit 2 on every rank, no MPI_Abort (common/comm_refuse.c).
+//   comm_check_input: each rank gives its own verdict (ok: 1); returns when all are ok, else the
+//     reason of the lowest rank that refused is printed by rank 0 (shared when only one rank
+//     knows it: a file only rank 0 read, say);
+//   comm_refuse: every rank refuses; rank 0's reason is the one printed (the other ranks' text
+//     is not used, so they may pass an empty reason when only rank 0 knows it).
+__attribute__((format(printf, 3, 4))) void comm_check_input(comm_t* c, int ok, const char* fmt, ...);
+__attribute__((noreturn, format(printf, 2, 3))) void comm_refuse(comm_t* c, const char* fmt, ...);
 // cli_parse (common/cli.h) for every rank, with --help and errors printed by rank 0 only.
 void comm_cli_parse(int argc, char** argv, const char* summary, cli_opt_t* opts, int nopts);
 // A --backend flag's value: "mpi", "nccl", or "auto" (NCCL when this build has it and this

@@ -45,7 +45,7 @@ void comm_bad_input(const char* fmt, ...) {
 }
 
 double comm_timeout_flag(double flag_s) {
-    if (flag_s < 0) fail("--comm-timeout: %g is negative: give seconds > 0 (0: COMM_TIMEOUT or %.0f s)", flag_s, COMM_TIMEOUT_DEFAULT_S);
+    if (flag_s < 0) comm_bad_input("--comm-timeout: %g is negative: give seconds > 0 (0: COMM_TIMEOUT or %.0f s)", flag_s, COMM_TIMEOUT_DEFAULT_S);
     return flag_s > 0 ? flag_s : comm_timeout_from_env();
 }
 

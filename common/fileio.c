@@ -271,6 +271,35 @@ int dir_check_writable(const char* dir, char* err, size_t errlen) {
     return rc;
 }
 
+int file_check_writable(const char* path, int make_parents, char* err, size_t errlen) {
+    if (!path || !*path) return set_err(err, errlen, "the file name is empty");
+    const size_t n = strlen(path);
+    if (path[n - 1] == '/') return set_err(err, errlen, "cannot write %s: it names a directory, not a file", path);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return set_err(err, errlen, "cannot write %s: %s", path, strerror(EISDIR));
+        // Opened for writing without O_TRUNC or O_CREAT: nothing changes.
+        const int fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) return set_err(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        close(fd);
+        return 0;
+    }
+    if (errno != ENOENT) return set_err(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    char* dir = dup_str(path);
+    if (!dir) return set_err(err, errlen, "out of memory");
+    strip_last(dir);
+    int rc = 0;
+    char why[1024];
+    if (!make_parents && stat(dir, &st) != 0)
+        rc = set_err(err, errlen, "cannot write %s: %s: %s", path, dir, strerror(errno));
+    else if (!make_parents && !S_ISDIR(st.st_mode))
+        rc = set_err(err, errlen, "cannot write %s: %s: %s", path, dir, strerror(ENOTDIR));
+    else if (dir_check_writable(dir, why, sizeof why) != 0)
+        rc = set_err(err, errlen, "cannot write %s: %s", path, why);
+    free(dir);
+    return rc;
+}
+
 int file_name_check(const char* name, char* err, size_t errlen) {
     if (!name || !*name) return set_err(err, errlen, "the file name is empty");
     if (strchr(name, '/')) return set_err(err, errlen, "'%s' is a path, not a file name (it contains '/')", name);

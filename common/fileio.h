@@ -21,6 +21,11 @@ int mkdir_parent(const char* path);  // mkdir -p of the directory part of `path`
 // Nothing is created. 0, or -1 with the reason in err ("cannot create files in /proc: No such
 // file or directory", "results/x is not a directory").
 int dir_check_writable(const char* dir, char* err, size_t errlen);
+// Can the file `path` be written: created, or (if it exists) appended to or replaced? With
+// `make_parents`, its directory may be missing (it would be created: checked as above); without,
+// the directory must exist. Nothing is created or changed. 0, or -1 with the path and the
+// system's reason in err ("cannot write /etc/passwd/x.csv: Not a directory").
+int file_check_writable(const char* path, int make_parents, char* err, size_t errlen);
 // Is `name` a plain file name (for flags such as --csv that name a file inside --out)? Not
 // empty, no '/', not starting with '.' (a hidden file). 0, or -1 with the reason in err.
 int file_name_check(const char* name, char* err, size_t errlen);

@@ -30,14 +30,15 @@ static void gnuplot_words(FILE* log, char* out, size_t len) {
 }
 
 int gnuplot_png(const char* png, gnuplot_script_fn script, void* ctx, char* err, size_t errlen) {
-    if (!gnuplot_available()) return set_err(err, errlen, "gnuplot is not installed (scripts/setup.sh installs it)");
-    // The PNG's directory (it may not exist yet) must take new files.
+    // The PNG's directory (it may not exist yet) must take new files. Checked before gnuplot is
+    // looked for: a bad path is refused the same way on a machine with gnuplot and without.
     char why[512], dir[4096];
     const char* slash = strrchr(png, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == png) snprintf(dir, sizeof dir, "/");
     else snprintf(dir, sizeof dir, "%.*s", (int)(slash - png), png);
     if (dir_check_writable(dir, why, sizeof why) != 0) return set_err(err, errlen, "cannot write %s: %s", png, why);
+    if (!gnuplot_available()) return set_err(err, errlen, "gnuplot is not installed (scripts/setup.sh installs it)");
     if (mkdir_parent(png) != 0) return set_err(err, errlen, "cannot create the directory for %s: %s", png, strerror(errno));
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d.png", png, (int)getpid());

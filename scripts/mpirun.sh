@@ -4,6 +4,8 @@
 # - bounded: `timeout` ends a job that outlives MPIRUN_TIMEOUT seconds (default 300), and
 #   kills it 10 s later if it ignores that (no rank may hang a test or a benchmark);
 # - more ranks than cores allowed (--oversubscribe), no core binding (ranks share 2-core CI);
+# - --quiet: OpenMPI's own banners (a rank's non-zero exit, an abort) are left out, so that a
+#   refused input is the program's one line; the exit status is kept;
 # - as root, OpenMPI's refusal to run is lifted (containers and CI run as root);
 # - NCCL_NVLS_ENABLE=0 (NVLink multicast off: the GPU machines require it) and COMM_TIMEOUT
 #   are passed to every rank.
@@ -25,6 +27,6 @@ for fd in /proc/$$/fd/*; do
   fd=${fd##*/}
   [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
 done
-exec timeout -k 10 "${MPIRUN_TIMEOUT:-300}" mpirun --oversubscribe --bind-to none \
+exec timeout -k 10 "${MPIRUN_TIMEOUT:-300}" mpirun --quiet --oversubscribe --bind-to none \
   -x NCCL_NVLS_ENABLE -x COMM_TIMEOUT -x OMP_NUM_THREADS -x OMPI_MCA_btl_vader_single_copy_mechanism \
   -np "$n" "$@"

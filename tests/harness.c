@@ -2,6 +2,7 @@
 #include "tests/harness.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,21 @@ int run_capture(const char* cmd, char* out, size_t outlen) {
     if (WIFEXITED(st)) return WEXITSTATUS(st);
     if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
     return -1;
+}
+
+int refused_in_one_line(int st, const char* out, const char* prog, ...) {
+    if (st != 2 || !out) return 0;
+    char head[128];
+    snprintf(head, sizeof head, "%s: error: ", prog);
+    if (strncmp(out, head, strlen(head)) != 0) return 0;
+    const char* nl = strchr(out, '\n');
+    if (!nl || nl[1] != '\0') return 0;  // exactly one line, ended
+    va_list ap;
+    va_start(ap, prog);
+    int ok = 1;
+    for (const char* n = va_arg(ap, const char*); n && ok; n = va_arg(ap, const char*)) ok = strstr(out, n) != NULL;
+    va_end(ap);
+    return ok;
 }
 
 const char* build_dir(void) {

@@ -2,6 +2,7 @@
 //   ASSERT_ALLCLOSE(got, want, n, rtol, atol, "what")   |a - b| <= atol + rtol*|b|, NaN never passes
 //   SKIP_WITHOUT_GPU()                                  cr_skip_test with the reason when no GPU
 //   run_capture("build/.../prog --bad", out, sizeof out) exit status and combined output of a command
+//   ASSERT_REFUSED(st, out, "prog", "--flag", "value")  exit 2 and ONE line "prog: error: ..." naming them
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,14 @@ double max_abs_diff(const float* a, const float* b, size_t n);
 // Runs `cmd` with /bin/sh, stdout and stderr together into out (truncated to outlen - 1).
 // Returns the exit status (0-255), or 128 + signal number if it was killed.
 int run_capture(const char* cmd, char* out, size_t outlen);
+// Bad input refused as every program promises: exit status 2 and the whole output (stdout and
+// stderr of every rank together) is ONE line "<prog>: error: ..." that holds every needle (a
+// NULL-terminated list). 1 or 0.
+int refused_in_one_line(int st, const char* out, const char* prog, ...);
+#define ASSERT_REFUSED(st, out, prog, ...)                                                      \
+    cr_assert(refused_in_one_line((st), (out), (prog), __VA_ARGS__, (const char*)NULL),          \
+              "expected exit 2 and one line '%s: error: ...' naming " #__VA_ARGS__ "; got exit %d:\n%s", \
+              (prog), (st), (out))
 // The build directory the tests were built into ("build" or "build-san"): from $BUILD, else
 // derived from the test binary's own path, so tests can run the programs next to them.
 const char* build_dir(void);

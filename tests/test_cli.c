@@ -1,8 +1,12 @@
 // Tests of flag parsing (common/cli.c): defaults, both spellings, every error message, sizes
 // with suffixes, choices, flags, required options, and --help.
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/cli.h"
@@ -241,4 +245,46 @@ Test(cli, choice_list_check_names_the_bad_item) {
     cr_assert_str_eq(err, "--dtype: '' is not one of bf16|f32 (a comma list, e.g. bf16,f32)");
     cr_assert_eq(choice_list_check("dtype", "", "bf16|f32", err, sizeof err), -1);
     cr_assert_str_eq(err, "--dtype: empty (a comma list of bf16|f32, e.g. bf16,f32)");
+}
+
+// An empty item of a comma list is refused (strtok would skip it), and so is an empty list.
+Test(cli, list_check_items_refuses_empty_items) {
+    char err[256];
+    cr_assert_eq(list_check_items("variant", "naive,flat", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(list_check_items("variant", "naive", err, sizeof err), 0, "%s", err);
+    const char* bad[] = {"naive,,flat", ",naive", "naive,", ","};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_assert_eq(list_check_items("variant", bad[i], err, sizeof err), -1, "%s accepted", bad[i]);
+        char want[128];
+        snprintf(want, sizeof want, "--variant: '%s' has an empty item (a comma list, e.g. a,b)", bad[i]);
+        cr_assert_str_eq(err, want);
+    }
+    cr_assert_eq(list_check_items("in", "", err, sizeof err), -1);
+    cr_assert_str_eq(err, "--in: empty (a comma list, e.g. a,b)");
+}
+
+// fail() writes its line in ONE write(2), so that ranks failing at once never interleave inside
+// a line. Seen through a packet-mode pipe (O_DIRECT): each write is its own packet and one read
+// returns one packet, so a line written in pieces would come back as its first piece only.
+Test(cli, fail_writes_its_line_in_one_write) {
+    int fd[2];
+    cr_assert_eq(pipe2(fd, O_DIRECT), 0, "pipe2(O_DIRECT): %s", strerror(errno));
+    const pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], STDERR_FILENO);
+        set_progname("/x/myprog");
+        fail("--flag: '%s' is not %d of %s", "value", 1, "a|b|c");
+    }
+    close(fd[1]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d", st);
+    char buf[4096];
+    const ssize_t n = read(fd[0], buf, sizeof buf - 1);
+    close(fd[0]);
+    cr_assert(n > 0);
+    buf[n] = '\0';
+    cr_assert_str_eq(buf, "myprog: error: --flag: 'value' is not 1 of a|b|c\n");
 }

@@ -212,6 +212,34 @@ Test(fileio, dir_check_writable_creates_nothing) {
     cr_assert_eq(dir_check_writable("", err, sizeof err), -1);
 }
 
+// An output file's place, checked before a run: the path and the system's reason when it cannot
+// be written, nothing created or changed either way.
+Test(fileio, file_check_writable_names_path_and_reason) {
+    const char* dir = fresh_dir("fcheck");
+    char path[600], err[1024];
+    snprintf(path, sizeof path, "%s/new.csv", dir);
+    cr_assert_eq(file_check_writable(path, 0, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/sub/new.csv", dir);
+    cr_assert_eq(file_check_writable(path, 0, err, sizeof err), -1, "a missing directory without make_parents");
+    cr_assert(strstr(err, "No such file or directory"), "%s", err);
+    cr_assert_eq(file_check_writable(path, 1, err, sizeof err), 0, "with make_parents: %s", err);
+    cr_assert_eq(count_entries(dir), 0, "the check left something behind");
+    snprintf(path, sizeof path, "%s/plain", dir);
+    write_text(path, "x");
+    cr_assert_eq(file_check_writable(path, 0, err, sizeof err), 0, "an existing file: %s", err);
+    expect_text(path, "x");  // not truncated
+    snprintf(path, sizeof path, "%s/plain/x.csv", dir);
+    for (int mk = 0; mk < 2; mk++) {
+        cr_assert_eq(file_check_writable(path, mk, err, sizeof err), -1);
+        cr_assert(strstr(err, "cannot write ") && strstr(err, "plain/x.csv") && strstr(err, "Not a directory"), "%s", err);
+    }
+    cr_assert_eq(file_check_writable(dir, 0, err, sizeof err), -1, "a directory is not a file");
+    cr_assert(strstr(err, "Is a directory"), "%s", err);
+    cr_assert_eq(file_check_writable("/proc/cs336-no-such.csv", 1, err, sizeof err), -1);
+    cr_assert(strstr(err, "cannot write /proc/cs336-no-such.csv: "), "%s", err);
+    cr_assert_eq(file_check_writable("", 0, err, sizeof err), -1);
+}
+
 Test(fileio, file_name_check_reasons) {
     char err[256];
     cr_assert_eq(file_name_check("accumulation", err, sizeof err), 0);
