@@ -310,7 +310,7 @@ def all_regions(root, files=None):
     return found
 
 
-RELEASED_KERNEL_FILE = re.compile(r"^\d\d_[^/]+/(?!.*(^|/)measured/).*\.(cu|cuh)$")
+RELEASED_KERNEL_FILE = re.compile(r"^\d\d_[^/]+/(?!(.*/)?measured/).*\.(cu|cuh)$")
 
 
 def kernels_of(lines):
@@ -524,12 +524,11 @@ def region_table(root):
     reasons = {}
     read_manifest(root, reasons)
     files = sorted({r.path for r in regions})
-    out = [f"{len(regions)} regions in {len(files)} files; {len(reasons)} kernels given. A region's tests are "
-           f"Criterion patterns (suite/test) of its stage's binary test_NN unless another is named.", "",
-           "| region | file (in its stage) | function | tests its marker names |", "|---|---|---|---|"]
+    out = [f"{len(regions)} regions in {len(files)} files; {len(reasons)} kernels given. The tests each "
+           f"marker names: scripts/student.py list.", "",
+           "| region | file (in its stage) | function |", "|---|---|---|"]
     for r in sorted(regions, key=lambda r: (r.id[:2], r.path, r.begin)):
-        tests = r.test.replace(f"test_{r.id[:2]} ", "")
-        out.append(f"| {r.id} | {r.path.split('/', 1)[1]} | {r.func} | {tests} |")
+        out.append(f"| {r.id} | {r.path.split('/', 1)[1]} | {r.func} |")
     out += ["", "| given kernel | file | why it is given |", "|---|---|---|"]
     for (f, k), why in sorted(reasons.items()):
         out.append(f"| {k} | {f} | {why or '—'} |")
@@ -544,8 +543,8 @@ def splice(path, name, body, write, prog):
     except OSError as err:
         print(f"{prog}: error: cannot read {path}: {err.strerror}; give the file with the markers", file=sys.stderr)
         return 2
-    begin = f"<!-- generated: {name} -->"
-    m = re.search(re.escape(begin) + r"[^\n]*\n(.*?)<!-- /generated -->", text, re.S)
+    begin = f"<!-- generated: {name} -->"  # the line may add a note before '-->'
+    m = re.search(r"<!-- generated: " + re.escape(name) + r"\b[^\n]*-->\n(.*?)<!-- /generated -->", text, re.S)
     if not m:
         print(f"{prog}: error: {path} has no '{begin}' ... '<!-- /generated -->' block; "
               f"add the two marker lines where the table goes", file=sys.stderr)
