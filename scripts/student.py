@@ -17,7 +17,8 @@ file's static helpers that only the solution calls (the stub mentions them, so t
 warns about an unused function, and the student learns what is there to call; in CUDA files also C::member or kernel<D,BQ>: a
 launcher's stub names its kernel's instance, whose stub then names the __device__ helpers, as nvcc
 warns about unreferenced ones of the file (#177-D), and no reference in an uninstantiated template
-counts). The BEGIN line
+counts), and an optional "needs: NN.x NN.y", the other regions that its tests
+also need (make check-regions fills them back with it). The BEGIN line
 follows the line that opens the function body; the END line precedes the line that closes it.
 
 In the student tree a region holds the same two markers around a stub that compiles without a
@@ -162,28 +163,40 @@ def parse_function(sig_text):
 
 
 def parse_task(rest):
-    """': text | see X | test: Y [| uses: a b]' -> (text, see, test, [helpers])."""
+    """': text | see X | test: Y [| uses: a b] [| needs: NN.x NN.y]' -> (text, see, test, [helpers],
+    [region ids])."""
     rest = rest.strip()
     if not rest.startswith(":"):
         raise MarkerError("the BEGIN marker needs ': task | see ... | test: ...' after the id")
     fields = [f.strip() for f in rest[1:].split(" | ")]
-    if len(fields) not in (3, 4) or not fields[1].startswith("see ") or not fields[2].startswith("test: ") \
-            or (len(fields) == 4 and not fields[3].startswith("uses: ")):
+    extra = {}
+    for f in fields[3:]:
+        key = f.split(":", 1)[0]
+        if key not in ("uses", "needs") or not f.startswith(key + ": ") or key in extra:
+            extra = None
+            break
+        extra[key] = f[len(key) + 2:]
+    if len(fields) < 3 or extra is None or not fields[1].startswith("see ") or not fields[2].startswith("test: "):
         raise MarkerError("the BEGIN marker's text must be 'task | see <where> | test: <tests>' "
-                          "[' | uses: <helpers>']")
+                          "[' | uses: <helpers>'] [' | needs: <region ids>']")
     if not fields[0]:
         raise MarkerError("the task text is empty")
-    uses = fields[3][6:].split() if len(fields) == 4 else []
+    uses = extra.get("uses", "").split()
     for u in uses:  # a name, C::member, or a kernel template's instance kernel<D,BQ> (no spaces)
         if not re.fullmatch(r"[A-Za-z_]\w*(::[A-Za-z_]\w*)*(<[\w:,]+>)?", u):
-            raise MarkerError(f"'uses: {fields[3][6:]}': '{u}' is not a function name")
-    return fields[0], fields[1][4:], fields[2][6:], uses
+            raise MarkerError(f"'uses: {extra['uses']}': '{u}' is not a function name")
+    needs = extra.get("needs", "").split()
+    for x in needs:
+        if not ID_RE.match(x):
+            raise MarkerError(f"'needs: {extra['needs']}': '{x}' is not a region id NN.name")
+    return fields[0], fields[1][4:], fields[2][6:], uses, needs
 
 
 class Region:
-    def __init__(self, path, rid, begin, end, indent, task, see, test, uses, func, params, kernel, begin_line):
+    def __init__(self, path, rid, begin, end, indent, task, see, test, uses, func, params, kernel, begin_line,
+                 needs=()):
         self.path, self.id, self.begin, self.end, self.indent = path, rid, begin, end, indent
-        self.task, self.see, self.test, self.uses = task, see, test, uses
+        self.task, self.see, self.test, self.uses, self.needs = task, see, test, uses, list(needs)
         self.func, self.params, self.kernel, self.begin_line = func, params, kernel, begin_line
 
     def message(self):
@@ -246,13 +259,14 @@ def find_regions(path, text):
                                   f"(opened at line {open_r[1] + 1})")
             if n + 1 >= len(lines) or lines[n + 1].strip() != "}":
                 raise MarkerError(f"{where}: STUDENT-END must precede the line '}}' that closes the function")
-            rid, bn, ind, (task, see, test, uses), func, params, kernel = open_r
+            rid, bn, ind, (task, see, test, uses, needs), func, params, kernel = open_r
             brace = lines[n + 1][: len(lines[n + 1]) - len(lines[n + 1].lstrip())]
             if not (ind.startswith(brace) and len(ind) > len(brace)):
                 raise MarkerError(f"{where}: the region's closing brace is not its function's")
             if e.group(1) != ind:
                 raise MarkerError(f"{where}: STUDENT-END is not indented like its STUDENT-BEGIN")
-            regions.append(Region(path, rid, bn, n, ind, task, see, test, uses, func, params, kernel, lines[bn]))
+            regions.append(Region(path, rid, bn, n, ind, task, see, test, uses, func, params, kernel, lines[bn],
+                                  needs))
             ids.add(rid)
             open_r = None
     if open_r is not None:
@@ -380,6 +394,10 @@ def check(root, files=None, quiet=False):
     for r in regions:
         if r.id not in manifest:
             raise MarkerError(f"{r.path}:{r.begin + 1}: region {r.id} ({r.func}) is not listed in {MANIFEST}")
+        for x in r.needs:
+            if x not in by_id or x == r.id:
+                raise MarkerError(f"{r.path}:{r.begin + 1}: region {r.id}: 'needs: {x}' names no other region "
+                                  f"(needs: the other regions its tests also need)")
     files_with = sorted({r.path for r in regions})
     bad = unmarked_kernels(root, all_files, regions, given)
     if bad:

@@ -112,6 +112,9 @@ def step_markers():
                  "#include \"common/check.h\"\nstatic int g(void) { return 1; }\n"), None, None),
         "uses_bad": (GOOD.replace("x/*\n", "x/* | uses: 9g\n"), None, "is not a function name"),
         "fifth_field": (GOOD.replace("x/*\n", "x/* | y\n"), None, "uses: <helpers>"),
+        # "needs:" names the other regions that its tests also need
+        "needs_unknown": (GOOD.replace("x/*\n", "x/* | needs: 02.g\n"), None, "names no other region"),
+        "needs_bad_id": (GOOD.replace("x/*\n", "x/* | needs: g\n"), None, "is not a region id"),
     }
     with tempfile.TemporaryDirectory() as tmp:
         for name, case in cases.items():
@@ -333,15 +336,17 @@ def step_regions(only=None):
 
         if not build_stages(sorted({s for r in cpu for s in stages(r)})):
             return
+        # every named test once in the student tree as built (before any region is filled back)
         before, n_ok, gpu_only = {}, 0, []
+        for r in cpu:
+            for bp in marker_tests(r):
+                if bp not in before:
+                    before[bp] = run_tests(dest, bp[0], bp[1], tmp)
         for r in cpu:
             pats = marker_tests(r)
             if not pats:
                 bad(f"regions: {r.id}: its marker names no test")
                 continue
-            for bp in pats:
-                if bp not in before:
-                    before[bp] = run_tests(dest, bp[0], bp[1], tmp)
             if all(st == "SKIPPED" for bp in pats for st in before[bp].values()) and all(before[bp] for bp in pats):
                 gpu_only.append(r.id)
                 continue
@@ -352,10 +357,13 @@ def step_regions(only=None):
                     problems.append(f"{b} {p} matches no test")
                 elif not any(st in ("FAILED", "CRASHED", "ERRORED", "TIMEOUT") for st in res.values()):
                     problems.append(f"{b} {p} does not fail in the student tree (the stub does not reach it)")
+            written_after = f" (with {' '.join(r.needs)})" if r.needs else " alone"
             path = os.path.join(dest, r.path)
             stub_text = open(path, encoding="utf-8").read()
+            saved = {f: open(os.path.join(dest, f), encoding="utf-8").read()
+                     for f in {x.path for x in regions if x.id in r.needs} - {r.path}}
             with contextlib.redirect_stdout(io.StringIO()):
-                student.fill(REPO, dest, {r.id})
+                student.fill(REPO, dest, {r.id} | set(r.needs))
             try:
                 if not build_stages(stages(r)):
                     return
@@ -363,19 +371,22 @@ def step_regions(only=None):
                     res = run_tests(dest, b, p, tmp)
                     failed = sorted(t for t, st in res.items() if st not in ("PASSED", "SKIPPED"))
                     if failed:
-                        problems.append(f"{b} {p}: with {r.id} alone written, {len(failed)} of {len(res)} still "
+                        problems.append(f"{b} {p}: with {r.id} written{written_after}, {len(failed)} of {len(res)} still "
                                         f"fail ({', '.join(failed[:3])})")
                     elif res and not any(st == "PASSED" for st in res.values()):
                         problems.append(f"{b} {p}: every test skipped (no GPU): nothing checked")
             finally:
                 with open(path, "w", encoding="utf-8") as fo:
                     fo.write(stub_text)
+                for f, text in saved.items():
+                    with open(os.path.join(dest, f), "w", encoding="utf-8") as fo:
+                        fo.write(text)
             if problems:
                 for x in problems:
                     bad(f"regions: {r.id} ({r.path}): {x}")
             else:
                 n_ok += 1
-                print(f"regions: {r.id}: {' '.join(b + ' ' + p for b, p in pats)}: fail with the stub, pass with it written",
+                print(f"regions: {r.id}: {' '.join(b + ' ' + p for b, p in pats)}: fail with the stub, pass with it written{written_after}",
                       flush=True)
         print(f"regions: {n_ok} of {len(cpu)} CPU regions name the right tests"
               + (f"; GPU only (every named test skips here): {', '.join(gpu_only)}" if gpu_only else ""))
