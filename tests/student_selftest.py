@@ -252,11 +252,15 @@ def step_docs():
     refused; the root README and INSTRUCTORS.md keep their size budgets and speak of the repository."""
     doc = os.path.join(REPO, "INSTRUCTORS.md")
     checks = ((["scripts/student.py", "table"], "regions"), (["scripts/grade.py", "table"], "grades"))
+    current = True
     for cmd, name in checks:
         rc, out = run([sys.executable] + cmd + ["--check", doc])
         if rc != 0:
+            current = False
             bad(f"docs: INSTRUCTORS.md's {name} table is not what '{' '.join(cmd)}' gives (make instructors): {out.strip()}")
     with tempfile.TemporaryDirectory() as tmp:
+        if not current:
+            checks = ()  # the drift test below starts from a current file
         text = open(doc, encoding="utf-8").read()
         for cmd, name in checks:
             rc, table = run([sys.executable] + cmd)
@@ -488,13 +492,16 @@ def main():
             or len(sys.argv) > 3:
         print(__doc__)
         return 2
-    if sys.argv[1] == "quick":  # the cheap steps, in a few seconds: what make test runs
-        for name in ("markers", "tree", "stages", "docs"):
-            steps[name]()
-    elif sys.argv[1] == "regions":
-        step_regions({x for x in (sys.argv[2] if len(sys.argv) > 2 else "").replace(" ", ",").split(",") if x})
-    else:
-        steps[sys.argv[1]]()
+    try:
+        if sys.argv[1] == "quick":  # the cheap steps, in a few seconds: what make test runs
+            for name in ("markers", "tree", "stages", "docs"):
+                steps[name]()
+        elif sys.argv[1] == "regions":
+            step_regions({x for x in (sys.argv[2] if len(sys.argv) > 2 else "").replace(" ", ",").split(",") if x})
+        else:
+            steps[sys.argv[1]]()
+    except student.MarkerError as err:  # the repository's own markers fail the check
+        bad(f"{sys.argv[1]}: scripts/student.py check: {err}")
     if PROBLEMS:
         return 1
     print(f"{sys.argv[1]}: ok")
