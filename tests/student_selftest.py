@@ -212,6 +212,7 @@ def step_tree():
                 body = "".join(dl[r.begin + 1:r.end])
                 if not r.kernel and "is yours to write — see " not in body:
                     bad(f"tree: {f}: region {r.id}'s stub does not fail naming the task")
+        lab_stays_out(tmp)
         extra = set(student._walk(dest)) - set(files) - {".student-edition"}
         if extra:
             bad(f"tree: files in the student tree that are not in the solution: {sorted(extra)[:5]}")
@@ -222,6 +223,23 @@ def step_tree():
         for f in by_file:
             if open(os.path.join(REPO, f), "rb").read() != open(os.path.join(dest, f), "rb").read():
                 bad(f"tree: round trip: {f} is not byte-identical to the solution after fill")
+
+
+def lab_stays_out(tmp):
+    """A planted lab/ and measured/ log folder stay out of the tree, and come with --with-lab."""
+    root = fake_root(tmp, "with_lab", GOOD, extra={"lab/02_x/k.cu": KERNEL, "lab/02_x/NOTES.md": "notes\n",
+                                                   "02_x/measured/log.txt": "log\n", "02_x/README.md": "x\n"})
+    for flags, want in (([], False), (["--with-lab"], True)):
+        dest = os.path.join(tmp, "with_lab_out" + "".join(flags))
+        rc, out = run([sys.executable, "scripts/student.py", "make", dest, "--root", root] + flags)
+        if rc != 0:
+            bad(f"tree: make of a tree with a lab failed (exit {rc}): {out.strip()}")
+            continue
+        for rel in ("lab/02_x/k.cu", "02_x/measured/log.txt"):
+            if os.path.exists(os.path.join(dest, rel)) != want:
+                bad(f"tree: make {' '.join(flags)}: {rel} is {'missing' if want else 'in the student tree'}")
+        if not os.path.exists(os.path.join(dest, "02_x", "README.md")):
+            bad("tree: make of a tree with a lab left out a lesson file")
 
 
 def step_stages():
