@@ -247,14 +247,30 @@ check-layout:
 .PHONY: all deps setup run test tests-only test-common grade fuzz clean student check-markers test-student
 all: deps check-markers check-layout $(COMMON_LIB) $(ALL_PROGS) $(TEST_BINS)
 
-# The student edition (scripts/student.py; README "For instructors"). The marker check runs with
-# every build: a nested, unclosed or unlisted region fails it.
+# The student edition (scripts/student.py; INSTRUCTORS.md). The marker check runs with every
+# build: a nested, unclosed or unlisted region, or a stage's __global__ kernel that is neither in a
+# region nor listed as given, fails it.
 check-markers:
 	@python3 scripts/student.py check
 
+# INSTRUCTORS.md's region and grade tables, generated from the two TSVs (check: compare only).
+instructors:
+	@python3 scripts/student.py table --write INSTRUCTORS.md
+	@python3 scripts/grade.py table --write INSTRUCTORS.md
+
+check-instructors:
+	@python3 scripts/student.py table --check INSTRUCTORS.md
+	@python3 scripts/grade.py table --check INSTRUCTORS.md
+	@echo "INSTRUCTORS.md: the region and grade tables match the TSVs"
+
+# Each CPU region's marker names the tests that pass once that region alone is written (and fail
+# before): REGIONS=id,id for some, all of them by default.
+check-regions: all
+	@BUILD=$(BUILD) python3 tests/student_selftest.py regions $(REGIONS)
+
 student:
 	@test -n "$(DEST)" || { echo "make student: error: give the place for the student tree: make student DEST=dir [STAGES=01,02]"; exit 2; }
-	@python3 scripts/student.py make "$(DEST)" $(if $(STAGES),--stages $(STAGES))
+	@python3 scripts/student.py make "$(DEST)" $(if $(STAGES),--stages $(STAGES)) $(if $(WITH_LAB),--with-lab)
 
 # The student edition's heavy checks (build a student tree's stage, grade it): CI runs this.
 # Run directly, not from inside a Criterion test: the test binaries it grades are Criterion

@@ -60,7 +60,7 @@ float f32_from_f16_soft(uint16_t h) {
 // The four fp16-free or fp16 cases with the emulation, plus the bf16 pair (bf16 rounding is
 // common/dtype.h's, the same as the GPU's __float2bfloat16_rn).
 void accum_cpu_emulated(int n, float value, float* out) {
-    // STUDENT-BEGIN(01.accum_cpu_emulated): the accumulation demo with software fp16 (f16_from_f32_soft) and bf16: 1000 adds of 0.01 in each acc_case_t, one out[] entry per case | see 01_benchmarking/README.md §Accumulation in low precision | test: test_01 accumulation/*
+    // STUDENT-BEGIN(01.accum_cpu_emulated): the accumulation demo with software fp16 (f16_from_f32_soft) and bf16: 1000 adds of 0.01 in each acc_case_t, one out[] entry per case | see 01_benchmarking/README.md §Accumulation in low precision | test: test_01 accumulation/emulated_fp16_matches_numpy
     float s = 0.0f;
     for (int i = 0; i < n; i++) s += value;
     out[ACC_F32_F32] = s;
@@ -89,7 +89,7 @@ void accum_cpu_emulated(int n, float value, float* out) {
 int accum_cpu_has_native_f16(void) { return 1; }
 
 void accum_cpu(int n, float value, float* out) {
-    // STUDENT-BEGIN(01.accum_cpu): the fp16 rows again with the compiler's _Float16 (fp16 + fp16 rounds each add; float + fp16 widens) | see 01_benchmarking/README.md §Accumulation in low precision | test: test_01 accumulation/cpu_sums_match_numpy
+    // STUDENT-BEGIN(01.accum_cpu): the fp16 rows again with the compiler's _Float16 (fp16 + fp16 rounds each add; float + fp16 widens) | see 01_benchmarking/README.md §Accumulation in low precision | test: test_01 accumulation/cpu_sums_match_numpy accumulation/program_prints_the_table_and_rejects_bad_flags | needs: 01.accum_cpu_emulated
     accum_cpu_emulated(n, value, out);  // fp32 and bf16 rows; the fp16 rows are redone natively
     _Float16 x = (_Float16)value, s16 = 0;
     for (int i = 0; i < n; i++) s16 += x;  // the assignment rounds s16 to fp16 each time

@@ -23,7 +23,8 @@ static float* f32(const tensor_t* t) { return (float*)t->data; }
 #define FIX_RTOL 1e-6
 #define FIX_ATOL 1e-6
 
-static void ref_matches_fixture(const char* c) {
+// forward: y only; backward: grad_x and grad_w only (so each reference is tested on its own).
+static void ref_matches_fixture(const char* c, int backward) {
     char n[32];
 #define LOAD(v) (snprintf(n, sizeof n, "%s_" #v, c), fixture(n))
     tensor_t x = LOAD(x), w = LOAD(w), gy = LOAD(grad_y), y = LOAD(y), gx = LOAD(grad_x),
@@ -33,19 +34,24 @@ static void ref_matches_fixture(const char* c) {
     float* ry = malloc((size_t)ROWS * sizeof(float));
     float* rgx = malloc((size_t)(ROWS * D) * sizeof(float));
     float* rgw = malloc((size_t)D * sizeof(float));
-    weighted_sum_forward_ref(f32(&x), D, f32(&w), ry, ROWS, D);
-    weighted_sum_backward_ref(f32(&x), D, f32(&w), f32(&gy), rgx, D, rgw, ROWS, D);
-    ASSERT_ALLCLOSE(ry, f32(&y), (size_t)ROWS, FIX_RTOL, FIX_ATOL, "ref y vs torch");
-    // grad_x is one float product: torch's float64 product rounded to float is the same number.
-    ASSERT_ALLCLOSE(rgx, f32(&gx), (size_t)(ROWS * D), 0.0, 0.0, "ref grad_x vs torch");
-    ASSERT_ALLCLOSE(rgw, f32(&gw), (size_t)D, FIX_RTOL, FIX_ATOL, "ref grad_w vs torch");
+    if (!backward) {
+        weighted_sum_forward_ref(f32(&x), D, f32(&w), ry, ROWS, D);
+        ASSERT_ALLCLOSE(ry, f32(&y), (size_t)ROWS, FIX_RTOL, FIX_ATOL, "ref y vs torch");
+    } else {
+        weighted_sum_backward_ref(f32(&x), D, f32(&w), f32(&gy), rgx, D, rgw, ROWS, D);
+        // grad_x is one float product: torch's float64 product rounded to float is the same number.
+        ASSERT_ALLCLOSE(rgx, f32(&gx), (size_t)(ROWS * D), 0.0, 0.0, "ref grad_x vs torch");
+        ASSERT_ALLCLOSE(rgw, f32(&gw), (size_t)D, FIX_RTOL, FIX_ATOL, "ref grad_w vs torch");
+    }
     free(ry), free(rgx), free(rgw);
     tensor_free(&x), tensor_free(&w), tensor_free(&gy), tensor_free(&y), tensor_free(&gx);
     tensor_free(&gw);
 }
 
-Test(ws_ref, matches_torch_3d_odd_d) { ref_matches_fixture("a"); }
-Test(ws_ref, matches_torch_2d) { ref_matches_fixture("b"); }
+Test(ws_ref, forward_matches_torch_3d_odd_d) { ref_matches_fixture("a", 0); }
+Test(ws_ref, forward_matches_torch_2d) { ref_matches_fixture("b", 0); }
+Test(ws_ref, backward_matches_torch_3d_odd_d) { ref_matches_fixture("a", 1); }
+Test(ws_ref, backward_matches_torch_2d) { ref_matches_fixture("b", 1); }
 
 // The tensor API on CPU tensors: a 3-D x, outputs poisoned first so an unwritten element fails.
 Test(ws_api_cpu, matches_torch_through_tensors) {

@@ -8,7 +8,7 @@
 // x [ROWS, D] with row stride sx, w [D] -> y [ROWS]
 void weighted_sum_forward_ref(const float* x, int64_t sx, const float* w, float* y, int64_t ROWS,
                               int64_t D) {
-    // STUDENT-BEGIN(02.forward_ref): y[r] = sum_d x[r, d] w[d] for x [ROWS, D] with row stride sx, accumulated in double | see 02_weighted_sum/README.md §The maths | test: test_02 ws_ref/*
+    // STUDENT-BEGIN(02.forward_ref): y[r] = sum_d x[r, d] w[d] for x [ROWS, D] with row stride sx, accumulated in double | see 02_weighted_sum/README.md §The maths | test: test_02 ws_ref/forward_*
     for (int64_t r = 0; r < ROWS; r++) {
         const float* x_r = x + r * sx;
         double acc = 0.0;
@@ -22,7 +22,7 @@ void weighted_sum_forward_ref(const float* x, int64_t sx, const float* w, float*
 // grad_w[d]    = sum_r x[r, d] * grad_y[r]
 void weighted_sum_backward_ref(const float* x, int64_t sx, const float* w, const float* grad_y,
                                float* grad_x, int64_t sgx, float* grad_w, int64_t ROWS, int64_t D) {
-    // STUDENT-BEGIN(02.backward_ref): grad_x = outer(grad_y, w) (one float multiply each); grad_w[d] = sum_r x[r, d] grad_y[r] in double | see 02_weighted_sum/README.md §The maths | test: test_02 ws_api_cpu/*
+    // STUDENT-BEGIN(02.backward_ref): grad_x = outer(grad_y, w) (one float multiply each); grad_w[d] = sum_r x[r, d] grad_y[r] in double | see 02_weighted_sum/README.md §The maths | test: test_02 ws_ref/backward_* ws_api_cpu/* | needs: 02.forward_ref
     for (int64_t r = 0; r < ROWS; r++)
         for (int64_t d = 0; d < D; d++)
             // One float multiply: the product of two floats rounded once, exactly what the

@@ -146,7 +146,7 @@ size_t ddp_bucket_bytes(double bucket_mb) {
 
 // One slice per trainable parameter (naive and overlap), in reverse order like the buckets.
 static int per_parameter_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
-    // STUDENT-BEGIN(06.per_parameter_plan): naive and overlap: one slice per trainable parameter, in reverse order | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_naive
+    // STUDENT-BEGIN(06.per_parameter_plan): naive and overlap: one slice per trainable parameter, in reverse order | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_naive | needs: 06.start_bucket 06.param_final
     int nb = 0;
     for (int i = n - 1; i >= 0; i--)
         if (p[i].trainable) out[nb++] = (ddp_bucket_t){p[i].offset, p[i].offset + p[i].numel, i, i};
@@ -156,7 +156,7 @@ static int per_parameter_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
 
 // The flat variant's one slice: from the first trainable parameter to the end of the last.
 static int flat_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
-    // STUDENT-BEGIN(06.flat_plan): flat: one slice from the first trainable parameter to the end of the last | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_flat
+    // STUDENT-BEGIN(06.flat_plan): flat: one slice from the first trainable parameter to the end of the last | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_flat | needs: 06.start_bucket 06.param_final
     int lo = -1, hi = -1;
     for (int i = 0; i < n; i++)
         if (p[i].trainable) { if (lo < 0) lo = i; hi = i; }
@@ -296,7 +296,7 @@ void ddp_broadcast_params(ddp_t* d) {
 static int starts_in_hook(ddp_variant_t v) { return v == DDP_OVERLAP || v == DDP_BUCKETED; }
 
 static void start_bucket(ddp_t* d, int k) {
-    // STUDENT-BEGIN(06.start_bucket): start slice k's all-reduce (average): naive/flat blocking after the backward; overlap/bucketed non-blocking, on the comm stream after an event on the compute stream (NCCL) | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*
+    // STUDENT-BEGIN(06.start_bucket): start slice k's all-reduce (average): naive/flat blocking after the backward; overlap/bucketed non-blocking, on the comm stream after an event on the compute stream (NCCL) | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/* | needs: 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.param_final
     float* g = d->grads + d->b[k].begin;
     const size_t count = d->b[k].end - d->b[k].begin;
     if (!starts_in_hook(d->v)) {
@@ -333,7 +333,7 @@ static void start_bucket(ddp_t* d, int k) {
 // Parameter i's gradient is final: count it off its bucket; in the early variants, the
 // bucket's all-reduce starts with its last member.
 static void param_final(ddp_t* d, int i) {
-    // STUDENT-BEGIN(06.param_final): a parameter's gradient is final: mark it fired, count it off its bucket; in overlap/bucketed start the bucket when its last member arrives | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_overlap
+    // STUDENT-BEGIN(06.param_final): a parameter's gradient is final: mark it fired, count it off its bucket; in overlap/bucketed start the bucket when its last member arrives | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_overlap | needs: 06.start_bucket 06.per_parameter_plan
     d->fired[i] = 1;
     const int k = d->bucket_of[i];
     if (k < 0) return;

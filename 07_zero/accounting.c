@@ -48,7 +48,7 @@ int acct_mesh_check(const acct_mesh_t* mesh, char* err, size_t errlen) {
 }
 
 acct_memory_t acct_memory(const acct_model_t* m) {
-    // STUDENT-BEGIN(07.acct_memory): (a) the XXL model's memory: P = 2·L·D·F parameters (W1, W2 per block); fp32 master weights and gradients (4 bytes each), AdamW's m and v (2·4 bytes), state = their sum; activations per token ACCT_BF16_BYTES·L·(D + F) (the inputs W1 and W2 save) | see 07_zero/ACCOUNTING.md §(a) Memory on one device | test: test_07 accounting/handout_a_*
+    // STUDENT-BEGIN(07.acct_memory): (a) the XXL model's memory: P = 2·L·D·F parameters (W1, W2 per block); fp32 master weights and gradients (4 bytes each), AdamW's m and v (2·4 bytes), state = their sum; activations per token ACCT_BF16_BYTES·L·(D + F) (the inputs W1 and W2 save) | see 07_zero/ACCOUNTING.md §(a) Memory on one device | test: test_07 accounting/handout_a_* | needs: 07.acct_devices_whole
     const double D = (double)m->d_model, F = (double)m->d_ff, L = (double)m->num_blocks;
     acct_memory_t r;
     r.params = 2.0 * L * D * F;  // W1 [D, F] and W2 [F, D] per block, no biases
@@ -71,7 +71,7 @@ double acct_activation_bytes(const acct_model_t* m, double tokens) {
 double acct_devices_needed(double bytes, double device_bytes) { return bytes / device_bytes; }
 
 int64_t acct_devices_whole(double bytes, double device_bytes) {
-    // STUDENT-BEGIN(07.acct_devices_whole): (a) the smallest whole n with n·device_bytes >= bytes: ceil of the division, then settled so that its rounding never decides | see 07_zero/ACCOUNTING.md §(a) Memory on one device | test: test_07 accounting/handout_a_*
+    // STUDENT-BEGIN(07.acct_devices_whole): (a) the smallest whole n with n·device_bytes >= bytes: ceil of the division, then settled so that its rounding never decides | see 07_zero/ACCOUNTING.md §(a) Memory on one device | test: test_07 accounting/handout_a_* | needs: 07.acct_memory
     int64_t n = (int64_t)ceil(bytes / device_bytes);
     // The division may round across an integer; settle on the exact smallest n.
     while (n > 0 && (double)(n - 1) * device_bytes >= bytes) n--;
@@ -81,7 +81,7 @@ int64_t acct_devices_whole(double bytes, double device_bytes) {
 }
 
 double acct_fsdp_bytes_per_device(double state_bytes, double act_bytes, int64_t n_fsdp) {
-    // STUDENT-BEGIN(07.acct_fsdp_bytes): (b) one device's bytes under FSDP: (state + A/2)/N_FSDP + A/2 (every second layer's activations sharded with the state, the others whole) | see 07_zero/ACCOUNTING.md §(b) FSDP over N_FSDP devices | test: test_07 accounting/handout_b_*
+    // STUDENT-BEGIN(07.acct_fsdp_bytes): (b) one device's bytes under FSDP: (state + A/2)/N_FSDP + A/2 (every second layer's activations sharded with the state, the others whole) | see 07_zero/ACCOUNTING.md §(b) FSDP over N_FSDP devices | test: test_07 accounting/handout_b_* | needs: 07.acct_fsdp_min_degree
     // Every second layer's activations are sharded with the state; the others stay whole.
     const double half_act = 0.5 * act_bytes;
     return (state_bytes + half_act) / (double)n_fsdp + half_act;
@@ -89,7 +89,7 @@ double acct_fsdp_bytes_per_device(double state_bytes, double act_bytes, int64_t 
 }
 
 int64_t acct_fsdp_min_degree(double state_bytes, double act_bytes, double budget_bytes) {
-    // STUDENT-BEGIN(07.acct_fsdp_min_degree): (b) the smallest N_FSDP with acct_fsdp_bytes_per_device < budget: N > (state + A/2)/(budget - A/2), settled on that formula at the boundary; -1 when A/2 >= budget or N would be 1e15 or more | see 07_zero/ACCOUNTING.md §(b) FSDP over N_FSDP devices | test: test_07 accounting/handout_b_*
+    // STUDENT-BEGIN(07.acct_fsdp_min_degree): (b) the smallest N_FSDP with acct_fsdp_bytes_per_device < budget: N > (state + A/2)/(budget - A/2), settled on that formula at the boundary; -1 when A/2 >= budget or N would be 1e15 or more | see 07_zero/ACCOUNTING.md §(b) FSDP over N_FSDP devices | test: test_07 accounting/handout_b_* | needs: 07.acct_fsdp_bytes
     const double half_act = 0.5 * act_bytes;
     if (half_act >= budget_bytes) return -1;  // no amount of sharding removes the unsharded half
     // (state + A/2)/N + A/2 < budget  <=>  N > (state + A/2) / (budget − A/2)
@@ -104,7 +104,7 @@ int64_t acct_fsdp_min_degree(double state_bytes, double act_bytes, double budget
 }
 
 acct_layer_times_t acct_layer_times(const acct_model_t* m, const acct_mesh_t* mesh, double tokens_total) {
-    // STUDENT-BEGIN(07.acct_layer_times): (c) one block's times for B tokens on N = X·Y chips: math 4·B·D·F/(N·C); the FSDP all-gather of W1 and W2 (bf16) along X 4·D·F/(Y·W·M_X); the TP all-gather and reduce-scatter along Y 4·(B/X)·D/(W·M_Y) | see 07_zero/ACCOUNTING.md §(c) When is the FSDP × TP forward pass compute-bound? | test: test_07 accounting/threshold_is_where_the_time_model_flips
+    // STUDENT-BEGIN(07.acct_layer_times): (c) one block's times for B tokens on N = X·Y chips: math 4·B·D·F/(N·C); the FSDP all-gather of W1 and W2 (bf16) along X 4·D·F/(Y·W·M_X); the TP all-gather and reduce-scatter along Y 4·(B/X)·D/(W·M_Y) | see 07_zero/ACCOUNTING.md §(c) When is the FSDP × TP forward pass compute-bound? | test: test_07 accounting/threshold_is_where_the_time_model_flips | needs: 07.acct_compute_bound
     const double D = (double)m->d_model, F = (double)m->d_ff, B = tokens_total;
     const double X = mesh->x, Y = mesh->y, N = X * Y;
     const double C = mesh->flops_per_s, W = mesh->ici_bytes_per_s;
@@ -123,7 +123,7 @@ acct_layer_times_t acct_layer_times(const acct_model_t* m, const acct_mesh_t* me
 }
 
 acct_bound_t acct_compute_bound(const acct_model_t* m, const acct_mesh_t* mesh) {
-    // STUDENT-BEGIN(07.acct_compute_bound): (c) alpha = C/W; TP keeps up when F > alpha·Y/M_Y (tp_ok, tp_max_degree = M_Y·F/alpha); FSDP when B/N > alpha/(Y·M_X) (INFINITY unless tp_ok; min_tokens_total = N times it); both in series: b·(F/alpha - Y/M_Y) > F/(Y·M_X) (INFINITY when the bracket is not positive); the best split alpha²/(M_X·M_Y·F) | see 07_zero/ACCOUNTING.md §(c) When is the FSDP × TP forward pass compute-bound? | test: test_07 accounting/handout_c_*
+    // STUDENT-BEGIN(07.acct_compute_bound): (c) alpha = C/W; TP keeps up when F > alpha·Y/M_Y (tp_ok, tp_max_degree = M_Y·F/alpha); FSDP when B/N > alpha/(Y·M_X) (INFINITY unless tp_ok; min_tokens_total = N times it); both in series: b·(F/alpha - Y/M_Y) > F/(Y·M_X) (INFINITY when the bracket is not positive); the best split alpha²/(M_X·M_Y·F) | see 07_zero/ACCOUNTING.md §(c) When is the FSDP × TP forward pass compute-bound? | test: test_07 accounting/handout_c_* | needs: 07.acct_layer_times 07.acct_smallest_above
     const double F = (double)m->d_ff;
     const double X = mesh->x, Y = mesh->y, N = X * Y;
     const double MX = mesh->mesh_axes_x, MY = mesh->mesh_axes_y;
@@ -147,13 +147,13 @@ acct_bound_t acct_compute_bound(const acct_model_t* m, const acct_mesh_t* mesh) 
 }
 
 double acct_x_opt(double tokens_total, int64_t d_ff, int mesh_axes_x, int mesh_axes_y, int64_t n_chips) {
-    // STUDENT-BEGIN(07.acct_x_opt): (d) the FSDP degree X at which the FSDP and TP collectives take the same time: sqrt(B/F · M_X/M_Y · N) | see 07_zero/ACCOUNTING.md §(d) A smaller batch at full throughput | test: test_07 accounting/x_opt_balances_the_two_collectives
+    // STUDENT-BEGIN(07.acct_x_opt): (d) the FSDP degree X at which the FSDP and TP collectives take the same time: sqrt(B/F · M_X/M_Y · N) | see 07_zero/ACCOUNTING.md §(d) A smaller batch at full throughput | test: test_07 accounting/x_opt_balances_the_two_collectives | needs: 07.acct_layer_times
     return sqrt(tokens_total / (double)d_ff * (double)mesh_axes_x / (double)mesh_axes_y * (double)n_chips);
     // STUDENT-END(07.acct_x_opt)
 }
 
 int64_t acct_smallest_above(double threshold) {
-    // STUDENT-BEGIN(07.acct_smallest_above): the smallest whole number above threshold: 0 below 0, -1 when it is not finite or 9e15 or more | see 07_zero/ACCOUNTING.md §(c) When is the FSDP × TP forward pass compute-bound? | test: test_07 accounting/handout_c_*
+    // STUDENT-BEGIN(07.acct_smallest_above): the smallest whole number above threshold: 0 below 0, -1 when it is not finite or 9e15 or more | see 07_zero/ACCOUNTING.md §(c) When is the FSDP × TP forward pass compute-bound? | test: test_07 accounting/handout_c_* | needs: 07.acct_layer_times 07.acct_compute_bound
     if (!isfinite(threshold) || threshold >= 9e15) return -1;
     if (threshold < 0) return 0;
     return (int64_t)floor(threshold) + 1;

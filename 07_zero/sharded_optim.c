@@ -197,7 +197,7 @@ void sharded_optim_add_group(sharded_optim_t* s, const ddp_param_t* table, int n
 }
 
 void sharded_optim_step(sharded_optim_t* s) {
-    // STUDENT-BEGIN(07.sharded_optim_step): the course's step: when s->average, all-reduce (avg) each trainable parameter's gradient (comm_iallreduce, then one comm_waitall); optim_step over this rank's ranges on s->stream; then every owned parameter broadcast from its owner (comm_ibroadcast, one comm_waitall) | see 07_zero/README.md §The four levels | test: test_07 sharded_optim_course/*
+    // STUDENT-BEGIN(07.sharded_optim_step): the course's step: when s->average, all-reduce (avg) each trainable parameter's gradient (comm_iallreduce, then one comm_waitall); optim_step over this rank's ranges on s->stream; then every owned parameter broadcast from its owner (comm_ibroadcast, one comm_waitall) | see 07_zero/README.md §The four levels | test: test_07 sharded_optim_course/* | needs: 07.sharded_assign 07.shard_range
     comm_t* c = s->c;
     if (s->average) {  // DDP's naive all-reduce, for when nothing else averaged the gradients
         int k = 0;

@@ -39,7 +39,7 @@ struct zero {
 
 // ------------------------------------------------------------------ pure layout helpers
 void zero_shard_range(size_t total, int n, int r, size_t* begin, size_t* end, size_t* padded_total) {
-    // STUDENT-BEGIN(07.shard_range): the padded layout: P = total rounded up to a multiple of n·ZERO_ALIGN, S = P/n; rank r's shard [r·S, (r+1)·S) into *begin, *end and P into *padded_total (any of them may be NULL); DIE unless n >= 1 and 0 <= r < n | see 07_zero/README.md §Padded layout | test: test_07 zero_layout/*
+    // STUDENT-BEGIN(07.shard_range): the padded layout: P = total rounded up to a multiple of n·ZERO_ALIGN, S = P/n; rank r's shard [r·S, (r+1)·S) into *begin, *end and P into *padded_total (any of them may be NULL); DIE unless n >= 1 and 0 <= r < n | see 07_zero/README.md §Padded layout | test: test_07 zero_layout/shards_are_equal_aligned_and_cover_the_padded_buffer
     if (n < 1 || r < 0 || r >= n) DIE("zero_shard_range: rank %d of %d", r, n);
     const size_t unit = (size_t)n * ZERO_ALIGN;
     const size_t P = (total + unit - 1) / unit * unit;
@@ -57,7 +57,7 @@ size_t zero_padded_total(size_t total, int n) {
 }
 
 int zero_assign_buckets(size_t padded_total, int n, size_t bucket_bytes, zero_bucket_t* out, int max_out) {
-    // STUDENT-BEGIN(07.assign_buckets): ZeRO-2's buckets, cut from the top of the padded buffer down: each at most bucket_bytes rounded down to a multiple of n·ZERO_ALIGN elements (at least one such unit), cut into n equal pieces (piece = length/n), q = the sum of the earlier buckets' pieces (its place in the compact shard); returns the count even past max_out; DIE when padded_total is not a multiple of n·ZERO_ALIGN | see 07_zero/README.md §The four levels | test: test_07 zero_layout/*
+    // STUDENT-BEGIN(07.assign_buckets): ZeRO-2's buckets, cut from the top of the padded buffer down: each at most bucket_bytes rounded down to a multiple of n·ZERO_ALIGN elements (at least one such unit), cut into n equal pieces (piece = length/n), q = the sum of the earlier buckets' pieces (its place in the compact shard); returns the count even past max_out; DIE when padded_total is not a multiple of n·ZERO_ALIGN | see 07_zero/README.md §The four levels | test: test_07 zero_layout/buckets_tile_the_buffer_in_equal_aligned_pieces | needs: 07.shard_range
     const size_t unit = (size_t)n * ZERO_ALIGN;
     if (n < 1 || padded_total % unit) DIE("zero_assign_buckets: %zu elements is not a multiple of %d x %d", padded_total, n, ZERO_ALIGN);
     size_t cap = bucket_bytes / sizeof(float) / unit * unit;
@@ -211,7 +211,7 @@ void zero_destroy(zero_t* z) {
 
 // ------------------------------------------------------------------ the step
 static void start_bucket(zero_t* z, int k) {
-    // STUDENT-BEGIN(07.start_bucket): start bucket k's reduce-scatter (avg) of grads[begin, end) in n pieces of bk->piece: ZeRO-1 in place (rank r's average lands at begin + r·piece), ZeRO-2 into gshard + q; ZeRO-1 and MPI on z->compute (NULL on MPI, a request in reqs[k]), ZeRO-2 on NCCL on the comm stream after the event ready[k] recorded on the compute stream; mark it started, count rs_calls and rs_bytes | see 07_zero/README.md §The four levels | test: test_07 zero_toy/*
+    // STUDENT-BEGIN(07.start_bucket): start bucket k's reduce-scatter (avg) of grads[begin, end) in n pieces of bk->piece: ZeRO-1 in place (rank r's average lands at begin + r·piece), ZeRO-2 into gshard + q; ZeRO-1 and MPI on z->compute (NULL on MPI, a request in reqs[k]), ZeRO-2 on NCCL on the comm stream after the event ready[k] recorded on the compute stream; mark it started, count rs_calls and rs_bytes | see 07_zero/README.md §The four levels | test: test_07 zero_toy/* | needs: 07.shard_range 07.assign_buckets 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step
     const zero_bucket_t* bk = &z->b[k];
     const float* send = z->grads + bk->begin;
     // ZeRO-1: in place (rank r's average lands where its shard is); ZeRO-2: the kept piece.
@@ -234,7 +234,7 @@ static void start_bucket(zero_t* z, int k) {
 }
 
 static void param_final(zero_t* z, int i) {
-    // STUDENT-BEGIN(07.param_final): parameter i's gradient is final: mark it fired, count it off every bucket k_lo[i]..k_hi[i] it overlaps (none when k_lo[i] is -1); ZeRO-2 starts a bucket when its last member arrives | see 07_zero/README.md §The four levels | test: test_07 zero_toy/*
+    // STUDENT-BEGIN(07.param_final): parameter i's gradient is final: mark it fired, count it off every bucket k_lo[i]..k_hi[i] it overlaps (none when k_lo[i] is -1); ZeRO-2 starts a bucket when its last member arrives | see 07_zero/README.md §The four levels | test: test_07 zero_toy/* | needs: 07.shard_range 07.assign_buckets 07.start_bucket 07.zero_step 07.sharded_assign 07.sharded_optim_step
     z->fired[i] = 1;
     if (z->k_lo[i] < 0) return;
     for (int k = z->k_lo[i]; k <= z->k_hi[i]; k++)
@@ -274,7 +274,7 @@ void zero_finish_grads(zero_t* z) {
 }
 
 void zero_step(zero_t* z) {
-    // STUDENT-BEGIN(07.zero_step): the update: optim_step over the owned ranges on z->compute (gradients in place for ZeRO-1, from gshard for ZeRO-2); then each bucket's pieces all-gathered in place (rank r's piece at begin + r·piece), one comm_waitall; count ag_calls, ag_bytes and steps | see 07_zero/README.md §The four levels | test: test_07 zero_toy/*
+    // STUDENT-BEGIN(07.zero_step): the update: optim_step over the owned ranges on z->compute (gradients in place for ZeRO-1, from gshard for ZeRO-2); then each bucket's pieces all-gathered in place (rank r's piece at begin + r·piece), one comm_waitall; count ag_calls, ag_bytes and steps | see 07_zero/README.md §The four levels | test: test_07 zero_toy/* | needs: 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.sharded_assign 07.sharded_optim_step
     optim_step(&z->opt, z->params, z->level == 1 ? z->grads : z->gshard, z->compute);
     // Every rank's updated pieces to every rank, in place; NCCL: on the compute stream, so
     // ordered after the update without an event.

@@ -132,7 +132,7 @@ void pp_exec_span(const pp_exec_t* x, int chunk, size_t* begin, size_t* end) {
 
 // Posts one group (actions [i, i + n) of this rank's list), then waits for all of it.
 static void run_group(pp_exec_t* x, const action_t* acts, int n) {
-    // STUDENT-BEGIN(08.run_group): post one communication group (B_mb·T·C floats each, peer world_base + a->peer): SEND_ACT from res[nL] of F's activation set, RECV_ACT into res[0] of a fresh set (pool_take), SEND_GRAD from dx, RECV_GRAD into dy, via comm_isend/comm_irecv between comm_group_start/end, then one comm_waitall | see 08_pipeline/README.md §The executor | test: test_08 pp_train_mpi/* | uses: pool_take pool_get
+    // STUDENT-BEGIN(08.run_group): post one communication group (B_mb·T·C floats each, peer world_base + a->peer): SEND_ACT from res[nL] of F's activation set, RECV_ACT into res[0] of a fresh set (pool_take), SEND_GRAD from dx, RECV_GRAD into dy, via comm_isend/comm_irecv between comm_group_start/end, then one comm_waitall | see 08_pipeline/README.md §The executor | test: test_08 pp_train_mpi/* | uses: pool_take pool_get | needs: 08.compute 08.order_gpipe 08.item_1f1b 08.order_interleaved 08.pick_zbh1 08.formula_bubble
     comm_t* c = x->cfg.c;
     const size_t count = (size_t)x->cfg.Bmb * x->cfg.T * x->cfg.m->c.d_model;  // (B_mb, T, C)
     comm_group_start(c);
@@ -169,7 +169,7 @@ static void run_group(pp_exec_t* x, const action_t* acts, int n) {
 
 static void compute(pp_exec_t* x, const action_t* a, const int32_t* inputs, const int32_t* targets,
                     float loss_scale, double* loss_sum) {
-    // STUDENT-BEGIN(08.compute): one compute action: F runs model_cpu_range_forward on its set (stage 0 reads the tokens, the last stage the targets: add loss_scale·loss), B / BI / W the backward or its input / weight half with the sink in ADD mode; copy the output (F) or input gradient (B, BI) to the neighbour stage when it is on this rank; after B or W pool_release_later and one live micro-batch less | see 08_pipeline/README.md §The executor | test: test_08 pp_train_mpi/* | uses: pool_take pool_get pool_release_later
+    // STUDENT-BEGIN(08.compute): one compute action: F runs model_cpu_range_forward on its set (stage 0 reads the tokens, the last stage the targets: add loss_scale·loss), B / BI / W the backward or its input / weight half with the sink in ADD mode; copy the output (F) or input gradient (B, BI) to the neighbour stage when it is on this rank; after B or W pool_release_later and one live micro-batch less | see 08_pipeline/README.md §The executor | test: test_08 pp_train_mpi/* | uses: pool_take pool_get pool_release_later | needs: 08.run_group 08.order_gpipe 08.item_1f1b 08.order_interleaved 08.pick_zbh1 08.formula_bubble
     const schedule_t* s = x->cfg.sched;
     model_cpu_t* m = x->cfg.m;
     const int c = a->chunk, mb = a->mb, stage = sched_stage(s, x->cfg.rank, c);

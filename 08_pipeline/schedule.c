@@ -82,7 +82,7 @@ static int pick_fixed(eng_t* e, int r, double t, comp_t* out) {
 // after it need before the first backward comes back), then one forward / one backward, then
 // the remaining backwards. At most p-r micro-batches are in flight on rank r.
 static void item_1f1b(int p, int m, int r, int k, act_kind_t* kind, int* mb) {
-    // STUDENT-BEGIN(08.item_1f1b): item k (0..2m-1) of rank r's 1F1B order into *kind, *mb: warm = min(p-1-r, m) forwards, then F(warm+i) B(i) alternating, then the last warm backwards (at most p-r micro-batches in flight) | see 08_pipeline/README.md §The four schedules (p = 4, m = 8) | test: test_08 schedule/*
+    // STUDENT-BEGIN(08.item_1f1b): item k (0..2m-1) of rank r's 1F1B order into *kind, *mb: warm = min(p-1-r, m) forwards, then F(warm+i) B(i) alternating, then the last warm backwards (at most p-r micro-batches in flight) | see 08_pipeline/README.md §The four schedules (p = 4, m = 8) | test: test_08 schedule/* | needs: 08.order_gpipe 08.order_interleaved 08.pick_zbh1
     int warm = p - 1 - r;
     if (warm > m) warm = m;
     const int steady = 2 * (m - warm);
@@ -98,7 +98,7 @@ static void item_1f1b(int p, int m, int r, int k, act_kind_t* kind, int* mb) {
 // putting it off costs nothing, and it fills the steps where 1F1B would sit idle: the last rank
 // runs F BI F BI ... with its Ws kept for the cool-down, where 1F1B has its bubble.
 static int pick_zbh1(eng_t* e, int r, double t, comp_t* out) {
-    // STUDENT-BEGIN(08.pick_zbh1): ZB-H1's next compute on rank r at planned time t: the next F or BI of the 1F1B order (item_1f1b) when ready() and, for F, nf - nw < p; else the oldest W whose BI is done; append it to e->list[r], count nf / nbi / nw, return 1 (0: nothing can start now) | see 08_pipeline/README.md §The four schedules (p = 4, m = 8) | test: test_08 schedule/*
+    // STUDENT-BEGIN(08.pick_zbh1): ZB-H1's next compute on rank r at planned time t: the next F or BI of the 1F1B order (item_1f1b) when ready() and, for F, nf - nw < p; else the oldest W whose BI is done; append it to e->list[r], count nf / nbi / nw, return 1 (0: nothing can start now) | see 08_pipeline/README.md §The four schedules (p = 4, m = 8) | test: test_08 schedule/* | needs: 08.order_gpipe 08.item_1f1b 08.order_interleaved
     const int m = e->m;
     comp_t c = {ACT_F, -1, 0, t};
     act_kind_t kind = ACT_F;
@@ -176,7 +176,7 @@ static void push(eng_t* e, int r, act_kind_t k, int mb, int chunk) {
 }
 
 static void order_gpipe(eng_t* e, int r) {
-    // STUDENT-BEGIN(08.order_gpipe): GPipe's compute order on rank r: push F of micro-batches 0..m-1 (chunk 0), then their B in the same order | see 08_pipeline/README.md §The four schedules (p = 4, m = 8) | test: test_08 schedule/*
+    // STUDENT-BEGIN(08.order_gpipe): GPipe's compute order on rank r: push F of micro-batches 0..m-1 (chunk 0), then their B in the same order | see 08_pipeline/README.md §The four schedules (p = 4, m = 8) | test: test_08 schedule/* | needs: 08.item_1f1b 08.order_interleaved 08.pick_zbh1
     for (int i = 0; i < e->m; i++) push(e, r, ACT_F, i, 0);
     for (int i = 0; i < e->m; i++) push(e, r, ACT_B, i, 0);
     // STUDENT-END(08.order_gpipe)
@@ -197,7 +197,7 @@ static void order_1f1b(eng_t* e, int r) {
 // next p. Backwards walk the same sequence with the chunks reversed. Warm-up: 2·(p-1-r) + (v-1)·p
 // forwards, so that a full round of chunks is in flight before the first backward returns.
 static void order_interleaved(eng_t* e, int r) {
-    // STUDENT-BEGIN(08.order_interleaved): Megatron's interleaved 1F1B on rank r: virtual step k is mb (k / (p·v))·p + k % p on chunk (k / p) % v; warm = min(2(p-1-r) + (v-1)·p, v·m) forwards, then one F / one B (backwards walk the same steps on chunk v-1-c), then the cool-down backwards | see 08_pipeline/README.md §The four schedules (p = 4, m = 8) | test: test_08 schedule/*
+    // STUDENT-BEGIN(08.order_interleaved): Megatron's interleaved 1F1B on rank r: virtual step k is mb (k / (p·v))·p + k % p on chunk (k / p) % v; warm = min(2(p-1-r) + (v-1)·p, v·m) forwards, then one F / one B (backwards walk the same steps on chunk v-1-c), then the cool-down backwards | see 08_pipeline/README.md §The four schedules (p = 4, m = 8) | test: test_08 schedule/* | needs: 08.order_gpipe 08.item_1f1b 08.pick_zbh1
     const int p = e->p, v = e->v, total = e->m * v;
     int warm = 2 * (p - 1 - r) + (v - 1) * p;
     if (warm > total) warm = total;

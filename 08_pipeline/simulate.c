@@ -345,7 +345,7 @@ int schedule_validate(const schedule_t* s, char* err, size_t errlen) {
 // ------------------------------------------------------------------ formulas and memory
 
 double sim_formula_bubble(const schedule_t* s, const sim_costs_t* c) {
-    // STUDENT-BEGIN(08.formula_bubble): the bubble formulas: (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v·m+p-1) for interleaved, ZB-H1 (p-1)(F+BI-W) / (m(F+BI+W) + (p-1)(F+BI-W)) with c's costs (NAN when m < p or W > F+BI) | see 08_pipeline/README.md §The bubble | test: test_08 bubble/*
+    // STUDENT-BEGIN(08.formula_bubble): the bubble formulas: (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v·m+p-1) for interleaved, ZB-H1 (p-1)(F+BI-W) / (m(F+BI+W) + (p-1)(F+BI-W)) with c's costs (NAN when m < p or W > F+BI) | see 08_pipeline/README.md §The bubble | test: test_08 bubble/* | needs: 08.order_gpipe 08.item_1f1b 08.order_interleaved 08.pick_zbh1
     const double p = s->p, m = s->m, v = s->v;
     switch (s->kind) {
     case SCHED_GPIPE:

@@ -14,6 +14,10 @@ crashes or times out scores zero and never stops the others. Per problem (script
   not released  its stage is not in this tree (a student tree of earlier stages)
 Writes OUT/grade.json (for a gradebook) and OUT/grade.md (for the student), prints the Markdown.
 Exit status 0 when the reports were written (whatever the score); 2 on bad arguments.
+
+    scripts/grade.py table [--write FILE | --check FILE]
+                     INSTRUCTORS.md's grade table from the map: printed, written between FILE's
+                     '<!-- generated: grades -->' markers, or compared (exit 1 when it drifted)
 """
 import argparse
 import datetime
@@ -258,7 +262,44 @@ def write_atomic(path, text):
     os.replace(tmp, path)
 
 
+def grade_table(path):
+    """INSTRUCTORS.md's grade table, from the grade map."""
+    rows = read_map(path)
+    auto = sum(r["points"] for r in rows if r["tests"])
+    out = [f"{len(rows)} problems, {fmt(sum(r['points'] for r in rows))} points "
+           f"({fmt(auto)} graded by tests, the rest by hand). Tests are BINARY:suite/test patterns "
+           f"(the binary left out where it is the problem's stage's test_NN); regions by count and stage.",
+           "", "| problem | points | weight | stage | tests | regions |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        tests = " ".join(t[len(f"test_{r['stage']}:"):] if t.startswith(f"test_{r['stage']}:") else t
+                         for t in r["tests"]) or "by hand"
+        by = {}
+        for rid in r["regions"]:
+            by[rid[:2]] = by.get(rid[:2], 0) + 1
+        regions = ", ".join(f"{n} of {st}" for st, n in sorted(by.items())) or "none (given code)"
+        out.append(f"| {r['problem']} | {fmt(r['points'])} | {r['source']} | {r['stage']} | {tests} | {regions} |")
+    return "\n".join(out) + "\n"
+
+
+def table_main(argv):
+    ap = argparse.ArgumentParser(prog="grade.py table", description="INSTRUCTORS.md's grade table")
+    ap.add_argument("--map", default=os.path.join(REPO, "scripts", "grade_map.tsv"))
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--write", metavar="FILE", help="write it between FILE's '<!-- generated: grades -->' markers")
+    g.add_argument("--check", metavar="FILE", help="exit 1 when FILE's table differs from it")
+    a = ap.parse_args(argv)
+    body = grade_table(a.map)
+    if not (a.write or a.check):
+        print(body, end="")
+        return 0
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from student import splice
+    return splice(a.write or a.check, "grades", body, bool(a.write), "grade.py table")
+
+
 def main(argv):
+    if argv[:1] == ["table"]:
+        return table_main(argv[1:])
     ap = argparse.ArgumentParser(prog="grade.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.environ.get("BUILD", "build"), help="the build directory (default build)")

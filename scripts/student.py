@@ -17,7 +17,8 @@ file's static helpers that only the solution calls (the stub mentions them, so t
 warns about an unused function, and the student learns what is there to call; in CUDA files also C::member or kernel<D,BQ>: a
 launcher's stub names its kernel's instance, whose stub then names the __device__ helpers, as nvcc
 warns about unreferenced ones of the file (#177-D), and no reference in an uninstantiated template
-counts). The BEGIN line
+counts), and an optional "needs: NN.x NN.y", the other regions that its tests
+also need (make check-regions fills them back with it). The BEGIN line
 follows the line that opens the function body; the END line precedes the line that closes it.
 
 In the student tree a region holds the same two markers around a stub that compiles without a
@@ -26,11 +27,22 @@ warning and fails cleanly at run time:
     __global__ kernel or __device__ function:  (void)param; ...  (device code cannot call fail():
                     the kernel's launcher is a region too and fails before launching)
 
+Every __global__ kernel of a released stage file (a .cu or .cuh of a numbered stage folder; lab/
+is never released) is either inside a region or listed in scripts/student_regions.tsv as
+'given<TAB>file<TAB>kernel<TAB>why' (a helper the student does not write): the check refuses any
+other, in a file with regions or without.
+
 Commands:
     student.py check [--root DIR]                  the markers are well formed (make check-markers)
-    student.py make DEST [--stages 01,02]          write the student tree (make student DEST=...)
-    student.py fill STUDENT_DIR [--root DIR]       put the solution back into a student tree's regions
+    student.py make DEST [--stages 01,02] [--with-lab]
+                                                   write the student tree (make student DEST=...);
+                                                   lab/ and measured/ logs stay out unless --with-lab
+    student.py fill STUDENT_DIR [--root DIR] [--regions id,id]
+                                                   put the solution back into a student tree's regions
+                                                   (all of them, or only those named)
     student.py list [--root DIR]                   the regions, one per line (id, file, function, task)
+    student.py table [--write FILE | --check FILE] the region table of INSTRUCTORS.md (Markdown),
+                                                   printed, written between its markers, or compared
 
 Stages not released (numbered above the highest in --stages) are left out of the student tree;
 earlier stages not in --stages are copied with their solutions (they were handed out before).
@@ -151,28 +163,40 @@ def parse_function(sig_text):
 
 
 def parse_task(rest):
-    """': text | see X | test: Y [| uses: a b]' -> (text, see, test, [helpers])."""
+    """': text | see X | test: Y [| uses: a b] [| needs: NN.x NN.y]' -> (text, see, test, [helpers],
+    [region ids])."""
     rest = rest.strip()
     if not rest.startswith(":"):
         raise MarkerError("the BEGIN marker needs ': task | see ... | test: ...' after the id")
     fields = [f.strip() for f in rest[1:].split(" | ")]
-    if len(fields) not in (3, 4) or not fields[1].startswith("see ") or not fields[2].startswith("test: ") \
-            or (len(fields) == 4 and not fields[3].startswith("uses: ")):
+    extra = {}
+    for f in fields[3:]:
+        key = f.split(":", 1)[0]
+        if key not in ("uses", "needs") or not f.startswith(key + ": ") or key in extra:
+            extra = None
+            break
+        extra[key] = f[len(key) + 2:]
+    if len(fields) < 3 or extra is None or not fields[1].startswith("see ") or not fields[2].startswith("test: "):
         raise MarkerError("the BEGIN marker's text must be 'task | see <where> | test: <tests>' "
-                          "[' | uses: <helpers>']")
+                          "[' | uses: <helpers>'] [' | needs: <region ids>']")
     if not fields[0]:
         raise MarkerError("the task text is empty")
-    uses = fields[3][6:].split() if len(fields) == 4 else []
+    uses = extra.get("uses", "").split()
     for u in uses:  # a name, C::member, or a kernel template's instance kernel<D,BQ> (no spaces)
         if not re.fullmatch(r"[A-Za-z_]\w*(::[A-Za-z_]\w*)*(<[\w:,]+>)?", u):
-            raise MarkerError(f"'uses: {fields[3][6:]}': '{u}' is not a function name")
-    return fields[0], fields[1][4:], fields[2][6:], uses
+            raise MarkerError(f"'uses: {extra['uses']}': '{u}' is not a function name")
+    needs = extra.get("needs", "").split()
+    for x in needs:
+        if not ID_RE.match(x):
+            raise MarkerError(f"'needs: {extra['needs']}': '{x}' is not a region id NN.name")
+    return fields[0], fields[1][4:], fields[2][6:], uses, needs
 
 
 class Region:
-    def __init__(self, path, rid, begin, end, indent, task, see, test, uses, func, params, kernel, begin_line):
+    def __init__(self, path, rid, begin, end, indent, task, see, test, uses, func, params, kernel, begin_line,
+                 needs=()):
         self.path, self.id, self.begin, self.end, self.indent = path, rid, begin, end, indent
-        self.task, self.see, self.test, self.uses = task, see, test, uses
+        self.task, self.see, self.test, self.uses, self.needs = task, see, test, uses, list(needs)
         self.func, self.params, self.kernel, self.begin_line = func, params, kernel, begin_line
 
     def message(self):
@@ -235,13 +259,14 @@ def find_regions(path, text):
                                   f"(opened at line {open_r[1] + 1})")
             if n + 1 >= len(lines) or lines[n + 1].strip() != "}":
                 raise MarkerError(f"{where}: STUDENT-END must precede the line '}}' that closes the function")
-            rid, bn, ind, (task, see, test, uses), func, params, kernel = open_r
+            rid, bn, ind, (task, see, test, uses, needs), func, params, kernel = open_r
             brace = lines[n + 1][: len(lines[n + 1]) - len(lines[n + 1].lstrip())]
             if not (ind.startswith(brace) and len(ind) > len(brace)):
                 raise MarkerError(f"{where}: the region's closing brace is not its function's")
             if e.group(1) != ind:
                 raise MarkerError(f"{where}: STUDENT-END is not indented like its STUDENT-BEGIN")
-            regions.append(Region(path, rid, bn, n, ind, task, see, test, uses, func, params, kernel, lines[bn]))
+            regions.append(Region(path, rid, bn, n, ind, task, see, test, uses, func, params, kernel, lines[bn],
+                                  needs))
             ids.add(rid)
             open_r = None
     if open_r is not None:
@@ -249,8 +274,9 @@ def find_regions(path, text):
     return regions, lines
 
 
-def read_manifest(root):
-    """({id: (file, function)}, {(file, kernel) given}) from scripts/student_regions.tsv."""
+def read_manifest(root, reasons=None):
+    """({id: (file, function)}, {(file, kernel) given}) from scripts/student_regions.tsv; `reasons`
+    (a dict), when given, receives {(file, kernel): why} of the given rows."""
     rows, given = {}, set()
     p = os.path.join(root, MANIFEST)
     if not os.path.exists(p):
@@ -263,6 +289,8 @@ def read_manifest(root):
             raise MarkerError(f"{MANIFEST}:{n + 1}: want 'id<TAB>file<TAB>function'")
         if f[0] == GIVEN_KERNELS_OK:
             given.add((f[1], f[2]))
+            if reasons is not None:
+                reasons[(f[1], f[2])] = f[3].strip() if len(f) > 3 else ""
         else:
             rows[f[0]] = (f[1], f[2])
     return rows, given
@@ -296,10 +324,61 @@ def all_regions(root, files=None):
     return found
 
 
+RELEASED_KERNEL_FILE = re.compile(r"^\d\d_[^/]+/(?!(.*/)?measured/).*\.(cu|cuh)$")
+
+
+def kernels_of(lines):
+    """[(line index, name, body line index)] of the __global__ kernel definitions of a file."""
+    out = []
+    for n, line in enumerate(lines):
+        if "__global__" not in strip_comments(line):
+            continue
+        m = n  # the kernel's head runs from here to the line that opens its body
+        while m < len(lines) and not lines[m].rstrip().endswith("{"):
+            if strip_comments(lines[m]).rstrip().endswith(";"):
+                break
+            m += 1
+        if m >= len(lines) or not lines[m].rstrip().endswith("{"):
+            continue  # a declaration
+        try:
+            name = parse_function("".join(lines[n:m + 1]))[0]
+        except MarkerError:
+            continue
+        out.append((n, name, m + 1))
+    return out
+
+
+def unmarked_kernels(root, files, regions, given):
+    """One line per __global__ kernel of a released stage file (every .cu/.cuh of a numbered stage
+    folder, with regions or without) that is neither inside a region nor listed as given, and per
+    given row that names no kernel of its file."""
+    bad, found = [], set()
+    for f in files:
+        if not RELEASED_KERNEL_FILE.match(f):
+            continue
+        lines = open(os.path.join(root, f), encoding="utf-8", errors="replace").read().splitlines(keepends=True)
+        inside = set()
+        for r in (x for x in regions if x.path == f):
+            inside.update(range(r.begin, r.end + 1))
+        for n, name, body in kernels_of(lines):
+            found.add((f, name))
+            if n in inside or body in inside or (f, name) in given:
+                continue
+            bad.append(f"{f}:{n + 1}: kernel {name} is neither in a region nor given (it would reach "
+                       f"the student tree solved): mark its body as a region (STUDENT-BEGIN/END and a row "
+                       f"in {MANIFEST}) or list it there as '{GIVEN_KERNELS_OK}<TAB>{f}<TAB>{name}<TAB>why'")
+    for f, name in sorted(given):
+        if f in files and (f, name) not in found:
+            bad.append(f"{MANIFEST}: '{GIVEN_KERNELS_OK}' row {name} in {f}: the file has no such __global__ kernel")
+    return bad
+
+
 def check(root, files=None, quiet=False):
     """The marker check: well formed, every manifest row marked, every marked region listed, and no
-    unmarked solution-like code (a __global__ kernel outside a region in a file that has regions)."""
-    regions = all_regions(root, files)
+    solution-like code outside a region: every __global__ kernel of a released stage file is in a
+    region or listed as given. Kernel problems are all reported, one line each, then MarkerError."""
+    all_files = files if files is not None else rel_files(root)
+    regions = all_regions(root, all_files)
     manifest, given = read_manifest(root)
     by_id = {r.id: r for r in regions}
     for rid, (f, func) in manifest.items():
@@ -315,32 +394,19 @@ def check(root, files=None, quiet=False):
     for r in regions:
         if r.id not in manifest:
             raise MarkerError(f"{r.path}:{r.begin + 1}: region {r.id} ({r.func}) is not listed in {MANIFEST}")
+        for x in r.needs:
+            if x not in by_id or x == r.id:
+                raise MarkerError(f"{r.path}:{r.begin + 1}: region {r.id}: 'needs: {x}' names no other region "
+                                  f"(needs: the other regions its tests also need)")
     files_with = sorted({r.path for r in regions})
-    for f in files_with:
-        text = open(os.path.join(root, f), encoding="utf-8").read()
-        lines = text.splitlines(keepends=True)
-        inside = set()
-        for r in (x for x in regions if x.path == f):
-            inside.update(range(r.begin, r.end + 1))
-        for n, line in enumerate(lines):
-            if "__global__" not in strip_comments(line) or n in inside:
-                continue
-            m = n  # the kernel's head runs from here to the line that opens its body
-            while m < len(lines) and not lines[m].rstrip().endswith("{"):
-                if strip_comments(lines[m]).rstrip().endswith(";"):
-                    break
-                m += 1
-            if m >= len(lines) or not lines[m].rstrip().endswith("{"):
-                continue  # a declaration
-            try:
-                name = parse_function("".join(lines[n:m + 1]))[0]
-            except MarkerError:
-                continue
-            if m + 1 not in inside and (f, name) not in given:
-                raise MarkerError(f"{f}:{n + 1}: kernel {name} is outside any region in a file that has "
-                                  f"regions: mark its body or list it in {MANIFEST} as '{GIVEN_KERNELS_OK}'")
+    bad = unmarked_kernels(root, all_files, regions, given)
+    if bad:
+        for line in bad[:-1]:
+            print(f"student.py: error: {line}", file=sys.stderr)
+        raise MarkerError(bad[-1] + (f"  ({len(bad)} problems)" if len(bad) > 1 else ""))
     if not quiet:
-        print(f"markers: {len(regions)} regions in {len(files_with)} files, well formed")
+        print(f"markers: {len(regions)} regions in {len(files_with)} files, well formed; "
+              f"{len(given)} kernels given; every kernel of a released stage file is one or the other")
     return regions
 
 
@@ -367,7 +433,10 @@ def student_text(lines, regions):
     return "".join(out)
 
 
-def make_tree(root, dest, stages):
+NOT_HANDED_OUT = re.compile(r"^lab/|(^|/)measured/")
+
+
+def make_tree(root, dest, stages, with_lab=False):
     regions = check(root, quiet=True)
     if os.path.exists(dest) and os.listdir(dest):
         raise SystemExit(f"student.py: error: {dest} exists and is not empty (give a new directory)")
@@ -378,9 +447,12 @@ def make_tree(root, dest, stages):
     for r in regions:
         by_file.setdefault(r.path, []).append(r)
     os.makedirs(dest, exist_ok=True)
-    n_stub, n_files, left_out = 0, 0, set()
+    n_stub, n_files, left_out, n_lab = 0, 0, set(), 0
     for f in files:
         st = stage_of(f)
+        if not with_lab and NOT_HANDED_OUT.search(f):
+            n_lab += 1  # the lab notebook and the raw measurement logs: never needed to learn or pass
+            continue
         if st and st > top:
             left_out.add(f.split("/")[0])
             continue
@@ -418,13 +490,21 @@ def make_tree(root, dest, stages):
           f"{n_files} files copied (no .git, no build/)")
     if left_out:
         print(f"  left out (not released yet): {', '.join(sorted(left_out))}")
+    if n_lab:
+        print(f"  left out (lab/ and measured/ logs; --with-lab keeps them): {n_lab} files")
     print(f"  next: make -C {dest} grade   # the stubs fail, naming each task; results/grade.md")
     return 0
 
 
-def fill(root, student):
-    """Put the solution's region bodies back into a student tree (the round trip)."""
+def fill(root, student, only=None):
+    """Put the solution's region bodies back into a student tree (the round trip); `only`: a set
+    of region ids, the others keep their stubs."""
     sol = {r.id: r for r in all_regions(root)}
+    if only:
+        unknown = sorted(set(only) - set(sol))
+        if unknown:
+            raise SystemExit(f"student.py: error: --regions: {', '.join(unknown)} is not a region of "
+                             f"{root}; the ids are those of 'student.py list'")
     n = 0
     for f in rel_files(student) if os.path.isdir(os.path.join(student, ".git")) else _walk(student):
         if not f.endswith(SOURCE_EXT):
@@ -434,8 +514,12 @@ def fill(root, student):
         if "STUDENT-BEGIN" not in text:
             continue
         regions, lines = find_regions(f, text)
+        if only and not any(r.id in only for r in regions):
+            continue
         out, k = [], 0
         for r in regions:
+            if only and r.id not in only:
+                continue
             s = sol.get(r.id)
             if s is None:
                 raise SystemExit(f"student.py: error: {f}: region {r.id} is not in the solution at {root}")
@@ -450,6 +534,50 @@ def fill(root, student):
             fo.write("".join(out))
         os.chmod(p, st.st_mode)
     print(f"filled {n} regions from {root}")
+
+
+def region_table(root):
+    """INSTRUCTORS.md's region table, from the markers and scripts/student_regions.tsv."""
+    regions = all_regions(root)  # the table needs the markers, not the kernel check
+    reasons = {}
+    read_manifest(root, reasons)
+    files = sorted({r.path for r in regions})
+    out = [f"{len(regions)} regions in {len(files)} files; {len(reasons)} kernels given. The tests each "
+           f"marker names: scripts/student.py list.", "",
+           "| region | file (in its stage) | function |", "|---|---|---|"]
+    for r in sorted(regions, key=lambda r: (r.id[:2], r.path, r.begin)):
+        out.append(f"| {r.id} | {r.path.split('/', 1)[1]} | {r.func} |")
+    out += ["", "| given kernel | file | why it is given |", "|---|---|---|"]
+    for (f, k), why in sorted(reasons.items()):
+        out.append(f"| {k} | {f} | {why or '—'} |")
+    return "\n".join(out) + "\n"
+
+
+def splice(path, name, body, write, prog):
+    """Put `body` between '<!-- generated: NAME -->' and '<!-- /generated -->' in the file at
+    `path` (write), or compare (check): 0 when it holds, 1 (one line) when the file drifted."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as err:
+        print(f"{prog}: error: cannot read {path}: {err.strerror}; give the file with the markers", file=sys.stderr)
+        return 2
+    begin = f"<!-- generated: {name} -->"  # the line may add a note before '-->'
+    m = re.search(r"<!-- generated: " + re.escape(name) + r"\b[^\n]*-->\n(.*?)<!-- /generated -->", text, re.S)
+    if not m:
+        print(f"{prog}: error: {path} has no '{begin}' ... '<!-- /generated -->' block; "
+              f"add the two marker lines where the table goes", file=sys.stderr)
+        return 2
+    if m.group(1) == body:
+        return 0
+    if not write:
+        print(f"{prog}: {path}: the {name} table differs from what the TSV gives: run make instructors",
+              file=sys.stderr)
+        return 1
+    with open(path + ".tmp", "w", encoding="utf-8") as fo:
+        fo.write(text[:m.start(1)] + body + text[m.end(1):])
+    os.replace(path + ".tmp", path)
+    print(f"{prog}: {path}: the {name} table written")
+    return 0
 
 
 def _walk(root):
@@ -471,19 +599,32 @@ def main(argv):
     m.add_argument("dest")
     m.add_argument("--stages", default="", help="stages to release, e.g. 01,02,03 (default: all)")
     m.add_argument("--root", default=REPO)
+    m.add_argument("--with-lab", action="store_true", help="copy lab/ and the measured/ logs too")
     f = sub.add_parser("fill", help="put the solution back into a student tree's regions")
     f.add_argument("student")
     f.add_argument("--root", default=REPO)
+    f.add_argument("--regions", default="", help="only these regions, e.g. 02.forward_ref,02.backward_ref")
     ls = sub.add_parser("list", help="the regions: id, file, function, task")
     ls.add_argument("--root", default=REPO)
+    t = sub.add_parser("table", help="INSTRUCTORS.md's region table")
+    t.add_argument("--root", default=REPO)
+    g = t.add_mutually_exclusive_group()
+    g.add_argument("--write", metavar="FILE", help="write it between FILE's '<!-- generated: regions -->' markers")
+    g.add_argument("--check", metavar="FILE", help="exit 1 when FILE's table differs from it")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "check":
             check(a.root, a.files or None)
         elif a.cmd == "make":
-            return make_tree(a.root, a.dest, parse_stages(a.stages))
+            return make_tree(a.root, a.dest, parse_stages(a.stages), a.with_lab)
         elif a.cmd == "fill":
-            fill(a.root, a.student)
+            fill(a.root, a.student, {x for x in a.regions.split(",") if x} or None)
+        elif a.cmd == "table":
+            body = region_table(a.root)
+            if not (a.write or a.check):
+                print(body, end="")
+                return 0
+            return splice(a.write or a.check, "regions", body, bool(a.write), "student.py table")
         elif a.cmd == "list":
             for r in all_regions(a.root):
                 print(f"{r.id}\t{r.path}\t{r.func}\t{r.task}\t{r.see}\t{r.test}")

@@ -1,18 +1,30 @@
 #!/usr/bin/env python3
-"""Checks of the student edition (issue 20), one step per call; tests/test_student.c runs them.
+"""Checks of the student edition, one step per call; tests/test_student.c runs them.
 
-    tests/student_selftest.py markers   the checker refuses nested, unclosed, unlisted, unmarked regions;
+    tests/student_selftest.py markers   the checker refuses nested, unclosed, unlisted, unmarked regions
+                                        and a kernel in no region (in a file with regions or without);
                                         the grade map and the region list agree
     tests/student_selftest.py tree      the student tree: byte-identical outside the regions, no
-                                        solution line inside, no .git, round trip back to the solution
+                                        solution line inside, no .git, no lab/, no measured/ logs,
+                                        round trip back to the solution
+    tests/student_selftest.py docs      INSTRUCTORS.md's generated tables match the TSVs (and a drifted
+                                        copy is refused); README.md and INSTRUCTORS.md within budget
     tests/student_selftest.py stages    STAGES=01,02 releases 01-02 and leaves 03-08 out
     tests/student_selftest.py compile   the stubbed C files compile with the build's warnings as errors
     tests/student_selftest.py full      build the student tree's stages 01-08 (no warnings), its
                                         CPU tests fail with the task messages, its grade is 0 for every
                                         problem with a region and full for the rest, the solution grades
                                         full on every CPU-testable problem (minutes: make test-student, CI)
+    tests/student_selftest.py quick     markers, tree, stages and docs, one after the other
+    tests/student_selftest.py regions [ID,ID]
+                                        each CPU region's marker names the right tests: in a student
+                                        tree they fail; with that one region filled back (the others
+                                        still stubs) they pass (minutes: make check-regions [REGIONS=..])
 Exit 0 when the step holds; otherwise one line per problem and exit 1.
 """
+import contextlib
+import fnmatch
+import io
 import json
 import os
 import re
@@ -24,6 +36,7 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import student  # noqa: E402
+import grade  # noqa: E402
 
 PROBLEMS = []
 
@@ -52,13 +65,19 @@ int f(int a, const float* b) {
 """
 
 
-def fake_root(tmp, name, text, manifest="02.f\t02_x/a.c\tf\n"):
+def fake_root(tmp, name, text, manifest="02.f\t02_x/a.c\tf\n", extra=None):
     root = os.path.join(tmp, name)
     os.makedirs(os.path.join(root, "02_x"))
     os.makedirs(os.path.join(root, "scripts"))
     open(os.path.join(root, "02_x", "a.c"), "w").write(text)
     open(os.path.join(root, student.MANIFEST), "w").write(manifest)
+    for rel, body in (extra or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+        open(os.path.join(root, rel), "w").write(body)
     return root
+
+
+KERNEL = "__global__ void k(float* p) {\n    p[0] = 1.0f;\n}\n"
 
 
 def step_markers():
@@ -77,17 +96,30 @@ def step_markers():
         "unmarked": (GOOD.replace("    // STUDENT-BEGIN(02.f): write f | see README.md §x | test: test_02 x/*\n", "")
                      .replace("    // STUDENT-END(02.f)\n", ""), None, "not marked in the source"),
         "unlisted": (GOOD, "# empty\n", "not listed"),
-        "kernel_outside": (GOOD + "__global__ void k(float* p) {\n    p[0] = 1.0f;\n}\n", None, "kernel k is outside"),
+        "kernel_outside": (GOOD, "02.f\t02_x/a.c\tf\n02.g\t02_x/b.cu\tg\n", "02_x/b.cu:7: kernel k is neither",
+                           {"02_x/b.cu": GOOD.replace("02.f", "02.g").replace("int f(", "int g(") + KERNEL}),
         "malformed": (GOOD.replace("// STUDENT-END(02.f)", "// STUDENT-END 02.f"), None, "malformed"),
+        # a kernel in a released .cu file that has no region at all: refused, named, with the two ways out
+        "kernel_in_file_without_regions": (GOOD, None, "02_x/k.cu:1: kernel k is neither in a region nor given",
+                                           {"02_x/k.cu": KERNEL}),
+        "kernel_given": (GOOD, "02.f\t02_x/a.c\tf\ngiven\t02_x/k.cu\tk\ta helper\n", None, {"02_x/k.cu": KERNEL}),
+        "given_stale": (GOOD, "02.f\t02_x/a.c\tf\ngiven\t02_x/k.cu\tgone\ta helper\n", "no such __global__ kernel",
+                        {"02_x/k.cu": KERNEL}),
+        # the lab is never released: its kernels need neither regions nor given rows
+        "kernel_in_lab": (GOOD, None, None, {"lab/02_x/k.cu": KERNEL, "02_x/measured/k.cu": KERNEL}),
         # "uses:" names the static helpers only the solution calls (the stub mentions them)
         "uses": (GOOD.replace("x/*\n", "x/* | uses: g\n").replace("#include \"common/check.h\"\n",
                  "#include \"common/check.h\"\nstatic int g(void) { return 1; }\n"), None, None),
         "uses_bad": (GOOD.replace("x/*\n", "x/* | uses: 9g\n"), None, "is not a function name"),
         "fifth_field": (GOOD.replace("x/*\n", "x/* | y\n"), None, "uses: <helpers>"),
+        # "needs:" names the other regions that its tests also need
+        "needs_unknown": (GOOD.replace("x/*\n", "x/* | needs: 02.g\n"), None, "names no other region"),
+        "needs_bad_id": (GOOD.replace("x/*\n", "x/* | needs: g\n"), None, "is not a region id"),
     }
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (text, manifest, want) in cases.items():
-            root = fake_root(tmp, name, text, manifest or "02.f\t02_x/a.c\tf\n")
+        for name, case in cases.items():
+            text, manifest, want = case[:3]
+            root = fake_root(tmp, name, text, manifest or "02.f\t02_x/a.c\tf\n", case[3] if len(case) > 3 else None)
             rc, out = run([sys.executable, os.path.join(REPO, "scripts", "student.py"), "check", "--root", root])
             if want is None and rc != 0:
                 bad(f"markers/{name}: a good file was refused: {out.strip()}")
@@ -143,7 +175,12 @@ def step_tree():
         make_tree(dest)
         if os.path.exists(os.path.join(dest, ".git")):
             bad("tree: the student tree has a .git")
-        files = student.rel_files(REPO)
+        for d, dirs, _ in os.walk(dest):
+            for x in dirs:
+                rel = os.path.relpath(os.path.join(d, x), dest)
+                if rel == "lab" or x == "measured":
+                    bad(f"tree: the student tree has {rel}/ (the lab and the logs stay out)")
+        files = [f for f in student.rel_files(REPO) if not student.NOT_HANDED_OUT.search(f)]
         for f in files:
             src, dst = os.path.join(REPO, f), os.path.join(dest, f)
             if not os.path.exists(dst):
@@ -175,6 +212,7 @@ def step_tree():
                 body = "".join(dl[r.begin + 1:r.end])
                 if not r.kernel and "is yours to write — see " not in body:
                     bad(f"tree: {f}: region {r.id}'s stub does not fail naming the task")
+        lab_stays_out(tmp)
         extra = set(student._walk(dest)) - set(files) - {".student-edition"}
         if extra:
             bad(f"tree: files in the student tree that are not in the solution: {sorted(extra)[:5]}")
@@ -185,6 +223,23 @@ def step_tree():
         for f in by_file:
             if open(os.path.join(REPO, f), "rb").read() != open(os.path.join(dest, f), "rb").read():
                 bad(f"tree: round trip: {f} is not byte-identical to the solution after fill")
+
+
+def lab_stays_out(tmp):
+    """A planted lab/ and measured/ log folder stay out of the tree, and come with --with-lab."""
+    root = fake_root(tmp, "with_lab", GOOD, extra={"lab/02_x/k.cu": KERNEL, "lab/02_x/NOTES.md": "notes\n",
+                                                   "02_x/measured/log.txt": "log\n", "02_x/README.md": "x\n"})
+    for flags, want in (([], False), (["--with-lab"], True)):
+        dest = os.path.join(tmp, "with_lab_out" + "".join(flags))
+        rc, out = run([sys.executable, "scripts/student.py", "make", dest, "--root", root] + flags)
+        if rc != 0:
+            bad(f"tree: make of a tree with a lab failed (exit {rc}): {out.strip()}")
+            continue
+        for rel in ("lab/02_x/k.cu", "02_x/measured/log.txt"):
+            if os.path.exists(os.path.join(dest, rel)) != want:
+                bad(f"tree: make {' '.join(flags)}: {rel} is {'missing' if want else 'in the student tree'}")
+        if not os.path.exists(os.path.join(dest, "02_x", "README.md")):
+            bad("tree: make of a tree with a lab left out a lesson file")
 
 
 def step_stages():
@@ -205,6 +260,158 @@ def step_stages():
         rc, out = run([sys.executable, "scripts/student.py", "make", dest])
         if rc == 0 or "not empty" not in out:
             bad(f"stages: make into a non-empty directory is accepted: {out.strip()}")
+
+
+PROCESS_WORDS = re.compile(r"issue [0-9]+|(first|second|third|this|last|next) session|\brun [0-9]+\b", re.I)
+
+
+def step_docs():
+    """INSTRUCTORS.md's two tables are what the scripts generate from the TSVs; a drifted copy is
+    refused; the root README and INSTRUCTORS.md keep their size budgets and speak of the repository."""
+    doc = os.path.join(REPO, "INSTRUCTORS.md")
+    checks = ((["scripts/student.py", "table"], "regions"), (["scripts/grade.py", "table"], "grades"))
+    current = True
+    for cmd, name in checks:
+        rc, out = run([sys.executable] + cmd + ["--check", doc])
+        if rc != 0:
+            current = False
+            bad(f"docs: INSTRUCTORS.md's {name} table is not what '{' '.join(cmd)}' gives (make instructors): {out.strip()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        if not current:
+            checks = ()  # the drift test below starts from a current file
+        text = open(doc, encoding="utf-8").read()
+        for cmd, name in checks:
+            rc, table = run([sys.executable] + cmd)
+            row = table.splitlines()[5]  # a row of the table: drop it from a copy
+            drifted = os.path.join(tmp, f"{name}.md")
+            open(drifted, "w", encoding="utf-8").write(text.replace(row + "\n", "", 1))
+            rc, out = run([sys.executable] + cmd + ["--check", drifted])
+            if rc != 1 or "differs" not in out:
+                bad(f"docs: a {name} table with a row missing passes --check (exit {rc}): {out.strip()}")
+            rc, out = run([sys.executable] + cmd + ["--write", drifted])
+            if rc != 0 or open(drifted, encoding="utf-8").read() != text:
+                bad(f"docs: --write does not restore the {name} table (exit {rc}): {out.strip()}")
+    for f, limit in (("README.md", 12 * 1024), ("INSTRUCTORS.md", 15 * 1024)):
+        size = os.path.getsize(os.path.join(REPO, f))
+        if size > limit:
+            bad(f"docs: {f} is {size} bytes, over its budget of {limit}")
+    for f in ("README.md", "INSTRUCTORS.md", "tests/student_selftest.py", "tests/test_student.c", ".ci/run",
+              "scripts/student.py", "scripts/grade.py"):
+        for n, line in enumerate(open(os.path.join(REPO, f), encoding="utf-8")):
+            if PROCESS_WORDS.search(line) and "PROCESS_WORDS = " not in line:
+                bad(f"docs: {f}:{n + 1}: process words: {line.strip()[:100]}")
+
+
+def marker_tests(r):
+    """[(binary, pattern)] of a marker's 'test:' field ('test_07 a/* b/*', 'test_03 x/* test_04 y/*')."""
+    out, binary = [], None
+    for w in r.test.split():
+        if re.fullmatch(r"test_(common|\d\d)", w):
+            binary = w
+        elif binary:
+            out.append((binary, w))
+    return out
+
+
+def run_tests(tree, binary, pattern, tmp):
+    """{suite/test: status} of one binary's tests that match the pattern, run in the tree."""
+    path = grade.binary_path("build", binary)
+    js = os.path.join(tmp, "run.json")
+    if os.path.exists(js):
+        os.remove(js)
+    try:
+        run([path, "--jobs", "2", "--filter", pattern, f"--json={js}", "--timeout", "300"], cwd=tree, timeout=900)
+    except subprocess.TimeoutExpired:
+        return {"(all)": "TIMEOUT"}
+    # (Criterion's report lists the tests the filter left out too, as skipped: keep the matching ones)
+    return {t: st for t, (st, _) in (grade.parse_json(js) or {}).items() if fnmatch.fnmatchcase(t, pattern)}
+
+
+def step_regions(only=None):
+    """Each CPU region's marker names tests that fail in a student tree and pass once that one
+    region is filled back (the other regions keep their stubs)."""
+    build = os.environ.get("BUILD", "build")
+    regions = student.check(REPO, quiet=True)
+    ids = {r.id for r in regions}
+    if only:
+        unknown = sorted(set(only) - ids)
+        if unknown:
+            bad(f"regions: {', '.join(unknown)} is not a region")
+            return
+    # A region in a .c file is host code, tested on the CPU; kernels and launchers need a GPU.
+    cpu = [r for r in regions if r.path.endswith(".c") and not r.kernel and (not only or r.id in only)]
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "student")
+        make_tree(dest)
+        # The CUDA files keep their solution (no CPU test can tell; nvcc need not run again) and
+        # their time stamps, so the copied build/ stays up to date for them.
+        for f in sorted({r.path for r in regions if not r.path.endswith(".c")}):
+            shutil.copy2(os.path.join(REPO, f), os.path.join(dest, f))
+        shutil.copytree(os.path.join(REPO, build), os.path.join(dest, "build"), symlinks=True)
+        stages = lambda r: sorted({b[5:] for b, _ in marker_tests(r) if b != "test_common"} | {r.id[:2]})
+
+        def build_stages(sts):
+            rc, out = run(["make", "-j2", "BUILD=build"] + [f"build-{s}" for s in sts], cwd=dest, timeout=3000)
+            if rc != 0:
+                bad(f"regions: make {' '.join('build-' + s for s in sts)} failed in the student tree: {out[-1500:]}")
+            return rc == 0
+
+        if not build_stages(sorted({s for r in cpu for s in stages(r)})):
+            return
+        # every named test once in the student tree as built (before any region is filled back)
+        before, n_ok, gpu_only = {}, 0, []
+        for r in cpu:
+            for bp in marker_tests(r):
+                if bp not in before:
+                    before[bp] = run_tests(dest, bp[0], bp[1], tmp)
+        for r in cpu:
+            pats = marker_tests(r)
+            if not pats:
+                bad(f"regions: {r.id}: its marker names no test")
+                continue
+            if all(st == "SKIPPED" for bp in pats for st in before[bp].values()) and all(before[bp] for bp in pats):
+                gpu_only.append(r.id)
+                continue
+            problems = []
+            for b, p in pats:
+                res = before[(b, p)]
+                if not res:
+                    problems.append(f"{b} {p} matches no test")
+                elif not any(st in ("FAILED", "CRASHED", "ERRORED", "TIMEOUT") for st in res.values()):
+                    problems.append(f"{b} {p} does not fail in the student tree (the stub does not reach it)")
+            written_after = f" (with {' '.join(r.needs)})" if r.needs else " alone"
+            path = os.path.join(dest, r.path)
+            stub_text = open(path, encoding="utf-8").read()
+            saved = {f: open(os.path.join(dest, f), encoding="utf-8").read()
+                     for f in {x.path for x in regions if x.id in r.needs} - {r.path}}
+            with contextlib.redirect_stdout(io.StringIO()):
+                student.fill(REPO, dest, {r.id} | set(r.needs))
+            try:
+                if not build_stages(stages(r)):
+                    return
+                for b, p in pats:
+                    res = run_tests(dest, b, p, tmp)
+                    failed = sorted(t for t, st in res.items() if st not in ("PASSED", "SKIPPED"))
+                    if failed:
+                        problems.append(f"{b} {p}: with {r.id} written{written_after}, {len(failed)} of {len(res)} still "
+                                        f"fail ({', '.join(failed[:3])})")
+                    elif res and not any(st == "PASSED" for st in res.values()):
+                        problems.append(f"{b} {p}: every test skipped (no GPU): nothing checked")
+            finally:
+                with open(path, "w", encoding="utf-8") as fo:
+                    fo.write(stub_text)
+                for f, text in saved.items():
+                    with open(os.path.join(dest, f), "w", encoding="utf-8") as fo:
+                        fo.write(text)
+            if problems:
+                for x in problems:
+                    bad(f"regions: {r.id} ({r.path}): {x}")
+            else:
+                n_ok += 1
+                print(f"regions: {r.id}: {' '.join(b + ' ' + p for b, p in pats)}: fail with the stub, pass with it written{written_after}",
+                      flush=True)
+        print(f"regions: {n_ok} of {len(cpu)} CPU regions name the right tests"
+              + (f"; GPU only (every named test skips here): {', '.join(gpu_only)}" if gpu_only else ""))
 
 
 def make_flags(name):
@@ -298,11 +505,21 @@ def step_full():
 
 def main():
     steps = {"markers": step_markers, "tree": step_tree, "stages": step_stages, "compile": step_compile,
-             "full": step_full}
-    if len(sys.argv) != 2 or sys.argv[1] not in steps:
+             "docs": step_docs, "full": step_full, "regions": step_regions, "quick": None}
+    if len(sys.argv) < 2 or sys.argv[1] not in steps or (len(sys.argv) > 2 and sys.argv[1] != "regions") \
+            or len(sys.argv) > 3:
         print(__doc__)
         return 2
-    steps[sys.argv[1]]()
+    try:
+        if sys.argv[1] == "quick":  # the cheap steps, in a few seconds: what make test runs
+            for name in ("markers", "tree", "stages", "docs"):
+                steps[name]()
+        elif sys.argv[1] == "regions":
+            step_regions({x for x in (sys.argv[2] if len(sys.argv) > 2 else "").replace(" ", ",").split(",") if x})
+        else:
+            steps[sys.argv[1]]()
+    except student.MarkerError as err:  # the repository's own markers fail the check
+        bad(f"{sys.argv[1]}: scripts/student.py check: {err}")
     if PROBLEMS:
         return 1
     print(f"{sys.argv[1]}: ok")

@@ -1,4 +1,4 @@
-// The student edition (issue 20): `make student` and `make grade`. The checks themselves live in
+// The student edition: `make student` and `make grade`. The checks themselves live in
 // tests/student_selftest.py (one step per test here); the minutes-long one (build a student tree
 // of stages 01-08, grade it and the solution) runs under `make test-student`, which CI runs.
 #include <stdio.h>
@@ -15,14 +15,20 @@ static void step(const char* name) {
     cr_assert_eq(rc, 0, "%s: exit %d:\n%s", cmd, rc, out);
 }
 
-// nested, unclosed, unlisted, malformed, unmarked-but-listed regions and kernels outside a region
+// nested, unclosed, unlisted, malformed, unmarked-but-listed regions, and a kernel in no region
+// (in a file with regions or without: a planted kernel in a file with none is refused)
 Test(student, marker_checker_refuses_bad_regions, .timeout = 120) { step("markers"); }
 
-// byte-identical outside the regions, no solution line inside, no .git, round trip to the solution
+// byte-identical outside the regions, no solution line inside, no .git, no lab/, no measured/,
+// round trip to the solution
 Test(student, tree_is_exact_and_fills_back, .timeout = 120) { step("tree"); }
 
 // STAGES=01,02 stubs 01-02 and leaves the later stages out
 Test(student, stages_are_released_one_at_a_time, .timeout = 120) { step("stages"); }
+
+// INSTRUCTORS.md's region and grade tables are what the scripts make of the two TSVs (a copy with
+// a row missing is refused); README.md and INSTRUCTORS.md keep their size budgets
+Test(student, instructors_tables_match_the_tsvs, .timeout = 120) { step("docs"); }
 
 // the stubbed C files compile under the build's -Wall -Wextra -Werror
 Test(student, stubs_compile_without_warnings, .timeout = 300) { step("compile"); }
