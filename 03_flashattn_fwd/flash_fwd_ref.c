@@ -14,7 +14,7 @@
 
 void flash_forward_cpu(const float* q, const float* k, const float* v, float* o, float* lse,
                        int BH, int Nq, int Nk, int d, int causal, float scale, int Bq, int Bk) {
-    // STUDENT-BEGIN(03.flash_fwd_cpu): FlashAttention-2 forward on the CPU: query tiles Q_i (Bq) x key tiles K_j, V_j (Bk); running m, l; O_i rescaled by exp(m_old - m_new); O = diag(l)^-1 O, L = m + log l | see 03_flashattn_fwd/README.md §The maths (Algorithm 1) | test: test_03 ref/tiled_*
+    // STUDENT-BEGIN(03.flash_fwd_cpu): FlashAttention-2 forward on the CPU: query tiles Q_i (Bq) x key tiles K_j, V_j (Bk); running m, l; O_i rescaled by exp(m_old - m_new); O = diag(l)^-1 O, L = m + log l | see 03_flashattn_fwd/README.md §The maths (Algorithm 1) | test: test_03 ref/tiled_* | needs: 03.naive_fwd_cpu
     if (BH <= 0 || Nq <= 0 || Nk <= 0 || d <= 0) DIE("flash_forward_cpu: bad sizes");
     if (Bq < 16 || Bk < 16) DIE("flash_forward_cpu: tiles must be at least 16 rows (Bq %d, Bk %d)", Bq, Bk);
     const int Tq = (Nq + Bq - 1) / Bq;  // number of query tiles

@@ -14,7 +14,7 @@
 void flash_backward_cpu(const float* q, const float* k, const float* v, const float* o,
                         const float* dout, const float* lse, float* dq, float* dk, float* dv,
                         int BH, int Nq, int Nk, int d, int causal, float scale, int Bq, int Bk) {
-    // STUDENT-BEGIN(04.flash_bwd_cpu): Algorithm 2 on the CPU: D = rowsum(O o dO); per key tile K_j, V_j and query tile Q_i: P = exp(S - L), dV += P^T dO, dP = dO V^T, dS = P o (dP - D), dQ += dS K scale, dK += dS^T Q scale | see 04_flashattn_bwd/README.md §The maths | test: test_04 bwd_ref/tiled_*
+    // STUDENT-BEGIN(04.flash_bwd_cpu): Algorithm 2 on the CPU: D = rowsum(O o dO); per key tile K_j, V_j and query tile Q_i: P = exp(S - L), dV += P^T dO, dP = dO V^T, dS = P o (dP - D), dQ += dS K scale, dK += dS^T Q scale | see 04_flashattn_bwd/README.md §The maths | test: test_04 bwd_ref/tiled_* | needs: 04.naive_bwd_cpu 03.naive_fwd_cpu
     if (BH <= 0 || Nq <= 0 || Nk <= 0 || d <= 0) DIE("flash_backward_cpu: bad sizes");
     if (Bq < 1 || Bk < 1) DIE("flash_backward_cpu: tiles must be at least 1 (got Bq %d, Bk %d)", Bq, Bk);
     const int Tq = (Nq + Bq - 1) / Bq, Tk = (Nk + Bk - 1) / Bk;
