@@ -166,9 +166,9 @@ Test(roofline_cli, without_gpu_one_line_exit_2) {
 }
 
 // A short list on the GPU: every row in the CSV, and no kernel far above its roof (the roofs
-// are measured, so a few % above 100 is possible; 110 % would be a counting error). The roofs
-// are measured at the program's default GEMM size: a 4096^3 fp32 GEMM on an H200 measured
-// 26 TFLOP/s, under the 42 that a smaller model GEMM then reached (159 % "of bound").
+// are measured, so a few % above 100 is possible; 110 % would be a counting error). The compute
+// roof is the best of three square GEMMs: one 4096^3 or 8192^3 fp32 GEMM alone measured 26-31
+// TFLOP/s on an H200, under the 40-42 a model-sized GEMM reached (128-159 % "of bound").
 Test(roofline_gpu, short_list_rows_and_bounds, .timeout = 300) {
     SKIP_WITHOUT_GPU();
     const char* names[] = {"gemm_attn_out_bf16", "gemm_attn_out_f32", "rmsnorm_fwd", "embed_fwd", "adamw",

@@ -489,6 +489,12 @@ static void data_check(trainer_t* t, const ckpt_data_t* id) {
                      "it: restore it and --resume from the last checkpoint", id->path, why);
 }
 
+static int g_lock_fd = -1;  // rank 0's lock on --ckpt-dir, released once
+static void release_lock(void) {
+    ckpt_unlock(g_lock_fd);
+    g_lock_fd = -1;
+}
+
 int main(int argc, char** argv) {
     const char* data = NULL;
     const char* model_s = "tiny";
@@ -673,6 +679,10 @@ int main(int argc, char** argv) {
             lock_fd = ckpt_lock(ckpt_dir, 15.0, note, sizeof note, err, sizeof err);
             if (lock_fd < 0) BAD("--ckpt-dir: %s; wait for it to end, or give another --ckpt-dir", err);
             if (*note) printf("%s\n", note), fflush(stdout);
+            // A job that ends through exit() (a refusal, an error) releases the lock as a clean end
+            // does; only a job that was killed leaves its lock file naming it.
+            g_lock_fd = lock_fd;
+            atexit(release_lock);
         }
     }
     ckpt_watch_launcher();
@@ -1100,7 +1110,7 @@ int main(int argc, char** argv) {
     free(t.fr), free(pbuf), free(t.hm), free(t.hv), free(t.in), free(t.tg), free(hist);
     sampler_free(&t.smp);
     tokens_close(&t.tok);
-    ckpt_unlock(lock_fd);
+    release_lock();
     comm_destroy(t.c, 1);
     return same ? 0 : 1;
 }
