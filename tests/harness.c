@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <math.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,13 +137,32 @@ const char* build_dir(void) {
     return dir;
 }
 
+static char g_tmpdir[256] = "";
+static pid_t g_tmpdir_owner;
+
+static int remove_entry(const char* path, const struct stat* sb, int flag, struct FTW* ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+// At the test process's exit its directory goes (a forked child that exits leaves it alone);
+// CS336C_KEEP_TMP=1 keeps it for a look after a failure.
+static void remove_tmpdir(void) {
+    if (!g_tmpdir[0] || getpid() != g_tmpdir_owner) return;
+    const char* keep = getenv("CS336C_KEEP_TMP");
+    if (keep && strcmp(keep, "1") == 0) return;
+    nftw(g_tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 const char* test_tmpdir(void) {
-    static char dir[256] = "";
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/cs336c-test-%d-XXXXXX", (int)getpid());
-        cr_assert_not_null(mkdtemp(dir), "mkdtemp failed");
+    if (!g_tmpdir[0]) {
+        snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/cs336c-test-%d-XXXXXX", (int)getpid());
+        cr_assert_not_null(mkdtemp(g_tmpdir), "mkdtemp failed");
+        g_tmpdir_owner = getpid();
+        atexit(remove_tmpdir);
     }
-    return dir;
+    return g_tmpdir;
 }
 
 const char* fixture_path(const char* name, char* buf, size_t len) {

@@ -42,7 +42,8 @@ int refused_in_one_line(int st, const char* out, const char* prog, ...);
 // The build directory the tests were built into ("build" or "build-san"): from $BUILD, else
 // derived from the test binary's own path, so tests can run the programs next to them.
 const char* build_dir(void);
-// A fresh directory under /tmp for this test process (created on first call).
+// A fresh directory under /tmp for this test process (created on first call, removed when the
+// process exits; CS336C_KEEP_TMP=1 keeps it).
 const char* test_tmpdir(void);
 // Loads the committed fixture tests/fixtures/<rel> (a float32 .npy of exactly want_numel
 // elements; asserts otherwise) into malloc'd memory the caller frees.
