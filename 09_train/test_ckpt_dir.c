@@ -25,18 +25,11 @@
 static char g_log[1 << 17];
 static char g_why[2048];
 
-static const char* tmp_path(const char* name) {
-    static char p[8][512];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(p[k], sizeof p[k], "%s/%s", test_tmpdir(), name);
-    return p[k];
-}
 
 // A private copy of a byte-level corpus (the license texts, else the READMEs) at `name`: the
 // tests below change their copy under a running job.
 static const char* corpus_copy(const char* name) {
-    const char* path = tmp_path(name);
+    const char* path = test_path(name);
     struct stat st;
     const char* in = stat("/usr/share/common-licenses/GPL-3", &st) == 0
                          ? "/usr/share/common-licenses"
@@ -144,7 +137,7 @@ static void copy_into(const char* from, const char* to) {
 // once step 11 is complete, step 11 once step 12 is; the next --resume continues from step 12.
 Test(ckpt_dir, damaged_newer_checkpoint_and_keep_1_keep_the_resumable_one, .timeout = 120) {
     const char* data = corpus_copy("c.bin");
-    const char* d = tmp_path("dmg");
+    const char* d = test_path("dmg");
     int st = train(1, data, COMMON " --steps 20 --ckpt-every 5 --ckpt-dir %s --die-at-step 16", d);
     cr_assert_neq(st, 0, "the killed run exited 0:\n%s", g_log);
     cr_assert(exists(d, "step_000000010") && exists(d, "step_000000015"), "%s", g_log);
@@ -169,8 +162,8 @@ Test(ckpt_dir, damaged_newer_checkpoint_and_keep_1_keep_the_resumable_one, .time
 // out, and writes nothing there.
 Test(ckpt_dir, another_runs_checkpoints_are_never_removed_and_a_fresh_run_refuses, .timeout = 120) {
     const char* data = corpus_copy("c.bin");
-    const char* a = tmp_path("run_a");
-    const char* b = tmp_path("run_b");
+    const char* a = test_path("run_a");
+    const char* b = test_path("run_b");
     int st = train(1, data, COMMON " --steps 6 --ckpt-every 1 --keep 10 --ckpt-dir %s", a);
     cr_assert_eq(st, 0, "run A exited %d:\n%s", st, g_log);
     st = train(1, data, COMMON " --steps 6 --ckpt-every 2 --keep 10 --ckpt-dir %s --die-at-step 4", b);
@@ -211,7 +204,7 @@ Test(ckpt_dir, another_runs_checkpoints_are_never_removed_and_a_fresh_run_refuse
     cr_assert_str_eq(before, after, "the refused run changed the directory");
     // A mistyped --resume directory: refused, not a silent start from step 0; --start-if-empty
     // says start there.
-    const char* nope = tmp_path("no_such_dir");
+    const char* nope = test_path("no_such_dir");
     st = train(1, data, COMMON " --steps 2 --ckpt-dir %s --resume", nope);
     cr_assert_eq(st, 2, "--resume of a missing directory exited %d:\n%s", st, g_log);
     cr_assert(strstr(g_log, "holds no checkpoint (it does not exist)") && !exists(nope, "."), "%s", g_log);
@@ -226,7 +219,7 @@ Test(ckpt_dir, another_runs_checkpoints_are_never_removed_and_a_fresh_run_refuse
 // clean end. A real second job is refused by the first's lock the same way.
 Test(ckpt_dir, the_lock_refuses_a_second_job_and_takes_over_a_dead_ones, .timeout = 120) {
     const char* data = corpus_copy("c.bin");
-    const char* d = tmp_path("locked");
+    const char* d = test_path("locked");
     cr_assert_eq(mkdir(d, 0755), 0);
     char lp[800], text[300], host[256] = "";
     snprintf(lp, sizeof lp, "%s/lock", d);
@@ -263,8 +256,8 @@ Test(ckpt_dir, the_lock_refuses_a_second_job_and_takes_over_a_dead_ones, .timeou
     cr_assert(stat(lp, &sb) == 0 && sb.st_size == 0, "the lock file was not emptied at the clean end");
 
     // Two real jobs: the second (a --resume of the first's directory) is refused while the first runs.
-    const char* log = tmp_path("first.log");
-    const char* d2 = tmp_path("two_jobs");
+    const char* log = test_path("first.log");
+    const char* d2 = test_path("two_jobs");
     char args[600];
     snprintf(args, sizeof args, COMMON " --steps 20000 --ckpt-every 50 --log-every 1 --ckpt-dir %s", d2);
     const pid_t job = train_bg(1, data, args, log);
@@ -303,8 +296,8 @@ static int orphaned(long pid, long parent) {
 }
 Test(ckpt_dir, a_killed_launcher_leaves_no_checkpoint_written_after_it, .timeout = 120) {
     const char* data = corpus_copy("c.bin");
-    const char* d = tmp_path("orphans");
-    const char* log = tmp_path("orphans.log");
+    const char* d = test_path("orphans");
+    const char* log = test_path("orphans.log");
     char args[600], lp[800];
     snprintf(args, sizeof args, COMMON " --dp --steps 100000 --ckpt-every 1 --log-every 1 --ckpt-dir %s", d);
     const pid_t job = train_bg(2, data, args, log);
@@ -361,7 +354,7 @@ Test(ckpt_dir, a_resume_on_another_token_file_is_refused_unless_told, .timeout =
     fseek(f, mid, SEEK_SET);
     fputc(ch == 'e' ? 'a' : 'e', f);  // another byte token (< 256)
     fclose(f);
-    const char* d = tmp_path("data_id");
+    const char* d = test_path("data_id");
     int st = train(1, c1, COMMON " --steps 4 --ckpt-every 2 --ckpt-dir %s", d);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_log);
     char p[800];
@@ -392,7 +385,7 @@ Test(ckpt_dir, a_resume_on_another_token_file_is_refused_unless_told, .timeout =
     free(real1);
     // ckpt_data_identity's coverage: a file over 4 MiB is sampled in 64 pieces (the whole file
     // below); a byte changed inside a piece changes the checksum, the size is always covered.
-    const char* big = tmp_path("big.bin");
+    const char* big = test_path("big.bin");
     f = fopen(big, "wb");
     cr_assert_not_null(f);
     for (int i = 0; i < (5 << 20); i++) fputc(i * 7 & 0xff, f);
@@ -418,7 +411,7 @@ Test(ckpt_dir, a_resume_on_another_token_file_is_refused_unless_told, .timeout =
 static void change_under_a_job(const char* name, int truncate_it) {
     const char* data = corpus_copy(name);
     char* real = realpath(data, NULL);
-    const char* log = tmp_path(truncate_it ? "trunc.log" : "rewrite.log");
+    const char* log = test_path(truncate_it ? "trunc.log" : "rewrite.log");
     // (truncated: no evaluation, so that no check of the file sees the change before a read does)
     const pid_t job = train_bg(1, data, truncate_it ? "--backend mpi --context 16 --batch 4 --log-every 1 --steps 5000 --eval-every 0"
                                                     : "--backend mpi --context 16 --batch 4 --log-every 1 --steps 5000 --eval-every 10", log);

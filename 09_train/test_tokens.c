@@ -13,19 +13,12 @@
 
 static char g_err[2048];
 
-static const char* tmp_path(const char* name) {
-    static char p[8][512];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(p[k], sizeof p[k], "%s/%s", test_tmpdir(), name);
-    return p[k];
-}
 
 // ids 0, 1, ..., n-1 mod 251: every window's content tells where it starts.
 static const char* make_bin(const char* name, size_t n) {
     uint16_t* ids = malloc(n * sizeof *ids);
     for (size_t i = 0; i < n; i++) ids[i] = (uint16_t)(i % 251);
-    const char* p = tmp_path(name);
+    const char* p = test_path(name);
     cr_assert_eq(tokens_write_bin(p, ids, n, g_err, sizeof g_err), 0, "%s", g_err);
     free(ids);
     return p;
@@ -43,7 +36,7 @@ Test(tokens, bin_and_npy_read_back_by_mmap) {
     int32_t ids[300];
     for (int i = 0; i < 300; i++) ids[i] = 7 * i;
     int64_t shape[1] = {300};
-    const char* q = tmp_path("a.npy");
+    const char* q = test_path("a.npy");
     cr_assert_eq(npy_write(q, DT_I32, 1, shape, ids, g_err, sizeof g_err), 0, "%s", g_err);
     cr_assert_eq(tokens_open(&t, q, g_err, sizeof g_err), 0, "%s", g_err);
     cr_assert_eq(t.n, 300);
@@ -59,17 +52,17 @@ Test(tokens, bad_files_are_refused_with_the_reason) {
     cr_assert_eq(truncate(p, 1024 + 1000), 0);  // half of the ids gone
     cr_assert_eq(tokens_open(&t, p, g_err, sizeof g_err), -1);
     cr_assert(strstr(g_err, "the header says 1000 tokens") && strstr(g_err, "truncated"), "%s", g_err);
-    FILE* f = fopen(tmp_path("c.bin"), "wb");
+    FILE* f = fopen(test_path("c.bin"), "wb");
     fputs("this is text, not tokens; long enough? no", f);
     fclose(f);
-    cr_assert_eq(tokens_open(&t, tmp_path("c.bin"), g_err, sizeof g_err), -1);
+    cr_assert_eq(tokens_open(&t, test_path("c.bin"), g_err, sizeof g_err), -1);
     cr_assert(strstr(g_err, "shorter than the .bin header"), "%s", g_err);
-    cr_assert_eq(tokens_open(&t, tmp_path("none.bin"), g_err, sizeof g_err), -1);
+    cr_assert_eq(tokens_open(&t, test_path("none.bin"), g_err, sizeof g_err), -1);
     cr_assert(strstr(g_err, "cannot open"), "%s", g_err);
     float x[4] = {0};
     int64_t shape[1] = {4};
-    cr_assert_eq(npy_write(tmp_path("f.npy"), DT_F32, 1, shape, x, g_err, sizeof g_err), 0);
-    cr_assert_eq(tokens_open(&t, tmp_path("f.npy"), g_err, sizeof g_err), -1);
+    cr_assert_eq(npy_write(test_path("f.npy"), DT_F32, 1, shape, x, g_err, sizeof g_err), 0);
+    cr_assert_eq(tokens_open(&t, test_path("f.npy"), g_err, sizeof g_err), -1);
     cr_assert(strstr(g_err, "uint16 ('<u2') or int32"), "%s", g_err);
 }
 
@@ -77,18 +70,18 @@ Test(tokens, bad_files_are_refused_with_the_reason) {
 // file is read; a missing file is named with the system's reason.
 Test(tokens, tokenize_refuses_an_empty_list_item) {
     char cmd[2048], out[4096];
-    FILE* f = fopen(tmp_path("a.txt"), "w");
+    FILE* f = fopen(test_path("a.txt"), "w");
     fputs("some text\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s,,%s --out %s", build_dir(), tmp_path("a.txt"),
-             tmp_path("a.txt"), tmp_path("ab.bin"));
+    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s,,%s --out %s", build_dir(), test_path("a.txt"),
+             test_path("a.txt"), test_path("ab.bin"));
     int st = run_capture(cmd, out, sizeof out);
     ASSERT_REFUSED(st, out, "tokenize", "--in: ", ",," , "has an empty item");
-    cr_assert(access(tmp_path("ab.bin"), F_OK) != 0, "a token file was written");
-    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s, --out %s", build_dir(), tmp_path("a.txt"), tmp_path("ab.bin"));
+    cr_assert(access(test_path("ab.bin"), F_OK) != 0, "a token file was written");
+    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s, --out %s", build_dir(), test_path("a.txt"), test_path("ab.bin"));
     st = run_capture(cmd, out, sizeof out);
     ASSERT_REFUSED(st, out, "tokenize", "has an empty item");
-    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s --out %s", build_dir(), tmp_path("a.txt"), tmp_path("ab.bin"));
+    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s --out %s", build_dir(), test_path("a.txt"), test_path("ab.bin"));
     st = run_capture(cmd, out, sizeof out);
     cr_assert_eq(st, 0, "exit %d:\n%s", st, out);
 }

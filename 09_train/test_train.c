@@ -36,13 +36,6 @@ static const char* corpus(void) {
     return path;
 }
 
-static const char* dir(const char* name) {
-    static char p[8][512];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(p[k], sizeof p[k], "%s/%s", test_tmpdir(), name);
-    return p[k];
-}
 
 __attribute__((format(printf, 2, 3))) static int train(int np, const char* fmt, ...) {
     char args[1024], cmd[2048];
@@ -110,7 +103,7 @@ static void assert_same_history(const char* a, const char* b) {
 // and loss history must be bitwise equal.
 static void resume_bitexact(int np, const char* mode, const char* tag) {
     const char* common = "--steps 20 --context 16 --batch 4 --log-every 100 --eval-every 5 --ckpt-every 5";
-    const char* a = dir(tag);
+    const char* a = test_path(tag);
     char b[512];
     snprintf(b, sizeof b, "%s_killed", a);
     int st = train(np, "%s %s --ckpt-dir %s --out %s", common, mode, a, a);
@@ -176,7 +169,7 @@ static long long file_size(const char* d, const char* name) {
 }
 Test(train_resume, checkpoint_and_resume_lines_give_their_times, .timeout = 120) {
     const char* common = "--context 16 --batch 4 --log-every 100 --eval-every 100 --ckpt-every 2";
-    const char* a = dir("times");
+    const char* a = test_path("times");
     int st = train(1, "%s --steps 4 --ckpt-dir %s", common, a);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
     char ck[700];
@@ -211,8 +204,8 @@ Test(train_resume, checkpoint_and_resume_lines_give_their_times, .timeout = 120)
 // and the run resumed from that checkpoint ends where the straight run ends.
 Test(train_resume, sigterm_saves_and_resumes_bitexact, .timeout = 120) {
     const char* common = "--steps 12 --context 16 --batch 4 --log-every 100 --eval-every 4";
-    const char* a = dir("sa");
-    const char* b = dir("sb");
+    const char* a = test_path("sa");
+    const char* b = test_path("sb");
     int st = train(1, "%s --ckpt-dir %s --out %s", common, a, a);
     cr_assert_eq(st, 0, "straight run exited %d:\n%s", st, g_out);
     st = train(1, "%s --ckpt-dir %s --signal-at-step 7", common, b);
@@ -299,8 +292,8 @@ Test(checkpoint, file_checksum_splits_flips_truncation_speed, .timeout = 60) {
 
 Test(checkpoint, damaged_truncated_or_missing_shards_are_refused, .timeout = 120) {
     const char* common = "--zero 1 --steps 20 --context 16 --batch 4 --log-every 100 --eval-every 5 --ckpt-every 5 --keep 3";
-    const char* a = dir("da");
-    const char* b = dir("db");
+    const char* a = test_path("da");
+    const char* b = test_path("db");
     int st = train(2, "%s --ckpt-dir %s", common, a);
     cr_assert_eq(st, 0, "straight run exited %d:\n%s", st, g_out);
     st = train(2, "%s --ckpt-dir %s --die-at-step 16", common, b);
@@ -314,7 +307,7 @@ Test(checkpoint, damaged_truncated_or_missing_shards_are_refused, .timeout = 120
               "manifest: world %d zero %d step %lld files %d padded %llu", mf.world, mf.zero, (long long)mf.step, mf.n_files,
               (unsigned long long)mf.padded);
     // a flipped bit
-    const char* x = dir("flip");
+    const char* x = test_path("flip");
     copy_dir(p, x);
     snprintf(q, sizeof q, "%s/step_000000020/params.bin", x);
     FILE* f = fopen(q, "r+b");
@@ -328,7 +321,7 @@ Test(checkpoint, damaged_truncated_or_missing_shards_are_refused, .timeout = 120
     cr_assert_eq(ckpt_validate(q, &mf, g_err, sizeof g_err), -1, "a flipped bit was not detected");
     cr_assert(strstr(g_err, "params.bin: checksum") && strstr(g_err, "damaged"), "%s", g_err);
     // a missing shard
-    const char* y = dir("missing");
+    const char* y = test_path("missing");
     copy_dir(p, y);
     snprintf(q, sizeof q, "%s/step_000000020/optim_r1.bin", y);
     cr_assert_eq(unlink(q), 0);
@@ -336,7 +329,7 @@ Test(checkpoint, damaged_truncated_or_missing_shards_are_refused, .timeout = 120
     cr_assert_eq(ckpt_validate(q, &mf, g_err, sizeof g_err), -1, "a missing shard was not detected");
     cr_assert(strstr(g_err, "optim_r1.bin: missing"), "%s", g_err);
     // an edited manifest
-    const char* z = dir("manifest");
+    const char* z = test_path("manifest");
     copy_dir(p, z);
     snprintf(q, sizeof q, "%s/step_000000020/manifest.txt", z);
     size_t n;
@@ -352,7 +345,7 @@ Test(checkpoint, damaged_truncated_or_missing_shards_are_refused, .timeout = 120
     cr_assert_eq(ckpt_validate(q, &mf, g_err, sizeof g_err), -1, "an edited manifest was not detected");
     cr_assert(strstr(g_err, "manifest.txt: checksum"), "%s", g_err);
     // a format-2 manifest (byte-wise FNV-1a file checksums, before ckpt_sum): refused by name
-    const char* v2 = dir("format2");
+    const char* v2 = test_path("format2");
     copy_dir(p, v2);
     snprintf(q, sizeof q, "%s/step_000000020/manifest.txt", v2);
     text = slurp(q, &n);
@@ -420,7 +413,7 @@ Test(train_zero, clipped_zero_1_2_3_equal_clipped_ddp_on_2_ranks, .timeout = 120
     const char* mode[4] = {"--dp", "--zero 1", "--zero 2 --bucket-mb 0.05", "--zero 3"};
     char d[4][512];
     for (int k = 0; k < 4; k++) {
-        snprintf(d[k], sizeof d[k], "%s", dir(name[k]));
+        snprintf(d[k], sizeof d[k], "%s", test_path(name[k]));
         int st = train(2, "%s %s --ckpt-dir %s --out %s", common, mode[k], d[k], d[k]);
         cr_assert_eq(st, 0, "%s exited %d:\n%s", mode[k], st, g_out);
     }
@@ -447,7 +440,7 @@ Test(train_zero, clipped_zero_1_2_3_equal_clipped_ddp_on_2_ranks, .timeout = 120
 // batch kept. A global batch that cannot be kept is refused with what to change.
 Test(checkpoint, optimizer_state_reshards_to_other_world_sizes, .timeout = 120) {
     const char* common = "--steps 24 --context 16 --log-every 100 --eval-every 24 --ckpt-every 5";
-    const char* a = dir("ra");
+    const char* a = test_path("ra");
     int st = train(2, "%s --zero 2 --bucket-mb 0.05 --batch 6 --ckpt-dir %s --die-at-step 11", common, a);
     cr_assert_neq(st, 0, "the killed run exited 0:\n%s", g_out);
     char p[700], q[800];
@@ -498,17 +491,17 @@ Test(checkpoint, optimizer_state_reshards_to_other_world_sizes, .timeout = 120) 
     free(m), free(v), free(m3), free(v3);
 
     // Resumes on 1 rank (one whole range), on 4 (ZeRO-1, 4 shards) and on 3 (ZeRO-3's unit pieces).
-    const char* b = dir("rb");
+    const char* b = test_path("rb");
     copy_dir(p, b);
     st = train(1, "%s --batch 12 --ckpt-dir %s --resume", common, b);
     cr_assert_eq(st, 0, "resume on 1 rank exited %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "written by 2 ranks with --zero 2, now 1 rank with --zero 0"), "%s", g_out);
-    const char* c = dir("rc");
+    const char* c = test_path("rc");
     copy_dir(p, c);
     st = train(4, "%s --zero 1 --batch 3 --ckpt-dir %s --resume", common, c);
     cr_assert_eq(st, 0, "resume on 4 ranks exited %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "now 4 ranks with --zero 1") && strstr(g_out, "replicas identical"), "%s", g_out);
-    const char* e = dir("re");
+    const char* e = test_path("re");
     copy_dir(p, e);
     st = train(3, "%s --zero 3 --batch 4 --ckpt-dir %s --resume", common, e);
     cr_assert_eq(st, 0, "resume on 3 ranks with ZeRO-3 exited %d:\n%s", st, g_out);
@@ -520,7 +513,7 @@ Test(checkpoint, optimizer_state_reshards_to_other_world_sizes, .timeout = 120) 
 
 // A checkpoint of another model is refused in one line that names what differs.
 Test(checkpoint, another_model_is_refused_in_one_line, .timeout = 120) {
-    const char* a = dir("om");
+    const char* a = test_path("om");
     int st = train(1, "--steps 4 --context 16 --batch 4 --log-every 100 --eval-every 4 --ckpt-dir %s", a);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
     // one line from the whole job (rank 0 read the checkpoint), exit 2 on every rank, no abort
@@ -538,7 +531,7 @@ Test(checkpoint, another_model_is_refused_in_one_line, .timeout = 120) {
 // on the license texts); measured 2.18 (0.68 x) — 0.8 leaves room for another corpus (the
 // READMEs) and another machine's rounding while still demanding what only context can give.
 Test(train_real_text, loss_falls_well_below_the_unigram_entropy, .timeout = 120) {
-    const char* o = dir("real");
+    const char* o = test_path("real");
     int st = train(1, "--steps 300 --context 32 --batch 8 --log-every 50 --eval-every 100 --out %s", o);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
     const char* fin = strstr(g_out, "final: step 300");
@@ -579,8 +572,8 @@ Test(train_flags, progress_line_only_on_a_real_terminal, .timeout = 60) {
 // missing CSV or too few arguments: one line, exit 2, no PNG. Skips without gnuplot.
 Test(train_flags, plot_loss_draws_csvs_and_refuses_bad_input, .timeout = 60) {
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) cr_skip_test("gnuplot is not installed (scripts/setup.sh installs it)");
-    const char* a = dir("plot_a");
-    const char* b = dir("plot_b");
+    const char* a = test_path("plot_a");
+    const char* b = test_path("plot_b");
     int st = train(1, "--steps 4 --context 16 --batch 4 --log-every 4 --eval-every 2 --out %s", a);
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     st = train(1, "--steps 4 --context 16 --batch 4 --log-every 4 --eval-every 2 --seed 2 --out %s", b);
@@ -642,8 +635,8 @@ Test(train_flags, bad_flags_are_one_line_and_exit_2, .timeout = 60) {
 // DDP-vs-single check, rtol 1e-4, atol 1e-5.
 Test(train_accum, two_micro_batches_equal_one_batch_twice_as_large, .timeout = 120) {
     const char* common = "--steps 5 --context 16 --log-every 100 --eval-every 5";
-    const char* a = dir("acc1");
-    const char* b = dir("acc2");
+    const char* a = test_path("acc1");
+    const char* b = test_path("acc2");
     int st = train(1, "%s --batch 4 --accum 1 --ckpt-dir %s --out %s", common, a, a);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
     st = train(1, "%s --batch 2 --accum 2 --ckpt-dir %s --out %s", common, b, b);
@@ -709,8 +702,8 @@ static float* params_at(const char* d, int step, size_t* n) {
 static void pp_equals(int np, const char* mode, const char* tag, const char* ref_mode, const char* ref_tag, int ref_np, int exact) {
     const char* common = "--steps 5 --context 16 --batch 2 --log-every 100 --eval-every 5";
     char a[512], b[512];
-    snprintf(a, sizeof a, "%s", dir(tag));
-    snprintf(b, sizeof b, "%s", dir(ref_tag));
+    snprintf(a, sizeof a, "%s", test_path(tag));
+    snprintf(b, sizeof b, "%s", test_path(ref_tag));
     int st = train(np, "%s %s --ckpt-dir %s --out %s", common, mode, a, a);
     cr_assert_eq(st, 0, "%s exited %d:\n%s", mode, st, g_out);
     cr_assert(strstr(g_out, "# pipeline: P 2"), "no pipeline line:\n%s", g_out);
@@ -783,8 +776,8 @@ Test(train_pp, pp2_eval_loss_equals_single_process_bitwise, .timeout = 120) {
                               {"--pp 2 --schedule interleaved --layers 4 --micro-batches 4", "evint", "--layers 4 --accum 4", "ev_ref4"}};
     for (int k = 0; k < 3; k++) {
         char a[512], b[512];
-        snprintf(a, sizeof a, "%s", dir(cases[k][1]));
-        snprintf(b, sizeof b, "%s", dir(cases[k][3]));
+        snprintf(a, sizeof a, "%s", test_path(cases[k][1]));
+        snprintf(b, sizeof b, "%s", test_path(cases[k][3]));
         int st = train(2, "%s %s --out %s", common, cases[k][0], a);
         cr_assert_eq(st, 0, "%s exited %d:\n%s", cases[k][0], st, g_out);
         st = train(1, "%s %s --out %s", common, cases[k][2], b);
@@ -796,8 +789,8 @@ Test(train_pp, pp2_eval_loss_equals_single_process_bitwise, .timeout = 120) {
         }
     }
     char a[512], b[512];
-    snprintf(a, sizeof a, "%s", dir("ev_every1"));
-    snprintf(b, sizeof b, "%s", dir("ev_end"));
+    snprintf(a, sizeof a, "%s", test_path("ev_every1"));
+    snprintf(b, sizeof b, "%s", test_path("ev_end"));
     const char* pp = "--steps 4 --context 16 --batch 2 --log-every 100 --pp 2 --micro-batches 4";
     int st = train(2, "%s --eval-every 1 --ckpt-dir %s", pp, a);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
@@ -817,8 +810,8 @@ Test(train_pp, pp2_eval_loss_equals_single_process_bitwise, .timeout = 120) {
 Test(train_pp, pp2_checkpoint_resumes_on_1_process, .timeout = 120) {
     const char* common = "--steps 10 --context 16 --batch 2 --log-every 100 --eval-every 5 --ckpt-every 5";
     char a[512], b[512];
-    snprintf(a, sizeof a, "%s", dir("ppre_a"));
-    snprintf(b, sizeof b, "%s", dir("ppre_b"));
+    snprintf(a, sizeof a, "%s", test_path("ppre_a"));
+    snprintf(b, sizeof b, "%s", test_path("ppre_b"));
     int st = train(2, "%s --pp 2 --micro-batches 4 --ckpt-dir %s", common, a);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
     st = train(2, "%s --pp 2 --micro-batches 4 --ckpt-dir %s --die-at-step 7", common, b);
@@ -862,7 +855,7 @@ Test(train_pp, bad_pp_flags_are_one_line_and_exit_2, .timeout = 60) {
     } while (0)
 
 static void gpu_loss_falls(const char* prec) {
-    const char* o = dir(prec);
+    const char* o = test_path(prec);
     int st = train(1, "--backend nccl --precision %s --steps 300 --context 32 --batch 8 --log-every 50 --eval-every 100 --out %s",
                    prec, o);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
@@ -890,7 +883,7 @@ Test(train_gpu, killed_2_gpus_zero3_resumes_bitexact, .timeout = 300) { NEED_GPU
 // run resumes bit-exact (device against device).
 Test(train_gpu, pp2_2_gpus_loss_falls, .timeout = 300) {
     NEED_GPUS(2);
-    const char* o = dir("gpp");
+    const char* o = test_path("gpp");
     int st = train(2, "--backend nccl --pp 2 --micro-batches 4 --steps 300 --context 32 --batch 8 --log-every 50 --eval-every 100 --out %s", o);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
     const char* fin = strstr(g_out, "final: step 300");
@@ -922,8 +915,8 @@ Test(train_gpu, pp2_2_gpus_eval_loss_equals_1_gpu, .timeout = 300) {
     NEED_GPUS(2);
     const char* common = "--backend nccl --steps 4 --context 16 --batch 2 --log-every 100 --eval-every 2 --eval-batches 4";
     char a[512], b[512];
-    snprintf(a, sizeof a, "%s", dir("gev_pp"));
-    snprintf(b, sizeof b, "%s", dir("gev_1"));
+    snprintf(a, sizeof a, "%s", test_path("gev_pp"));
+    snprintf(b, sizeof b, "%s", test_path("gev_1"));
     int st = train(2, "%s --pp 2 --micro-batches 4 --out %s", common, a);
     cr_assert_eq(st, 0, "exited %d:\n%s", st, g_out);
     st = train(1, "%s --accum 4 --out %s", common, b);

@@ -165,6 +165,14 @@ const char* test_tmpdir(void) {
     return g_tmpdir;
 }
 
+const char* test_path(const char* name) {
+    static char p[8][512];
+    static int k = 0;
+    k = (k + 1) % 8;
+    snprintf(p[k], sizeof p[k], "%s/%s", test_tmpdir(), name);
+    return p[k];
+}
+
 const char* fixture_path(const char* name, char* buf, size_t len) {
     snprintf(buf, len, "tests/fixtures/%s", name);
     return buf;

@@ -45,6 +45,8 @@ const char* build_dir(void);
 // A fresh directory under /tmp for this test process (created on first call, removed when the
 // process exits; CS336C_KEEP_TMP=1 keeps it).
 const char* test_tmpdir(void);
+// test_tmpdir()/name, in one of 8 rotating buffers (so a few can be held at once).
+const char* test_path(const char* name);
 // Loads the committed fixture tests/fixtures/<rel> (a float32 .npy of exactly want_numel
 // elements; asserts otherwise) into malloc'd memory the caller frees.
 float* fixture_load_f32(const char* rel, size_t want_numel);
