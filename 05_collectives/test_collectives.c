@@ -167,6 +167,15 @@ static long op_number(const char* op) {
     return p ? strtol(p + strlen(key), NULL, 10) : -1;
 }
 
+// The deadline line says the silent rank's last operation was the all-reduce just before the
+// one it never entered: "passed in all-reduce #k ... (last: host all-reduce #k-1, done".
+static void assert_last_was_the_one_before(int silent) {
+    const long k = op_number("all-reduce");
+    char last[96];
+    snprintf(last, sizeof last, "(last: host all-reduce #%ld, done", k - 1);
+    cr_assert(k > 1 && strstr(g_out, last), "rank %d's last operation is not the one before #%ld:\n%s", silent, k, g_out);
+}
+
 Test(collectives_mpi, a_silent_rank_ends_the_job_at_the_deadline) {
     // before the ring's first send/receive: rank 0 waits for rank 1's message
     const char* const want[] = {"comm: deadline 3 s passed in receive #1 from rank 1", "on rank 0:",
@@ -179,10 +188,7 @@ Test(collectives_mpi, a_rank_silent_before_a_blocking_collective_is_named) {
     // 0 waits in all-reduce #k, and rank 2's last operation was the one before it, #k-1
     const char* const want[] = {"(3.9 KiB) on rank 0: rank 2 never entered it (last: host all-reduce #", NULL};
     check_stall(3, "--hang-rank 2 --hang-at 5", "t05hang5", 3, want);
-    const long k = op_number("all-reduce");
-    char last[96];
-    snprintf(last, sizeof last, "(last: host all-reduce #%ld, done", k - 1);
-    cr_assert(k > 1 && strstr(g_out, last), "rank 2's last operation is not the one before #%ld:\n%s", k, g_out);
+    assert_last_was_the_one_before(2);
 }
 
 Test(collectives_mpi, a_silent_rank_0_is_named_by_rank_1) {
@@ -214,17 +220,6 @@ Test(collectives_mpi, bad_flags_one_line_exit_2) {
     cr_assert(strstr(g_out, "unknown backend 'tcp'"), "%s", g_out);
 }
 
-// A plain file, so that "<file>/x" is a path that cannot be created on any machine.
-static const char* plain_file(void) {
-    static char path[600] = "";
-    if (!path[0]) {
-        snprintf(path, sizeof path, "%s/plain", test_tmpdir());
-        FILE* f = fopen(path, "w");
-        cr_assert_not_null(f, "%s", path);
-        fclose(f);
-    }
-    return path;
-}
 
 // Bad input under MPI, one way out: ONE line from the whole job (rank 0's), exit 2 on every rank,
 // no banner, no abort; the line names the flag, the value and what is allowed.
@@ -249,9 +244,9 @@ Test(collectives_mpi, bad_input_is_one_line_from_the_whole_job, .timeout = 240) 
     st = mpi_run(2, "collectives_check", "--counts 1 --comm-timeout -1", NULL);
     ASSERT_REFUSED(st, g_out, "collectives_check", "--comm-timeout: -1 is negative");
     // an output place that cannot exist: said before any work, with the system's reason
-    snprintf(args, sizeof args, "--backends mpi --maxbytes 1K --iters 1 --warmup 0 --out %s/x", plain_file());
+    snprintf(args, sizeof args, "--backends mpi --maxbytes 1K --iters 1 --warmup 0 --out %s/x", test_plain_file("plain05"));
     st = mpi_run(2, "allreduce_bench", args, NULL);
-    ASSERT_REFUSED(st, g_out, "allreduce_bench", "--out", plain_file(), "not a directory");
+    ASSERT_REFUSED(st, g_out, "allreduce_bench", "--out", test_plain_file("plain05"), "not a directory");
     // an empty item of a list is refused, not skipped
     st = mpi_run(2, "allreduce_bench", "--backends mpi,,ring-mpi --maxbytes 1K", NULL);
     ASSERT_REFUSED(st, g_out, "allreduce_bench", "--backends: 'mpi,,ring-mpi' has an empty item");
@@ -333,10 +328,7 @@ Test(collectives_nccl, a_rank_silent_before_the_first_collective_is_named) {
     need_gpus(2);
     const char* const want[] = {"comm: deadline 5 s passed in all-reduce #", "on rank 0: rank 1 never entered it", NULL};
     check_stall(2, "--backend nccl --hang-rank 1 --hang-at 1", "t05nccl1", 5, want);
-    const long k = op_number("all-reduce");
-    char last[96];
-    snprintf(last, sizeof last, "(last: host all-reduce #%ld, done", k - 1);
-    cr_assert(k > 1 && strstr(g_out, last), "rank 1's last operation is not the one before #%ld:\n%s", k, g_out);
+    assert_last_was_the_one_before(1);
 }
 
 Test(collectives_nccl, a_stopped_rank_is_named_once) {

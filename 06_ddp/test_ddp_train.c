@@ -57,11 +57,8 @@ Test(ddp_train_mpi, timing_table_and_bad_flags) {
 // the flag and the value; an output place that cannot exist is said before any work, with the
 // system's reason.
 Test(ddp_train_mpi, bad_input_is_one_line_from_the_whole_job, .timeout = 240) {
-    char plain[600], args[1024];
-    snprintf(plain, sizeof plain, "%s/plain06", test_tmpdir());
-    FILE* f = fopen(plain, "w");
-    cr_assert_not_null(f, "%s", plain);
-    fclose(f);
+    char args[1024];
+    const char* plain = test_plain_file("plain06");
     snprintf(args, sizeof args, "--model tiny --context 16 --steps 1 --warmup 0 --csv %s/x.csv", plain);
     int st = run_train(2, args);
     ASSERT_REFUSED(st, g_out, "ddp_train", "--csv: cannot write", plain, "Not a directory");

@@ -240,11 +240,8 @@ Test(zero_train_mpi, tables_and_bad_flags) {
 // Bad input under MPI: one line from the whole job, exit 2, naming the flag and the value; the
 // --csv place is checked before any work, with the system's reason.
 Test(zero_train_mpi, bad_input_is_one_line_from_the_whole_job, .timeout = 120) {
-    char plain[600], args[1024];
-    snprintf(plain, sizeof plain, "%s/plain07", test_tmpdir());
-    FILE* f = fopen(plain, "w");
-    cr_assert_not_null(f, "%s", plain);
-    fclose(f);
+    char args[1024];
+    const char* plain = test_plain_file("plain07");
     snprintf(args, sizeof args, "--context 16 --zero 1 --steps 1 --warmup 0 --csv %s/x.csv", plain);
     int st = run_prog("zero_train", 2, args);
     ASSERT_REFUSED(st, g_out, "zero_train", "--csv: cannot write", plain, "Not a directory");

@@ -335,11 +335,8 @@ Test(pp_train_mpi, bad_flags_one_line_exit_2) {
         cr_assert(strstr(g_out, "pp_train: error: "), "%s", g_out);
     }
     // --timeline inside a plain file: one line from the whole job, the path and the reason
-    char plain[600], args[1024];
-    snprintf(plain, sizeof plain, "%s/plain08pp", test_tmpdir());
-    FILE* f = fopen(plain, "w");
-    cr_assert_not_null(f, "%s", plain);
-    fclose(f);
+    char args[1024];
+    const char* plain = test_plain_file("plain08pp");
     snprintf(args, sizeof args, "--timeline %s/x", plain);
     const int st = run_pp(2, args);
     ASSERT_REFUSED(st, g_out, "pp_train", "--timeline", plain, "Not a directory");

@@ -173,6 +173,14 @@ const char* test_path(const char* name) {
     return p[k];
 }
 
+const char* test_plain_file(const char* name) {
+    const char* path = test_path(name);
+    FILE* f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fclose(f);
+    return path;
+}
+
 const char* fixture_path(const char* name, char* buf, size_t len) {
     snprintf(buf, len, "tests/fixtures/%s", name);
     return buf;

@@ -47,6 +47,9 @@ const char* build_dir(void);
 const char* test_tmpdir(void);
 // test_tmpdir()/name, in one of 8 rotating buffers (so a few can be held at once).
 const char* test_path(const char* name);
+// An empty regular file at test_path(name), created (or emptied); "<it>/x" is then a path that
+// cannot be created on any machine (Not a directory).
+const char* test_plain_file(const char* name);
 // Loads the committed fixture tests/fixtures/<rel> (a float32 .npy of exactly want_numel
 // elements; asserts otherwise) into malloc'd memory the caller frees.
 float* fixture_load_f32(const char* rel, size_t want_numel);
