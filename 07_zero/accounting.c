@@ -159,3 +159,103 @@ int64_t acct_smallest_above(double threshold) {
     return (int64_t)floor(threshold) + 1;
     // STUDENT-END(07.acct_smallest_above)
 }
+
+// ---- The 2026 handout's §8 cost calculations (ACCOUNTING.md, last section).
+
+int acct_ffn_check(const acct_ffn_t* f, char* err, size_t errlen) {
+    const struct {
+        double v;
+        const char* flag;
+    } in[] = {{f->d_model, "--d-model"}, {f->d_ff, "--d-ff"}, {f->tokens, "--tokens"},
+              {f->flops_per_s, "--flops"}, {f->egress_bytes_per_s, "--egress"}};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (!(in[i].v > 0) || isinf(in[i].v))
+            return set_err(err, errlen, "%s must be a positive finite number (got %g)", in[i].flag, in[i].v);
+    return 0;
+}
+
+// A ring pass: N-1 steps, each device sends one S/N chunk per step.
+static double ring_pass_s(double bytes, int64_t n, double w) {
+    return (double)(n - 1) / (double)n * bytes / w;
+}
+
+double acct_ring_all_gather_s(double bytes, int64_t n, double w) { return ring_pass_s(bytes, n, w); }
+double acct_ring_reduce_scatter_s(double bytes, int64_t n, double w) { return ring_pass_s(bytes, n, w); }
+double acct_ring_all_reduce_s(double bytes, int64_t n, double w) { return 2.0 * ring_pass_s(bytes, n, w); }
+
+double acct_alt_ring_all_reduce_s(double bytes, int64_t n, double w) {
+    // Step t sends x((i-t+1) mod N), a whole S-byte tensor, and every device sends at once.
+    return (double)(n - 1) * bytes / w;
+}
+
+// 2·rows·D·F per matmul; the FFN has three of them forward and six backward (dz, dx's two, three dW).
+static double matmuls(double count, double rows, const acct_ffn_t* f) {
+    return count * 2.0 * rows * f->d_model * f->d_ff;
+}
+
+acct_par_t acct_dp(const acct_ffn_t* f, int64_t n) {
+    acct_par_t r;
+    const double rows = f->tokens / (double)n, grads = 3.0 * f->d_model * f->d_ff * ACCT_FP16_BYTES;
+    r.fwd_flops = matmuls(3, rows, f);
+    r.bwd_flops = matmuls(6, rows, f);
+    r.fwd_compute_s = r.fwd_flops / f->flops_per_s;
+    r.bwd_compute_s = r.bwd_flops / f->flops_per_s;
+    r.fwd_comm_s = 0.0;
+    r.bwd_comm_s = acct_ring_all_reduce_s(grads, n, f->egress_bytes_per_s);
+    // 12DF(N-1)/(NW) <= 12BDF/(NC)  <=>  N <= 1 + BW/C.
+    r.max_n_fwd = INFINITY;
+    r.max_n_bwd = 1.0 + f->tokens * f->egress_bytes_per_s / f->flops_per_s;
+    return r;
+}
+
+acct_par_t acct_fsdp(const acct_ffn_t* f, int64_t n) {
+    acct_par_t r = acct_dp(f, n);  // same batch-sharded math
+    const double weights = 3.0 * f->d_model * f->d_ff * ACCT_FP16_BYTES, w = f->egress_bytes_per_s;
+    r.fwd_comm_s = acct_ring_all_gather_s(weights, n, w);
+    r.bwd_comm_s = acct_ring_all_gather_s(weights, n, w) + acct_ring_reduce_scatter_s(weights, n, w);
+    // 6DF(N-1)/(NW) <= 6BDF/(NC) and 12DF(N-1)/(NW) <= 12BDF/(NC): both N <= 1 + BW/C.
+    r.max_n_fwd = 1.0 + f->tokens * w / f->flops_per_s;
+    r.max_n_bwd = r.max_n_fwd;
+    return r;
+}
+
+acct_par_t acct_tp(const acct_ffn_t* f, int64_t n) {
+    acct_par_t r;
+    const double w = f->egress_bytes_per_s, act = f->tokens * f->d_model * ACCT_FP16_BYTES;  // y or dx
+    // Every matmul keeps all B rows and loses a factor N on its F side.
+    r.fwd_flops = matmuls(3, f->tokens, f) / (double)n;
+    r.bwd_flops = matmuls(6, f->tokens, f) / (double)n;
+    r.fwd_compute_s = r.fwd_flops / f->flops_per_s;
+    r.bwd_compute_s = r.bwd_flops / f->flops_per_s;
+    r.fwd_comm_s = acct_ring_all_reduce_s(act, n, w);  // y
+    r.bwd_comm_s = acct_ring_all_reduce_s(act, n, w);  // dx; dy is already whole on every device
+    // 4BD(N-1)/(NW) <= 6BDF/(NC): N <= 1 + 3FW/(2C); against 12BDF/(NC): N <= 1 + 3FW/C.
+    r.max_n_fwd = 1.0 + 1.5 * f->d_ff * w / f->flops_per_s;
+    r.max_n_bwd = 1.0 + 3.0 * f->d_ff * w / f->flops_per_s;
+    return r;
+}
+
+acct_2d_t acct_fsdp_tp(const acct_ffn_t* f, int64_t n_fsdp, int64_t n_tp) {
+    acct_2d_t r;
+    const double B = f->tokens, D = f->d_model, F = f->d_ff, C = f->flops_per_s, W = f->egress_bytes_per_s;
+    const double n = (double)n_fsdp * (double)n_tp;
+    r.fwd_flops = matmuls(3, B, f) / n;
+    r.fwd_compute_s = r.fwd_flops / C;
+    // Gathered along FSDP: the three TP shards W^(i), D·F/N_TP elements each.
+    r.fsdp_comm_s = acct_ring_all_gather_s(3.0 * D * F / (double)n_tp * ACCT_FP16_BYTES, n_fsdp, W);
+    // Reduced along TP: this FSDP row's y, [B/N_FSDP, D].
+    r.tp_comm_s = acct_ring_all_reduce_s(B / (double)n_fsdp * D * ACCT_FP16_BYTES, n_tp, W);
+    r.overlap_comm_s = fmax(r.fsdp_comm_s, r.tp_comm_s);
+    r.serial_comm_s = r.fsdp_comm_s + r.tp_comm_s;
+    // Times N/(2D): FSDP 3F(X-1)/W, TP 2B(Y-1)/W, math 3BF/C.
+    const double bw_c = B * W / C, fw_c = F * W / C;
+    r.max_n_overlap = (1.0 + bw_c) * (1.0 + 1.5 * fw_c);
+    r.max_n_overlap_large = 1.5 * bw_c * fw_c;
+    // Maximize X·Y on 3F(X-1) + 2B(Y-1) = K = 3BFW/C: at the optimum 3F·X = 2B·Y = (K + 3F + 2B)/2.
+    const double half = 0.5 * (3.0 * B * fw_c + 3.0 * F + 2.0 * B);
+    r.serial_best_fsdp = half / (3.0 * F);
+    r.serial_best_tp = half / (2.0 * B);
+    r.max_n_serial = r.serial_best_fsdp * r.serial_best_tp;
+    r.max_n_serial_large = 0.375 * bw_c * fw_c;
+    return r;
+}

@@ -101,6 +101,60 @@ double acct_x_opt(double tokens_total, int64_t d_ff, int mesh_axes_x, int mesh_a
 // -1 for an infinite threshold (no batch is enough).
 int64_t acct_smallest_above(double threshold);
 
+// ---- The 2026 handout's §8 cost calculations: one FFN layer x1 = x·W1, x2 = x·W2, z = f(x1)*x2,
+// y = z·W3 (W1, W2 [D, F], W3 [F, D]), B rows of input, every weight and activation fp16 (2 bytes),
+// N devices each with egress bandwidth W bytes/s and C FLOP/s; only matmuls count as FLOPs.
+// Ring collectives on a tensor of S bytes (each device sends N-1 chunks of S/N per pass).
+#define ACCT_FP16_BYTES 2.0
+
+typedef struct {
+    double d_model;      // D
+    double d_ff;         // F
+    double tokens;       // B, rows of the (global) batch
+    double flops_per_s;  // C
+    double egress_bytes_per_s;  // W, what one device can send per second
+} acct_ffn_t;
+
+// 0 if every field is positive and finite, else -1 naming the flag in err.
+int acct_ffn_check(const acct_ffn_t* f, char* err, size_t errlen);
+
+double acct_ring_all_gather_s(double bytes, int64_t n, double w);      // (N-1)/N · S/W
+double acct_ring_reduce_scatter_s(double bytes, int64_t n, double w);  // (N-1)/N · S/W
+double acct_ring_all_reduce_s(double bytes, int64_t n, double w);      // 2(N-1)/N · S/W
+// alternate_ring_all_reduce: every step each device forwards one whole S-byte tensor to its
+// right neighbour, N-1 steps: (N-1) · S/W, N/2 times the reduce-scatter + all-gather ring.
+double acct_alt_ring_all_reduce_s(double bytes, int64_t n, double w);
+
+// One strategy of degree n (data_parallel_calcs, fsdp_calcs, tp_calcs): per-device numbers.
+typedef struct {
+    double fwd_flops, bwd_flops;        // matmul FLOPs of one device
+    double fwd_compute_s, bwd_compute_s;  // those over C
+    double fwd_comm_s, bwd_comm_s;      // ring collectives of one device over W
+    double max_n_fwd, max_n_bwd;        // largest degree with comm <= compute (INFINITY: never bound)
+} acct_par_t;
+
+acct_par_t acct_dp(const acct_ffn_t* f, int64_t n_dp);      // all-reduce of the 3 weight gradients
+acct_par_t acct_fsdp(const acct_ffn_t* f, int64_t n_fsdp);  // all-gathers + reduce-scatters of weights
+acct_par_t acct_tp(const acct_ffn_t* f, int64_t n_tp);      // all-reduce of y (fwd) and dx (bwd)
+
+// fsdp_tp_calcs: forward pass on an n_fsdp × n_tp grid.
+typedef struct {
+    double fwd_flops, fwd_compute_s;
+    double fsdp_comm_s;    // all-gather of the three [D/N_FSDP, F/N_TP] shards along FSDP
+    double tp_comm_s;      // all-reduce of y, [B/N_FSDP, D], along TP
+    double overlap_comm_s; // max of the two: the axes overlap (part b)
+    double serial_comm_s;  // their sum: the axes share the network (part d)
+    // (c) overlapped: N_FSDP <= 1 + BW/C and N_TP <= 1 + 3FW/(2C) separately, so
+    //     N <= (1 + BW/C)(1 + 3FW/(2C)); large-N form 3·B·F·W²/(2C²).
+    double max_n_overlap, max_n_overlap_large;
+    // (d) serial: 3F(N_FSDP-1) + 2B(N_TP-1) <= 3BFW/C; the best split gives
+    //     N <= (3BFW/C + 3F + 2B)² / (24·B·F); large-N form 3·B·F·W²/(8C²).
+    double max_n_serial, max_n_serial_large;
+    double serial_best_fsdp, serial_best_tp;  // the split that reaches max_n_serial
+} acct_2d_t;
+
+acct_2d_t acct_fsdp_tp(const acct_ffn_t* f, int64_t n_fsdp, int64_t n_tp);
+
 #ifdef __cplusplus
 }
 #endif

@@ -184,6 +184,148 @@ Test(accounting, checks_name_the_bad_value) {
     cr_assert_eq(acct_mesh_check(&V5P, err, sizeof err), 0);
 }
 
+// ---- the 2026 handout's §8 calculations on a toy layer: D = 4, F = 8, B = 16 rows, C = 100 FLOP/s,
+// W = 10 bytes/s. Each weight is 32 elements = 64 bytes in fp16; the three weights are 192 bytes.
+// Every expected value below counts the matmuls and the bytes each device sends, one by one.
+
+static const acct_ffn_t TOY = {4, 8, 16, 100, 10};
+
+Test(accounting_2026, ring_primitives_and_the_alternate_ring) {
+    // S = 12 bytes on N = 4: the ring sends 3 chunks of 3 bytes per pass -> 9 bytes, 0.9 s at 10 B/s;
+    // the all-reduce is two passes, 18 bytes -> 1.8 s.
+    assert_rel(acct_ring_all_gather_s(12, 4, 10), 0.9, "all-gather");
+    assert_rel(acct_ring_reduce_scatter_s(12, 4, 10), 0.9, "reduce-scatter");
+    assert_rel(acct_ring_all_reduce_s(12, 4, 10), 1.8, "all-reduce");
+    // The alternate ring forwards a whole 12-byte tensor on each of its 3 steps: 36 bytes -> 3.6 s,
+    // twice the ring's 1.8 s (N/2 = 2).
+    assert_rel(acct_alt_ring_all_reduce_s(12, 4, 10), 3.6, "alternate all-reduce");
+    // On 2 devices both send 12 bytes (one pass of two 6-byte chunks vs one whole tensor): equal.
+    assert_rel(acct_alt_ring_all_reduce_s(12, 2, 10), acct_ring_all_reduce_s(12, 2, 10), "N = 2");
+    // On 8: 7 · 12 = 84 bytes vs 2 · 7 · 1.5 = 21 bytes: four times slower (N/2).
+    assert_rel(acct_alt_ring_all_reduce_s(12, 8, 10), 8.4, "alternate, N = 8");
+    assert_rel(acct_ring_all_reduce_s(12, 8, 10), 2.1, "ring, N = 8");
+}
+
+Test(accounting_2026, data_parallel) {
+    const acct_par_t r = acct_dp(&TOY, 4);
+    // 4 rows per device. Backward: dz = dy[4,4]·W3ᵀ[4,8] = 2·4·4·8 = 256; dx = dx1·W1ᵀ + dx2·W2ᵀ, two
+    // more of 256; dW3 = zᵀ[8,4]·dy[4,4] = 256; dW2, dW1 = xᵀ[4,4]·dx[4,8], 256 each: 6 · 256 = 1536.
+    cr_assert_eq(r.bwd_flops, 1536.0);
+    cr_assert_eq(r.fwd_flops, 768.0);  // x1, x2, y: 3 · 256
+    assert_rel(r.bwd_compute_s, 15.36, "backward compute");
+    // All-reduce of 192 gradient bytes: 2 passes · 3 steps · 48-byte chunks = 288 bytes -> 28.8 s.
+    assert_rel(r.bwd_comm_s, 28.8, "backward comm");
+    cr_assert_eq(r.fwd_comm_s, 0.0);
+    // N <= 1 + B·W/C = 1 + 160/100 = 2.6. Check it against the times themselves: N = 2 sends
+    // 2·1·96 = 192 bytes (19.2 s) against 8 rows · 6 · 64 = 3072 FLOPs (30.72 s): compute-bound;
+    // N = 3 sends 2·2·64 = 256 bytes (25.6 s) against 2048 FLOPs (20.48 s): communication-bound.
+    assert_rel(r.max_n_bwd, 2.6, "max N_DP");
+    cr_assert(isinf(r.max_n_fwd));
+    const acct_par_t two = acct_dp(&TOY, 2), three = acct_dp(&TOY, 3);
+    assert_rel(two.bwd_comm_s, 19.2, "N = 2 comm");
+    assert_rel(three.bwd_comm_s, 25.6, "N = 3 comm");
+    cr_assert(two.bwd_comm_s <= two.bwd_compute_s && three.bwd_comm_s > three.bwd_compute_s);
+    // Direction: twice the batch -> 1 + 320/100 = 4.2 devices; twice C -> 1 + 0.8 = 1.8.
+    acct_ffn_t more = TOY;
+    more.tokens = 32;
+    assert_rel(acct_dp(&more, 4).max_n_bwd, 4.2, "max N_DP, B = 32");
+    more = TOY;
+    more.flops_per_s = 200;
+    assert_rel(acct_dp(&more, 4).max_n_bwd, 1.8, "max N_DP, C = 200");
+}
+
+Test(accounting_2026, fully_sharded) {
+    const acct_par_t r = acct_fsdp(&TOY, 4);
+    cr_assert_eq(r.fwd_flops, 768.0);  // the batch-sharded math of DP: 3 and 6 matmuls of 256
+    cr_assert_eq(r.bwd_flops, 1536.0);
+    // Forward: all-gather the 192 weight bytes, 3 steps of a 48-byte shard = 144 bytes -> 14.4 s.
+    assert_rel(r.fwd_comm_s, 14.4, "forward comm");
+    // Backward: the same all-gather plus a reduce-scatter of 192 gradient bytes: 288 bytes -> 28.8 s.
+    assert_rel(r.bwd_comm_s, 28.8, "backward comm");
+    // On N devices the forward sends (N-1)/N · 192 bytes (19.2·(N-1)/N s) against 3072/N FLOPs
+    // (30.72/N s): N - 1 <= 1.6, N <= 2.6 = 1 + BW/C; the backward doubles both sides.
+    assert_rel(r.max_n_fwd, 2.6, "max N_FSDP forward");
+    assert_rel(r.max_n_bwd, 2.6, "max N_FSDP backward");
+    // Direction: the same layer with W = 20 sends as fast twice over: 7.2 s forward, 1 + 3.2 = 4.2.
+    acct_ffn_t fast = TOY;
+    fast.egress_bytes_per_s = 20;
+    const acct_par_t f = acct_fsdp(&fast, 4);
+    assert_rel(f.fwd_comm_s, 7.2, "forward comm, W = 20");
+    assert_rel(f.max_n_fwd, 4.2, "max N_FSDP, W = 20");
+}
+
+Test(accounting_2026, tensor_parallel) {
+    const acct_par_t r = acct_tp(&TOY, 4);
+    // All 16 rows, F/N = 2: x[16,4]·W1⁽ⁱ⁾[4,2] = 2·16·4·2 = 256, W2 the same, z⁽ⁱ⁾[16,2]·W3⁽ⁱ⁾[2,4] = 256.
+    cr_assert_eq(r.fwd_flops, 768.0);
+    cr_assert_eq(r.bwd_flops, 1536.0);  // dz⁽ⁱ⁾, two halves of dx, three dW⁽ⁱ⁾: 6 · 256
+    // Forward all-reduces y[16,4] = 128 bytes: 2 passes · 3 steps · 32 bytes = 192 bytes -> 19.2 s;
+    // backward all-reduces dx, the same shape.
+    assert_rel(r.fwd_comm_s, 19.2, "forward comm");
+    assert_rel(r.bwd_comm_s, 19.2, "backward comm");
+    // Forward: 2·2·BD(N-1)/(NW) <= 6BDF/(NC) -> N <= 1 + 1.5·F·W/C = 1 + 1.5·0.8 = 2.2;
+    // backward against twice the math: 1 + 3·0.8 = 3.4.
+    assert_rel(r.max_n_fwd, 2.2, "max N_TP forward");
+    assert_rel(r.max_n_bwd, 3.4, "max N_TP backward");
+    // N = 3 (between the two bounds): 2 passes · 2 steps · 128/3 bytes = 170.67 bytes -> 17.07 s, against
+    // 3072/3 = 1024 FLOPs forward (10.24 s, bound) and 2048 backward (20.48 s, not bound).
+    const acct_par_t three = acct_tp(&TOY, 3);
+    assert_rel(three.fwd_comm_s, 512.0 / 30.0, "N = 3 comm");
+    cr_assert(three.fwd_comm_s > three.fwd_compute_s && three.bwd_comm_s <= three.bwd_compute_s);
+    // Direction: F = 16 doubles the per-byte math: forward 1 + 1.5·1.6 = 3.4; batch does not matter.
+    acct_ffn_t wide = TOY;
+    wide.d_ff = 16;
+    assert_rel(acct_tp(&wide, 4).max_n_fwd, 3.4, "max N_TP forward, F = 16");
+    acct_ffn_t big = TOY;
+    big.tokens = 1024;
+    assert_rel(acct_tp(&big, 4).max_n_fwd, 2.2, "max N_TP forward, B = 1024");
+}
+
+Test(accounting_2026, fsdp_times_tp) {
+    const acct_2d_t r = acct_fsdp_tp(&TOY, 2, 2);
+    // Device (i, j): x⁽ʲ⁾[8,4]·W1⁽ⁱ⁾[4,4] = 2·8·4·4 = 256, W2 the same, z[8,4]·W3⁽ⁱ⁾[4,4] = 256.
+    cr_assert_eq(r.fwd_flops, 768.0);
+    assert_rel(r.fwd_compute_s, 7.68, "compute");
+    // FSDP axis: the three W⁽ⁱ⁾ are 16 elements = 32 bytes each, 96 bytes; one step of a 48-byte
+    // shard -> 4.8 s. TP axis: y⁽ʲ⁾[8,4] = 64 bytes, 2 passes · 1 step · 32 bytes = 64 bytes -> 6.4 s.
+    assert_rel(r.fsdp_comm_s, 4.8, "FSDP comm");
+    assert_rel(r.tp_comm_s, 6.4, "TP comm");
+    assert_rel(r.overlap_comm_s, 6.4, "max");
+    assert_rel(r.serial_comm_s, 11.2, "sum");
+    // (c) N <= (1 + 160/100)(1 + 1.5·0.8) = 2.6 · 2.2 = 5.72; large-N 1.5 · 1.6 · 0.8 = 1.92.
+    assert_rel(r.max_n_overlap, 5.72, "overlapped max N");
+    assert_rel(r.max_n_overlap_large, 1.92, "overlapped, large N");
+    // (d) K = 3BFW/C = 3·16·8·10/100 = 38.4; (K + 3F + 2B)/2 = (38.4 + 24 + 32)/2 = 47.2;
+    // X = 47.2/24 = 1.9667, Y = 47.2/32 = 1.475, N = 47.2²/768 = 2227.84/768 = 2.90083.
+    assert_rel(r.serial_best_fsdp, 47.2 / 24, "best N_FSDP");
+    assert_rel(r.serial_best_tp, 1.475, "best N_TP");
+    assert_rel(r.max_n_serial, 2227.84 / 768, "serial max N");
+    assert_rel(r.max_n_serial_large, 0.48, "serial, large N");  // a quarter of 1.92
+    // The 2 × 2 grid (N = 4) agrees: overlapped 6.4 s <= 7.68 s (4 <= 5.72), serial 11.2 s > 7.68 s
+    // (4 > 2.90). At the serial optimum the sum of the two equals the math.
+    cr_assert(r.overlap_comm_s <= r.fwd_compute_s && r.serial_comm_s > r.fwd_compute_s);
+    // Direction: a larger batch raises both bounds. B = 32: (1 + 3.2)(1 + 1.2) = 9.24 overlapped;
+    // K = 76.8, (76.8 + 24 + 64)/2 = 82.4, N = 82.4² / (6 · 8 · 32) = 6789.76 / 1536 = 4.42 serial.
+    acct_ffn_t more = TOY;
+    more.tokens = 32;
+    const acct_2d_t m = acct_fsdp_tp(&more, 2, 2);
+    assert_rel(m.max_n_overlap, 4.2 * 2.2, "overlapped max N, B = 32");
+    assert_rel(m.max_n_serial, 6789.76 / 1536.0, "serial max N, B = 32");
+}
+
+Test(accounting_2026, bad_layer_names_the_flag) {
+    char err[256];
+    acct_ffn_t bad = TOY;
+    bad.egress_bytes_per_s = 0;
+    cr_assert_eq(acct_ffn_check(&bad, err, sizeof err), -1);
+    cr_assert(strstr(err, "--egress"), "%s", err);
+    bad = TOY;
+    bad.tokens = INFINITY;
+    cr_assert_eq(acct_ffn_check(&bad, err, sizeof err), -1);
+    cr_assert(strstr(err, "--tokens"), "%s", err);
+    cr_assert_eq(acct_ffn_check(&TOY, err, sizeof err), 0);
+}
+
 // ---- the program
 
 static int run_prog(const char* args, char* out, size_t outlen) {
