@@ -255,6 +255,15 @@ acct_2d_t acct_fsdp_tp(const acct_ffn_t* f, int64_t n_fsdp, int64_t n_tp) {
     const double half = 0.5 * (3.0 * B * fw_c + 3.0 * F + 2.0 * B);
     r.serial_best_fsdp = half / (3.0 * F);
     r.serial_best_tp = half / (2.0 * B);
+    // A degree below 1 is no split: the product falls along the line away from its peak, so the
+    // best whole-axis point is the end where that degree is 1 and the other takes all of K.
+    if (r.serial_best_tp < 1.0) {
+        r.serial_best_tp = 1.0;
+        r.serial_best_fsdp = 1.0 + bw_c;  // K / (3F) = BW/C
+    } else if (r.serial_best_fsdp < 1.0) {
+        r.serial_best_fsdp = 1.0;
+        r.serial_best_tp = 1.0 + 1.5 * fw_c;  // K / (2B) = 3FW/(2C)
+    }
     r.max_n_serial = r.serial_best_fsdp * r.serial_best_tp;
     r.max_n_serial_large = 0.375 * bw_c * fw_c;
     return r;

@@ -148,7 +148,8 @@ typedef struct {
     //     N <= (1 + BW/C)(1 + 3FW/(2C)); large-N form 3·B·F·W²/(2C²).
     double max_n_overlap, max_n_overlap_large;
     // (d) serial: 3F(N_FSDP-1) + 2B(N_TP-1) <= 3BFW/C; the best split gives
-    //     N <= (3BFW/C + 3F + 2B)² / (24·B·F); large-N form 3·B·F·W²/(8C²).
+    //     N <= (3BFW/C + 3F + 2B)² / (24·B·F) while that split has both degrees >= 1 (else the
+    //     degree below 1 becomes 1 and the other axis takes the whole budget); large-N form 3·B·F·W²/(8C²).
     double max_n_serial, max_n_serial_large;
     double serial_best_fsdp, serial_best_tp;  // the split that reaches max_n_serial
 } acct_2d_t;

@@ -311,6 +311,21 @@ Test(accounting_2026, fsdp_times_tp) {
     const acct_2d_t m = acct_fsdp_tp(&more, 2, 2);
     assert_rel(m.max_n_overlap, 4.2 * 2.2, "overlapped max N, B = 32");
     assert_rel(m.max_n_serial, 6789.76 / 1536.0, "serial max N, B = 32");
+    // A batch small against F: C = 1000 gives BW/C = 0.16, FW/C = 0.08, K = 3.84; the unconstrained
+    // split (3.84 + 24 + 32)/2 = 29.92 would ask N_TP = 29.92/32 = 0.935 < 1. With N_TP = 1 the TP
+    // all-reduce is free and FSDP alone reaches 1 + BW/C = 1.16 (the formula's 1.1656 is not reachable).
+    acct_ffn_t slow = TOY;
+    slow.flops_per_s = 1000;
+    const acct_2d_t s1 = acct_fsdp_tp(&slow, 2, 2);
+    cr_assert_eq(s1.serial_best_tp, 1.0);
+    assert_rel(s1.serial_best_fsdp, 1.16, "best N_FSDP, N_TP clamped");
+    assert_rel(s1.max_n_serial, 1.16, "serial max N, N_TP clamped");
+    // The other end: B = 1 row, K = 0.24, (0.24 + 24 + 2)/2 = 13.12 would ask N_FSDP = 13.12/24 < 1;
+    // N_FSDP = 1 and TP alone reaches 1 + 3FW/(2C) = 1.12.
+    slow.tokens = 1;
+    const acct_2d_t s2 = acct_fsdp_tp(&slow, 1, 1);
+    cr_assert_eq(s2.serial_best_fsdp, 1.0);
+    assert_rel(s2.max_n_serial, 1.12, "serial max N, N_FSDP clamped");
 }
 
 Test(accounting_2026, bad_layer_names_the_flag) {
