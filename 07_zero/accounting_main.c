@@ -5,6 +5,9 @@
 //   build/07_zero/accounting [--d-model 16384 --d-ff 53248 --num-blocks 126 --batch 4 --context 512]
 //                            [--device-gb 80 --budget-gb 95 --flops 4.6e14 --w-ici 1.8e11]
 //                            [--mx 2 --my 1 --x 16 --y 4]
+//   build/07_zero/accounting --handout-2026 [--tokens 1048576 --egress 9e10 --n 8] prints instead the
+//   2026 handout's §8 answers (alternate ring, DP, FSDP, TP, FSDP x TP) for one FFN layer of width
+//   --d-model, --d-ff at --flops, with --x x --y as the 2D grid.
 #include <math.h>
 #include <stdio.h>
 
@@ -37,9 +40,85 @@ static void row_count(table_t* t, const char* what, const char* formula, const c
     table_cell(t, "%s", unit);
 }
 
+#define MAX_DEGREE (1 << 20)  // --n of the §8 tables
+
+// The 2026 handout's §8: one FFN layer, fp16, N devices of egress W. ACCOUNTING.md derives each row.
+static void handout_2026(const acct_ffn_t* f, int n, int x, int y) {
+    char title[256], fm[160];
+    const double grads = 3.0 * f->d_model * f->d_ff * ACCT_FP16_BYTES;  // S of the DP all-reduce
+    snprintf(title, sizeof title,
+             "one FFN layer: D %.0f, F %.0f, B %.0f rows, C = %g FLOP/s, W = %g B/s egress, fp16; N = %d", f->d_model,
+             f->d_ff, f->tokens, f->flops_per_s, f->egress_bytes_per_s, n);
+    table_t* t = table_new(title, 4, HDR);
+    snprintf(fm, sizeof fm, "2*(N-1)/N * S/W, S = 6*D*F = %.4g B", grads);
+    row(t, "ring all-reduce of the gradients", fm, "s", "%.6g", acct_ring_all_reduce_s(grads, n, f->egress_bytes_per_s));
+    row(t, "alternate ring all-reduce, same S", "(N-1) * S/W", "s", "%.6g",
+        acct_alt_ring_all_reduce_s(grads, n, f->egress_bytes_per_s));
+    const struct {
+        const char* name;
+        acct_par_t r;
+        const char *fwd_bound, *bwd_bound;
+    } par[] = {{"DP", acct_dp(f, n), "no forward collective", "1 + B*W/C"},
+               {"FSDP", acct_fsdp(f, n), "1 + B*W/C", "1 + B*W/C"},
+               {"TP", acct_tp(f, n), "1 + 3*F*W/(2*C)", "1 + 3*F*W/C"}};
+    for (size_t i = 0; i < sizeof par / sizeof par[0]; i++) {
+        const acct_par_t* r = &par[i].r;
+        char what[96];
+        snprintf(what, sizeof what, "%s forward / backward FLOPs per device", par[i].name);
+        table_row(t);
+        table_cell(t, "%s", what);
+        table_cell(t, "%s", i == 2 ? "6*B*D*F/N / 12*B*D*F/N" : "6*(B/N)*D*F / 12*(B/N)*D*F");
+        table_cell(t, "%.4g / %.4g", r->fwd_flops, r->bwd_flops);
+        table_cell(t, "FLOPs");
+        snprintf(what, sizeof what, "%s forward / backward compute", par[i].name);
+        table_row(t);
+        table_cell(t, "%s", what);
+        table_cell(t, "FLOPs / C");
+        table_cell(t, "%.4g / %.4g", r->fwd_compute_s, r->bwd_compute_s);
+        table_cell(t, "s");
+        snprintf(what, sizeof what, "%s forward / backward communication", par[i].name);
+        table_row(t);
+        table_cell(t, "%s", what);
+        table_cell(t, "%s", i == 0 ? "0 / 2*(N-1)/N*6DF/W" : i == 1 ? "(N-1)/N*6DF/W / 2*(N-1)/N*6DF/W"
+                                                                    : "2*(N-1)/N*2BD/W, both");
+        table_cell(t, "%.4g / %.4g", r->fwd_comm_s, r->bwd_comm_s);
+        table_cell(t, "s");
+        snprintf(what, sizeof what, "%s largest degree, forward", par[i].name);
+        if (isinf(r->max_n_fwd)) {
+            table_row(t);
+            table_cell(t, "%s", what);
+            table_cell(t, "%s", par[i].fwd_bound);
+            table_cell(t, "any");
+            table_cell(t, "devices");
+        } else {
+            row(t, what, par[i].fwd_bound, "devices", "%.2f", r->max_n_fwd);
+        }
+        snprintf(what, sizeof what, "%s largest degree, backward", par[i].name);
+        row(t, what, par[i].bwd_bound, "devices", "%.2f", r->max_n_bwd);
+    }
+    const acct_2d_t r = acct_fsdp_tp(f, x, y);
+    char what[96];
+    snprintf(what, sizeof what, "FSDP %d x TP %d forward FLOPs per device", x, y);
+    row(t, what, "6*B*D*F / (N_FSDP*N_TP)", "FLOPs", "%.4g", r.fwd_flops);
+    row(t, "  its compute", "FLOPs / C", "s", "%.4g", r.fwd_compute_s);
+    row(t, "  FSDP all-gather of the TP shards", "(N_FSDP-1)/N_FSDP * 6*D*F/N_TP / W", "s", "%.4g", r.fsdp_comm_s);
+    row(t, "  TP all-reduce of y", "2*(N_TP-1)/N_TP * 2*B*D/N_FSDP / W", "s", "%.4g", r.tp_comm_s);
+    row(t, "  communication, axes overlapped", "max of the two", "s", "%.4g", r.overlap_comm_s);
+    row(t, "  communication, axes serialized", "sum of the two", "s", "%.4g", r.serial_comm_s);
+    row(t, "largest N, axes overlapped", "(1 + B*W/C) * (1 + 3*F*W/(2*C))", "devices", "%.1f", r.max_n_overlap);
+    row(t, "  large-N form", "3*B*F*W^2 / (2*C^2)", "devices", "%.1f", r.max_n_overlap_large);
+    row(t, "largest N, axes serialized", "(3BFW/C + 3F + 2B)^2 / (24*B*F)", "devices", "%.1f", r.max_n_serial);
+    row(t, "  at N_FSDP", "(3BFW/C + 3F + 2B) / (6F), >= 1", "devices", "%.2f", r.serial_best_fsdp);
+    row(t, "  at N_TP", "(3BFW/C + 3F + 2B) / (4B), >= 1", "devices", "%.2f", r.serial_best_tp);
+    row(t, "  large-N form", "3*B*F*W^2 / (8*C^2)", "devices", "%.1f", r.max_n_serial_large);
+    table_print_md(t, stdout);
+    table_free(t);
+}
+
 int main(int argc, char** argv) {
     int d_model = 0, d_ff = 0, num_blocks = 0, batch = 0, context = 0, mx = 0, my = 0, x = 0, y = 0;
-    double device_gb = 0, budget_gb = 0, flops = 0, w_ici = 0;
+    int handout = 0, n = 0;
+    double device_gb = 0, budget_gb = 0, flops = 0, w_ici = 0, tokens_8 = 0, egress = 0;
     cli_opt_t opts[] = {
         {"d-model", CLI_INT, &d_model, "16384", "D, the model width (handout's XXL)", NULL},
         {"d-ff", CLI_INT, &d_ff, "53248", "F, the feed-forward width", NULL},
@@ -53,11 +132,17 @@ int main(int argc, char** argv) {
         {"mx", CLI_INT, &mx, "2", "M_X, mesh axes the FSDP collectives use", NULL},
         {"my", CLI_INT, &my, "1", "M_Y, mesh axes the TP collectives use", NULL},
         {"x", CLI_INT, &x, "16", "X, FSDP degree", NULL},
-        {"y", CLI_INT, &y, "4", "Y, TP degree", NULL},
+        {"y", CLI_INT, &y, "4", "Y, TP degree (also N_TP of the --handout-2026 grid; X is N_FSDP)", NULL},
+        {"handout-2026", CLI_FLAG, &handout, "0", "print the 2026 handout's §8 answers instead (one FFN layer)", NULL},
+        {"tokens", CLI_DOUBLE, &tokens_8, "1048576", "B, rows of the global batch (--handout-2026)", NULL},
+        {"egress", CLI_DOUBLE, &egress, "9e10", "W, bytes/s one device sends (--handout-2026; one v5p ICI axis, one way)",
+         NULL},
+        {"n", CLI_INT, &n, "8", "N, degree of the DP, FSDP and TP rows (--handout-2026)", NULL},
     };
     cli_parse(argc, argv,
               "Handout §2.4 communication_accounting: memory, FSDP degree and compute-bound batch of an\n"
-              "FFN-only model (fp32 weights, gradients, AdamW; bf16 activations and collectives).",
+              "FFN-only model (fp32 weights, gradients, AdamW; bf16 activations and collectives).\n"
+              "--handout-2026: the 2026 handout's §8 cost calculations for one FFN layer instead.",
               opts, CLI_COUNT(opts));
 
     char err[256];
@@ -70,6 +155,13 @@ int main(int argc, char** argv) {
         fail("--context must be between 1 and %d (got %d)", MAX_TOKENS_SIDE, context);
     if (!(device_gb > 0)) fail("--device-gb must be a positive number of GB (got %g)", device_gb);
     if (!(budget_gb > 0)) fail("--budget-gb must be a positive number of GB (got %g)", budget_gb);
+    if (handout) {
+        const acct_ffn_t ffn = {d_model, d_ff, tokens_8, flops, egress};
+        if (acct_ffn_check(&ffn, err, sizeof err) != 0) fail("%s", err);
+        if (n < 1 || n > MAX_DEGREE) fail("--n must be between 1 and %d devices (got %d)", MAX_DEGREE, n);
+        handout_2026(&ffn, n, x, y);
+        return 0;
+    }
 
     const double tokens = (double)batch * (double)context;
     const double device_bytes = device_gb * ACCT_GB, budget_bytes = budget_gb * ACCT_GB;

@@ -379,17 +379,39 @@ Test(accounting_cli, flags_change_the_numbers) {
     cr_assert(strstr(out, "never compute-bound"), "%s", out);
 }
 
+Test(accounting_cli, handout_2026_answers) {
+    char out[16384];
+    int rc = run_prog("--handout-2026", out, sizeof out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+    // D = 16384, F = 53248, B = 1048576, C = 4.6e14, W = 9e10, N = 8, grid 16 x 4, by hand:
+    // BW/C = 9.437184e16 / 4.6e14 = 205.156 -> DP and FSDP 206.16; FW/C = 4.79232e15 / 4.6e14 = 10.418
+    // -> TP 1 + 15.627 = 16.63 forward, 1 + 31.254 = 32.25 backward; overlapped 206.156 · 16.627 = 3427.8;
+    // S = 6 · 872,415,232 = 5,234,491,392 bytes: the alternate ring sends 7 S, 7 · 0.0581610 = 0.407127 s.
+    const char* want[] = {"206.16", "16.63", "32.25", "3427.8", "0.407127", "FSDP 16 x TP 4"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(out, want[i]), "output lacks \"%s\":\n%s", want[i], out);
+    cr_assert(!strstr(out, "N_FSDP needed"), "the §2.4 tables are not printed:\n%s", out);
+    // On two devices both all-reduces send one S: 0.0581610 s each; twice the batch, 1 + 410.31 devices.
+    rc = run_prog("--handout-2026 --n 2 --tokens 2097152", out, sizeof out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+    cr_assert(strstr(out, "| 0.058161 ") && strstr(out, "411.31"), "%s", out);
+    cr_assert(!strstr(out, "0.407127"), "%s", out);
+}
+
 Test(accounting_cli, help_exits_0) {
     char out[8192];
     const int rc = run_prog("--help", out, sizeof out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
     cr_assert(strstr(out, "--d-model") && strstr(out, "--w-ici") && strstr(out, "--budget-gb"), "%s", out);
+    cr_assert(strstr(out, "--handout-2026") && strstr(out, "--egress"), "%s", out);
 }
 
 Test(accounting_cli, bad_flags_exit_2_with_one_line) {
     const char* cases[][2] = {
         {"--x 0", "--x"},          {"--d-ff -3", "--d-ff"}, {"--flops abc", "--flops"},
         {"--budget-gb 0", "--budget-gb"}, {"--bogus 1", "--bogus"}, {"--batch 0", "--batch"},
+        {"--handout-2026 --egress 0", "--egress"}, {"--handout-2026 --n 0", "--n"},
+        {"--handout-2026 --tokens -1", "--tokens"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char out[2048];
