@@ -160,7 +160,7 @@ int64_t acct_smallest_above(double threshold) {
     // STUDENT-END(07.acct_smallest_above)
 }
 
-// ---- The 2026 handout's §8 cost calculations (ACCOUNTING.md, last section).
+// ---- The 2026 handout's §8 cost calculations (README.md, "The 2026 handout's cost calculations").
 
 int acct_ffn_check(const acct_ffn_t* f, char* err, size_t errlen) {
     const struct {
