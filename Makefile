@@ -108,8 +108,10 @@ endif
 CRIT_LDLIBS := -lcriterion
 
 # ---------------------------------------------------------------- common
-# The communicator (common/comm*.c, *.cu) needs MPI; without it, it is left out with stages 05-08.
-COMMON_SRC  := $(filter-out common/%_main.c $(if $(HAVE_MPI),,common/comm%),$(wildcard common/*.c) $(wildcard common/*.cu))
+# What stands on the communicator needs MPI (comm*, the data-parallel replica, the training loop);
+# without it, it is left out with stages 05-08.
+COMMON_MPI  := common/comm% common/replica% common/train_loop%
+COMMON_SRC  := $(filter-out common/%_main.c $(if $(HAVE_MPI),,$(COMMON_MPI)),$(wildcard common/*.c) $(wildcard common/*.cu))
 COMMON_OBJ  := $(call objs,$(COMMON_SRC))
 COMMON_LIB  := $(BUILD)/common/libcommon.a
 COMMON_PROGS := $(patsubst common/%_main.c,$(BUILD)/common/%,$(wildcard common/*_main.c))

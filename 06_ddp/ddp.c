@@ -23,7 +23,7 @@
 struct ddp {
     comm_t* c;
     ddp_variant_t v;
-    ddp_param_t* p;  // (n) the table, copied
+    param_ref_t* p;  // (n) the table, copied
     int n;
     float* params;   // (total) flat parameters: host (MPI) or device (NCCL)
     float* grads;    // (total) flat gradients, same layout
@@ -65,7 +65,7 @@ int ddp_variant_parse(const char* s, ddp_variant_t* out) {
 }
 
 // ------------------------------------------------------------------ the table and buckets
-int ddp_check_params(const ddp_param_t* p, int n, size_t total, char* err, size_t errlen) {
+int ddp_check_params(const param_ref_t* p, int n, size_t total, char* err, size_t errlen) {
     if (n < 1 || !p) return set_err(err, errlen, "the parameter table is empty");
     size_t prev_end = 0;
     for (int i = 0; i < n; i++) {
@@ -89,7 +89,7 @@ static void emit(ddp_bucket_t b, ddp_bucket_t* out, int max_out, int* nb) {
     (*nb)++;
 }
 
-int ddp_assign_buckets(const ddp_param_t* p, int n, size_t bucket_bytes, ddp_bucket_t* out,
+int ddp_assign_buckets(const param_ref_t* p, int n, size_t bucket_bytes, ddp_bucket_t* out,
                        int max_out) {
     // STUDENT-BEGIN(06.assign_buckets): buckets in reverse parameter order, each slice [begin, end) at most bucket_bytes (padding counts), a tensor over the cap alone, a frozen parameter closes the bucket; returns the count even past max_out | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 buckets*/*
     if (ddp_check_params(p, n, SIZE_MAX, NULL, 0)) return -1;
@@ -122,7 +122,7 @@ int ddp_assign_buckets(const ddp_param_t* p, int n, size_t bucket_bytes, ddp_buc
     // STUDENT-END(06.assign_buckets)
 }
 
-int ddp_assign_buckets_first(const ddp_param_t* p, int n, size_t first_bytes, size_t bucket_bytes,
+int ddp_assign_buckets_first(const param_ref_t* p, int n, size_t first_bytes, size_t bucket_bytes,
                              ddp_bucket_t* out, int max_out) {
     if (first_bytes >= bucket_bytes) return ddp_assign_buckets(p, n, bucket_bytes, out, max_out);
     // Bucket 0 under the small cap, from the end of the table; everything below its lowest
@@ -145,7 +145,7 @@ size_t ddp_bucket_bytes(double bucket_mb) {
 }
 
 // One slice per trainable parameter (naive and overlap), in reverse order like the buckets.
-static int per_parameter_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
+static int per_parameter_plan(const param_ref_t* p, int n, ddp_bucket_t* out) {
     // STUDENT-BEGIN(06.per_parameter_plan): naive and overlap: one slice per trainable parameter, in reverse order | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_naive | needs: 06.start_bucket 06.param_final
     int nb = 0;
     for (int i = n - 1; i >= 0; i--)
@@ -155,7 +155,7 @@ static int per_parameter_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
 }
 
 // The flat variant's one slice: from the first trainable parameter to the end of the last.
-static int flat_plan(const ddp_param_t* p, int n, ddp_bucket_t* out) {
+static int flat_plan(const param_ref_t* p, int n, ddp_bucket_t* out) {
     // STUDENT-BEGIN(06.flat_plan): flat: one slice from the first trainable parameter to the end of the last | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/*_flat | needs: 06.start_bucket 06.param_final
     int lo = -1, hi = -1;
     for (int i = 0; i < n; i++)
@@ -198,14 +198,14 @@ static void reset_step(ddp_t* d) {
     memcpy(d->left, d->n_members, (size_t)d->nb * sizeof *d->left);
 }
 
-ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
+ddp_t* ddp_create(comm_t* c, const param_ref_t* params, int n, float* flat_params,
                   float* flat_grads, size_t total, ddp_variant_t v, double bucket_mb,
                   cudaStream_t compute_stream) {
     return ddp_create_first(c, params, n, flat_params, flat_grads, total, v, bucket_mb, bucket_mb,
                             compute_stream);
 }
 
-ddp_t* ddp_create_first(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
+ddp_t* ddp_create_first(comm_t* c, const param_ref_t* params, int n, float* flat_params,
                         float* flat_grads, size_t total, ddp_variant_t v, double first_bucket_mb,
                         double bucket_mb, cudaStream_t compute_stream) {
     char err[256];

@@ -40,19 +40,13 @@
 #include <stddef.h>
 #include <cuda_runtime_api.h>
 #include "common/comm.h"
+#include "common/param_table.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// One parameter: a named view [offset, offset + numel) into the flat buffers. The table must
-// be in increasing offset order with no overlaps (gaps — padding — are allowed).
-typedef struct {
-    const char* name;
-    size_t offset, numel;  // elements
-    int trainable;         // 0: frozen (requires_grad=False): in no bucket (only the flat
-                           // variant's one slice may span it), never updated
-} ddp_param_t;
+
 
 typedef enum { DDP_NAIVE = 0, DDP_FLAT, DDP_OVERLAP, DDP_BUCKETED, DDP_NVARIANTS } ddp_variant_t;
 #define DDP_VARIANT_CHOICES "naive|flat|overlap|bucketed"
@@ -78,17 +72,17 @@ typedef struct {
 // Returns the number of buckets (writing at most max_out of them to out, which may be NULL
 // with max_out 0 to ask for the count), or -1 if the table is not valid (see
 // ddp_check_params).
-int ddp_assign_buckets(const ddp_param_t* p, int n, size_t bucket_bytes, ddp_bucket_t* out,
+int ddp_assign_buckets(const param_ref_t* p, int n, size_t bucket_bytes, ddp_bucket_t* out,
                        int max_out);
 // 0 if the table is usable over a buffer of `total` elements: n >= 1, every numel >= 1,
 // offsets increasing without overlap, every end <= total. Else -1 and a reason.
-int ddp_check_params(const ddp_param_t* p, int n, size_t total, char* err, size_t errlen);
+int ddp_check_params(const param_ref_t* p, int n, size_t total, char* err, size_t errlen);
 // PyTorch DDP's default plan: the FIRST bucket (the last parameters of the table, whose
 // gradients are final first) capped at first_bytes (PyTorch: 1 MiB) so that communication
 // starts early, every later one at bucket_bytes (PyTorch: 25 MiB). Bucket 0 is
 // ddp_assign_buckets(first_bytes)'s bucket 0; the table below its lowest member is assigned
 // with bucket_bytes. first_bytes >= bucket_bytes is ddp_assign_buckets(bucket_bytes).
-int ddp_assign_buckets_first(const ddp_param_t* p, int n, size_t first_bytes, size_t bucket_bytes,
+int ddp_assign_buckets_first(const param_ref_t* p, int n, size_t first_bytes, size_t bucket_bytes,
                              ddp_bucket_t* out, int max_out);
 // bucket_mb (MiB, may be fractional) to bytes; negative or non-finite values die.
 size_t ddp_bucket_bytes(double bucket_mb);
@@ -109,12 +103,12 @@ typedef struct ddp ddp_t;
 // backward writes gradients on (NCCL, required: NULL would mean the communicator's own
 // stream; ignored on MPI). bucket_mb is used by DDP_BUCKETED only.
 // A bad table dies (a bug in the caller, not user input).
-ddp_t* ddp_create(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
+ddp_t* ddp_create(comm_t* c, const param_ref_t* params, int n, float* flat_params,
                   float* flat_grads, size_t total, ddp_variant_t v, double bucket_mb,
                   cudaStream_t compute_stream);
 // The same with the bucketed variant's first bucket capped at first_bucket_mb
 // (ddp_assign_buckets_first); ddp_create is this with first_bucket_mb = bucket_mb.
-ddp_t* ddp_create_first(comm_t* c, const ddp_param_t* params, int n, float* flat_params,
+ddp_t* ddp_create_first(comm_t* c, const param_ref_t* params, int n, float* flat_params,
                         float* flat_grads, size_t total, ddp_variant_t v, double first_bucket_mb,
                         double bucket_mb, cudaStream_t compute_stream);
 void ddp_destroy(ddp_t* d);

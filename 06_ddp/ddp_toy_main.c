@@ -37,7 +37,7 @@
 #include <string.h>
 
 #include "06_ddp/ddp.h"
-#include "06_ddp/toymodel.h"
+#include "common/toymodel.h"
 #include <stdarg.h>
 #include <unistd.h>
 
@@ -254,9 +254,9 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* cfg) {
     if (R == 0) memcpy(dm.params, init, bytes);
     memcpy(own_init, dm.params, bytes);
     memcpy(ref.params, init, bytes);
-    ddp_param_t table[TOY_MAX_PARAMS];
+    param_ref_t table[TOY_MAX_PARAMS];
     for (int i = 0; i < dm.n_params; i++)
-        table[i] = (ddp_param_t){dm.p[i].name, dm.p[i].offset, dm.p[i].numel, dm.p[i].trainable};
+        table[i] = (param_ref_t){dm.p[i].name, dm.p[i].offset, dm.p[i].numel, dm.p[i].trainable};
     mirror_t x;
     mirror_init(&x, c, &dm);
     ddp_t* d = ddp_create(c, table, dm.n_params, x.params, x.grads, dm.total, cfg->variant,

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "06_ddp/toymodel.h"
+#include "common/toymodel.h"
 #include "common/adamw_cpu.h"
 #include "common/npy.h"
 #include "common/rng.h"

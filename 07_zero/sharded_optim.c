@@ -102,7 +102,7 @@ void optim_step(optim_t* o, float* params, const float* grads, cudaStream_t stre
 size_t optim_state_bytes(const optim_t* o) { return o->kind == OPT_ADAMW ? 2 * o->alloc_n * sizeof(float) : 0; }
 
 // ------------------------------------------------------------------ the greedy assignment
-void sharded_assign(const ddp_param_t* table, int n, int world, size_t* load, int* owner) {
+void sharded_assign(const param_ref_t* table, int n, int world, size_t* load, int* owner) {
     // STUDENT-BEGIN(07.sharded_assign): the course's partition (PyTorch's ZeroRedundancyOptimizer): the parameters by size, largest first (a stable order: equal sizes keep table order); each trainable one to the rank with the fewest elements in load[] so far (the lowest rank on ties), load[owner] += numel; a frozen parameter gets owner -1 | see 07_zero/README.md §The four levels | test: test_07 sharded_assign/*
     // Indices sorted by size, largest first; a stable insertion sort keeps equal sizes in table
     // order, as Python's sorted() does in ZeroRedundancyOptimizer._partition_parameters.
@@ -136,14 +136,14 @@ struct sharded_optim {
     cudaStream_t stream;
     int average;
     int n, cap;
-    ddp_param_t* p;  // (n) every group's parameters, in the order added
+    param_ref_t* p;  // (n) every group's parameters, in the order added
     int* owner;      // (n)
     size_t* load;    // (world) trainable elements owned per rank
     optim_t opt;     // this rank's optimizer over the parameters it owns
     comm_req_t** reqs;
 };
 
-sharded_optim_t* sharded_optim_create(comm_t* c, const ddp_param_t* table, int n, float* params,
+sharded_optim_t* sharded_optim_create(comm_t* c, const param_ref_t* table, int n, float* params,
                                       float* grads, size_t total, opt_kind_t kind,
                                       const adamw_config_t* cfg, int average_grads,
                                       cudaStream_t stream) {
@@ -176,7 +176,7 @@ void sharded_optim_destroy(sharded_optim_t* s) {
     free(s);
 }
 
-void sharded_optim_add_group(sharded_optim_t* s, const ddp_param_t* table, int n) {
+void sharded_optim_add_group(sharded_optim_t* s, const param_ref_t* table, int n) {
     char err[256];
     if (ddp_check_params(table, n, s->total, err, sizeof err)) DIE("sharded_optim_add_group: %s", err);
     for (int i = 0; i < n; i++)  // a parameter in two groups would be stepped twice

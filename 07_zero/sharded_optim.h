@@ -78,11 +78,11 @@ size_t optim_state_bytes(const optim_t* o);  // bytes of MEM_OPTIM this optimize
 // ------------------------------------------------------------------ the course's version
 typedef struct sharded_optim sharded_optim_t;
 
-// The table (ddp_param_t, stage 06: name, offset, numel, trainable) is the first parameter
+// The table (param_ref_t, stage 06: name, offset, numel, trainable) is the first parameter
 // group; params/grads are the flat buffers (host on MPI, device on NCCL). stream: the compute
 // stream (NCCL; ignored on MPI). average_grads: all-reduce (average) each trainable gradient
 // at the start of every step. A bad table dies (a bug in the caller).
-sharded_optim_t* sharded_optim_create(comm_t* c, const ddp_param_t* table, int n, float* params,
+sharded_optim_t* sharded_optim_create(comm_t* c, const param_ref_t* table, int n, float* params,
                                       float* grads, size_t total, opt_kind_t kind,
                                       const adamw_config_t* cfg, int average_grads,
                                       cudaStream_t stream);
@@ -90,7 +90,7 @@ void sharded_optim_destroy(sharded_optim_t* s);
 // A parameter group added after construction (torch's add_param_group): its parameters are
 // assigned greedily on top of the sizes so far. They must not overlap any parameter already
 // held; they may lie anywhere in [0, total).
-void sharded_optim_add_group(sharded_optim_t* s, const ddp_param_t* table, int n);
+void sharded_optim_add_group(sharded_optim_t* s, const param_ref_t* table, int n);
 // One optimizer step (see above); on return (MPI) or for work later on the stream (NCCL)
 // every rank holds every parameter's new value.
 void sharded_optim_step(sharded_optim_t* s);
@@ -103,7 +103,7 @@ long long sharded_optim_broadcasts(const sharded_optim_t* s);  // broadcasts per
 
 // The greedy assignment alone (what the tests check): owner[i] for the n parameters of
 // `table`, starting from per-rank loads `load` (world entries, updated). Frozen: -1.
-void sharded_assign(const ddp_param_t* table, int n, int world, size_t* load, int* owner);
+void sharded_assign(const param_ref_t* table, int n, int world, size_t* load, int* owner);
 
 #ifdef __cplusplus
 }

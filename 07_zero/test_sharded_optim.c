@@ -88,7 +88,7 @@ Test(optim, a_range_added_later_starts_at_step_one_and_sgd_keeps_no_state) {
 Test(sharded_assign, greedy_largest_first_like_zero_redundancy_optimizer) {
     // sizes 10, 50, 50 (frozen), 30, 20, 40 on 2 ranks: sorted 50(b) 40(e) 30(c) 20(d) 10(a);
     // b->0 (0 vs 0: lowest), e->1, c->1 (40 < 50), d->0 (50 < 70), a->0 (70 vs 70: lowest)
-    const ddp_param_t t[] = {{"a", 0, 10, 1}, {"b", 10, 50, 1}, {"f", 60, 50, 0}, {"c", 110, 30, 1}, {"d", 140, 20, 1}, {"e", 160, 40, 1}};
+    const param_ref_t t[] = {{"a", 0, 10, 1}, {"b", 10, 50, 1}, {"f", 60, 50, 0}, {"c", 110, 30, 1}, {"d", 140, 20, 1}, {"e", 160, 40, 1}};
     size_t load[2] = {0, 0};
     int owner[6];
     sharded_assign(t, 6, 2, load, owner);
@@ -97,7 +97,7 @@ Test(sharded_assign, greedy_largest_first_like_zero_redundancy_optimizer) {
     cr_assert_eq(load[0], 80);
     cr_assert_eq(load[1], 70);
     // a second group lands on the lighter rank first
-    const ddp_param_t t2[] = {{"g", 200, 5, 1}};
+    const param_ref_t t2[] = {{"g", 200, 5, 1}};
     sharded_assign(t2, 1, 2, load, owner);
     cr_assert_eq(owner[0], 1, "the added group's parameter goes to the rank with fewer elements");
 }

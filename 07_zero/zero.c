@@ -14,7 +14,7 @@
 struct zero {
     comm_t* c;
     int level;
-    ddp_param_t* p;  // (n) the table, copied
+    param_ref_t* p;  // (n) the table, copied
     int n;
     float *params, *grads;  // (P) the padded flat buffers
     size_t total, P, S;
@@ -101,7 +101,7 @@ static void add_owned(zero_t* z, size_t lo, size_t hi, size_t g_base) {
     }
 }
 
-zero_t* zero_create(comm_t* c, int level, const ddp_param_t* table, int n, float* params,
+zero_t* zero_create(comm_t* c, int level, const param_ref_t* table, int n, float* params,
                     float* grads, size_t total, double bucket_mb, const adamw_config_t* cfg,
                     cudaStream_t compute_stream) {
     char err[256];

@@ -91,7 +91,7 @@ typedef struct zero zero_t;
 // level 1 or 2. table: as stage 06's (offset order, no overlaps). params/grads: the padded
 // flat buffers (zero_padded_total(total, world) elements). bucket_mb: ZeRO-2's cap in MiB.
 // compute_stream: NCCL, required (the stream the backward writes gradients on).
-zero_t* zero_create(comm_t* c, int level, const ddp_param_t* table, int n, float* params,
+zero_t* zero_create(comm_t* c, int level, const param_ref_t* table, int n, float* params,
                     float* grads, size_t total, double bucket_mb, const adamw_config_t* cfg,
                     cudaStream_t compute_stream);
 void zero_destroy(zero_t* z);

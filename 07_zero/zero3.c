@@ -17,7 +17,7 @@ struct zero3 {
     comm_t* c;
     int level;           // 3: parameters sharded (pshard, pbuf); 2: whole (flat), gradients sharded
     int n;               // parameters in the table
-    ddp_param_t* p;      // (n) copied
+    param_ref_t* p;      // (n) copied
     int U;
     zero3_unit_t* u;     // (U) the plan
     size_t S, W;         // shard elements; working-buffer elements (the largest n·c_u)
@@ -84,7 +84,7 @@ typedef struct {
 } init_src_t;
 
 // flat non-NULL: level 2 (ZeRO-2: the parameters stay in flat, whole; src unused).
-static zero3_t* create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U, init_src_t src,
+static zero3_t* create(comm_t* c, const param_ref_t* table, int n, const size_t* bounds, int U, init_src_t src,
                        float* flat, const adamw_config_t* cfg, cudaStream_t compute_stream, zero3_window_fn set_window,
                        void* model) {
     char err[256];
@@ -179,14 +179,14 @@ static zero3_t* create(comm_t* c, const ddp_param_t* table, int n, const size_t*
     return z;
 }
 
-zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+zero3_t* zero3_create(comm_t* c, const param_ref_t* table, int n, const size_t* bounds, int U,
                       const float* init, const adamw_config_t* cfg, cudaStream_t compute_stream,
                       zero3_window_fn set_window, void* model) {
     if (!init) DIE("zero3_create: NULL parameters");
     return create(c, table, n, bounds, U, (init_src_t){init, NULL, NULL}, NULL, cfg, compute_stream, set_window, model);
 }
 
-zero3_t* zero3_create_init(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+zero3_t* zero3_create_init(comm_t* c, const param_ref_t* table, int n, const size_t* bounds, int U,
                            zero3_init_fn init, void* init_ctx, const adamw_config_t* cfg,
                            cudaStream_t compute_stream, zero3_window_fn set_window, void* model) {
     if (!init) DIE("zero3_create_init: NULL init function");
@@ -194,7 +194,7 @@ zero3_t* zero3_create_init(comm_t* c, const ddp_param_t* table, int n, const siz
                   model);
 }
 
-zero3_t* zero3_create_zero2(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U, float* params,
+zero3_t* zero3_create_zero2(comm_t* c, const param_ref_t* table, int n, const size_t* bounds, int U, float* params,
                             const adamw_config_t* cfg, cudaStream_t compute_stream, zero3_window_fn set_window,
                             void* model) {
     if (!params) DIE("zero3_create_zero2: NULL parameters");

@@ -94,11 +94,11 @@ typedef struct {
 
 typedef struct zero3 zero3_t;
 
-// table: the parameters (stage 06's ddp_param_t) over [0, bounds[U]); init: the full flat
+// table: the parameters (stage 06's param_ref_t) over [0, bounds[U]); init: the full flat
 // parameters (host on MPI, device on NCCL, bounds[U] elements), copied into the shard (the
 // caller may free it afterwards: but it existed, so the setup's peak holds the whole model;
 // zero3_create_init below does not need it). compute_stream: NCCL, required (the model's stream).
-zero3_t* zero3_create(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+zero3_t* zero3_create(comm_t* c, const param_ref_t* table, int n, const size_t* bounds, int U,
                       const float* init, const adamw_config_t* cfg, cudaStream_t compute_stream,
                       zero3_window_fn set_window, void* model);
 // Sharded construction (what a run that never holds the whole model calls): the same, with the
@@ -112,10 +112,10 @@ typedef void (*zero3_init_fn)(void* ctx, float* host, size_t lo, size_t hi);
 // NCCL, >= bounds[U] elements, the same values on every rank), kept whole and updated in place
 // by zero3_step; the model's gradient window is the only place its backward writes gradients.
 // zero3_gather_params / zero3_gather_unit_host refuse level 2 (read params instead).
-zero3_t* zero3_create_zero2(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U, float* params,
+zero3_t* zero3_create_zero2(comm_t* c, const param_ref_t* table, int n, const size_t* bounds, int U, float* params,
                             const adamw_config_t* cfg, cudaStream_t compute_stream, zero3_window_fn set_window,
                             void* model);
-zero3_t* zero3_create_init(comm_t* c, const ddp_param_t* table, int n, const size_t* bounds, int U,
+zero3_t* zero3_create_init(comm_t* c, const param_ref_t* table, int n, const size_t* bounds, int U,
                            zero3_init_fn init, void* init_ctx, const adamw_config_t* cfg,
                            cudaStream_t compute_stream, zero3_window_fn set_window, void* model);
 void zero3_destroy(zero3_t* z);

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "06_ddp/toymodel.h"
+#include "common/toymodel.h"
 #include "07_zero/sharded_optim.h"
 #include "07_zero/zero.h"
 #include "common/adamw_cpu.h"
@@ -128,9 +128,9 @@ static long long run_one(comm_t* c, const fixture_t* fx, const run_cfg_t* rc) {
     memcpy(zm.params, init, total * sizeof(float));  // identical seeds on every rank
     memcpy(ref.params, init, total * sizeof(float));
 
-    ddp_param_t table[TOY_MAX_PARAMS];
+    param_ref_t table[TOY_MAX_PARAMS];
     for (int i = 0; i < zm.n_params; i++)
-        table[i] = (ddp_param_t){zm.p[i].name, zm.p[i].offset, zm.p[i].numel, zm.p[i].trainable};
+        table[i] = (param_ref_t){zm.p[i].name, zm.p[i].offset, zm.p[i].numel, zm.p[i].trainable};
     const size_t optim_before = mem_stats(DEV_CPU).live_by_tag[MEM_OPTIM];
     sharded_optim_t* so = NULL;
     zero_t* z = NULL;

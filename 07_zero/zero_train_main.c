@@ -62,7 +62,7 @@
 
 #include "04_flashattn_bwd/flash_bwd.h"
 #include "06_ddp/ddp.h"
-#include "06_ddp/replica.h"
+#include "common/replica.h"
 #include "07_zero/sharded_optim.h"
 #include "07_zero/zero.h"
 #include "07_zero/zero3.h"
@@ -91,7 +91,7 @@ typedef enum { RUN_DDP = 0, RUN_ZERO1, RUN_ZERO2S, RUN_ZERO2, RUN_COURSE, RUN_ZE
 static const char* const run_names[N_RUN_KINDS] = {"ddp", "zero1", "zero2s", "zero2", "course", "zero3"};
 
 typedef struct {
-    replica_t rep;              // the model, its parameter table and the data (06_ddp/replica.h)
+    replica_t rep;              // the model, its parameter table and the data (common/replica.h)
     adamw_config_t opt;
     size_t total, P;            // layout elements, padded elements
     float *params, *grads;      // (P) the flat buffers (host or device)

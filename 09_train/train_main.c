@@ -81,7 +81,7 @@ typedef struct {
     int nfr;
     float* acc;           // (nacc) gradient sum over micro-batches (A > 1): the flat gradient, or ZeRO-3's shard
     size_t nacc;
-    ddp_param_t* table;
+    param_ref_t* table;
     adamw_config_t cfg;
     tokens_t tok;
     sampler_t smp;
@@ -728,7 +728,7 @@ int main(int argc, char** argv) {
     t.table = malloc((size_t)t.m.layout.n * sizeof *t.table);
     if (!t.in || !t.tg || !hist || !t.table) DIE("out of host memory");
     for (int i = 0; i < t.m.layout.n; i++)
-        t.table[i] = (ddp_param_t){t.m.layout.p[i].name, t.m.layout.p[i].offset, t.m.layout.p[i].numel, 1};
+        t.table[i] = (param_ref_t){t.m.layout.p[i].name, t.m.layout.p[i].offset, t.m.layout.p[i].numel, 1};
     // The optimizer lives outside the model (07's optim_t): its own moments are not needed.
     if (!t.gpu) {
         mem_free(t.m.adam_m), mem_free(t.m.adam_v);

@@ -208,3 +208,15 @@ int mem_fits(device_t dev, double bytes, char* err, size_t errlen) {
                  dev == DEV_CUDA ? "GPU" : "host");
     return 0;
 }
+
+void mem_zero_async(device_t dev, void* p, size_t bytes, cudaStream_t stream) {
+    if (bytes == 0) return;
+    if (dev == DEV_CUDA) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+    else memset(p, 0, bytes);
+}
+
+void mem_copy_async(device_t dev, void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+    if (bytes == 0) return;
+    if (dev == DEV_CUDA) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+    else memmove(dst, src, bytes);
+}

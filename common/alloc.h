@@ -2,6 +2,7 @@
 // per tag. Stage 01's memory profile (peaks per phase, active-memory timeline) builds on it.
 #pragma once
 #include <stddef.h>
+#include <cuda_runtime_api.h>
 #include "common/dtype.h"
 
 #ifdef __cplusplus
@@ -33,6 +34,12 @@ void* mem_alloc(device_t dev, size_t bytes, mem_tag_t tag);
 // report "OOM" as a table row and go on.
 void* mem_try_alloc(device_t dev, size_t bytes, mem_tag_t tag);
 void mem_free(void* p);  // NULL is fine; a pointer this allocator did not hand out is a bug (dies)
+
+// Zero or copy bytes within one device's memory: on DEV_CUDA enqueued on `stream` (the host does
+// not wait), on DEV_CPU done now (stream ignored). So code that holds its buffers on either
+// device (the parallel layers) writes one line for both.
+void mem_zero_async(device_t dev, void* p, size_t bytes, cudaStream_t stream);
+void mem_copy_async(device_t dev, void* dst, const void* src, size_t bytes, cudaStream_t stream);
 
 mem_stats_t mem_stats(device_t dev);
 void mem_reset_peak(device_t dev);  // peak := live (for per-phase peaks)

@@ -1,6 +1,6 @@
 // The course's ToyModels (toymodel.h): forward, backward with per-parameter hooks, SGD.
 // Letters: B rows of the batch; a linear layer maps d_in -> d_out.
-#include "06_ddp/toymodel.h"
+#include "common/toymodel.h"
 
 #include <math.h>
 #include <stdio.h>
