@@ -10,12 +10,12 @@
 #                  DDP run that resumes bit-exact
 #   coll4    50 s  stage 05's collective table at 4 ranks: allreduce_bench, nccl, nccl-direct and
 #                  the workbook's ring (ring-nccl), every operation, 1M 10M 100M 1G
-#   scale4  190 s  XL fp32, context 512, batch 2 a rank: DDP bucketed 100 MiB (with the no-communication
+#   scale4  180 s  XL fp32, context 512, batch 2 a rank: DDP bucketed 100 MiB (with the no-communication
 #                  baseline, variant none, last in the same job: its replicas drift apart) and ZeRO 0-3 at 4, then 2 GPUs; PyTorch's DDP / ZeRO /
 #                  FSDP2 at 4 (torchrun, localhost); DDP bf16 at 4; ours on 1 GPU last
 #   pp4      75 s  the pipeline on 4 GPUs (p = 4), large model, context 512, m = 8 micro-batches of 2,
 #                  every schedule the GPU executor runs; the measured bubble beside the formula
-#   fault4   50 s  faults at 4 ranks under NCCL: a rank that exits (dies), one that stops answering,
+#   fault4   60 s  faults at 4 ranks under NCCL: a rank that exits (dies), one that stops answering,
 #                  one stopped by SIGSTOP, each under a 5 s communication deadline; a pipeline rank
 #                  that dies; exit codes and the one-line messages in summary.txt
 # Every MPI job goes through scripts/mpirun.sh (--quiet, MPIRUN_TIMEOUT a little under the step's
@@ -51,7 +51,7 @@ TORCHRUN="python3 -m torch.distributed.run --standalone --nproc_per_node"
 . lab/device/device_lib.sh  # step, last_ok
 ALL="suite4 coll4 scale4 pp4 fault4"
 part_secs() {
-  case $1 in suite4) echo 100 ;; coll4) echo 50 ;; scale4) echo 190 ;; pp4) echo 75 ;; fault4) echo 50 ;; *) echo 0 ;; esac
+  case $1 in suite4) echo 100 ;; coll4) echo 50 ;; scale4) echo 180 ;; pp4) echo 75 ;; fault4) echo 60 ;; *) echo 0 ;; esac
 }
 for p in "$@"; do
   [ "$(part_secs "$p")" -gt 0 ] || { echo "device_4gpu: error: unknown part '$p'; allowed: $ALL" >&2; exit 2; }
@@ -146,7 +146,7 @@ for p in "$@"; do
   [ $(( end - now )) -lt "$secs" ] && secs=$(( end - now ))
   if [ "$secs" -lt 10 ]; then echo "[$(date -u +%H:%M:%S)] part $p skipped: the budget is spent" | tee -a "$O/steps.txt"; continue; fi
   echo "== part $p: limit ${secs}s"
-  GPU4_PART=$p PART_END=$(( now + secs - 10 )) timeout -k 10 "$secs" bash "$self"
+  GPU4_PART=$p PART_END=$(( now + secs - 5 )) timeout -k 10 "$secs" bash "$self"
   echo "== part $p: exit $? after $(( $(date +%s) - now ))s"
 done
 
