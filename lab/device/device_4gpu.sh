@@ -160,7 +160,7 @@ done
   echo "# test totals"
   grep -H "Synthesis" "$L"/t0*.log 2>/dev/null
 } > "$R/summary.txt"
-cat "$R/summary.txt"
 for f in "$R"/0*/*.csv; do [ -f "$f" ] && { echo "# $f"; cat "$f"; }; done
+cat "$R/summary.txt"  # last: the end of the output is what a truncated log keeps
 tar czf "$O/gpu4.tgz" "$R" 2>/dev/null
 echo "device_4gpu: results in $O/gpu4.tgz ($(du -h "$O/gpu4.tgz" | cut -f1))"
