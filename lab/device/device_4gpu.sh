@@ -10,9 +10,10 @@
 #                  DDP run that resumes bit-exact
 #   coll4    50 s  stage 05's collective table at 4 ranks: allreduce_bench, nccl, nccl-direct and
 #                  the workbook's ring (ring-nccl), every operation, 1M 10M 100M 1G
-#   scale4  180 s  XL fp32, context 512, batch 2 a rank: DDP bucketed 100 MiB (with the no-communication
-#                  baseline, variant none, last in the same job: its replicas drift apart) and ZeRO 0-3 at 4, then 2 GPUs; PyTorch's DDP / ZeRO /
-#                  FSDP2 at 4 (torchrun, localhost); DDP bf16 at 4; ours on 1 GPU last
+#   scale4  180 s  XL fp32, context 512, batch 2 a rank: DDP bucketed 100 MiB (the no-communication
+#                  baseline, variant none, last in the same job: its replicas drift apart) and ZeRO
+#                  0-3 at 4, then 2 GPUs; PyTorch's DDP / ZeRO / FSDP2 at 4 (torchrun, localhost);
+#                  DDP bf16 at 4; ours on 1 GPU last
 #   pp4      75 s  the pipeline on 4 GPUs (p = 4), large model, context 512, m = 8 micro-batches of 2,
 #                  every schedule the GPU executor runs; the measured bubble beside the formula
 #   fault4   60 s  faults at 4 ranks under NCCL: a rank that exits (dies), one that stops answering,
@@ -21,7 +22,8 @@
 # Every MPI job goes through scripts/mpirun.sh (--quiet, MPIRUN_TIMEOUT a little under the step's
 # limit) with NCCL_NVLS_ENABLE=0 exported and passed with -x, one rank a GPU, and --comm-timeout
 # on every program of ours. Logs and CSVs under results/gpu4/ (logs/ one per step); $OUT/steps.txt
-# lists every step and its exit status (124/137: its limit ran out); results/ is packed into
+# lists every step and its exit status (124/137: its limit ran out; 124 within seconds in fault4:
+# the communication deadline, the program's own exit status for it); results/ is packed into
 # $OUT/all.tgz after every step (device_lib.sh's step) and results/gpu4/ into $OUT/gpu4.tgz at the
 # end. A part that fails does not stop the next.
 #   GPU4_BUDGET  seconds for all the parts together (default 480): give the call's 600 s less the build
