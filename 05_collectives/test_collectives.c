@@ -302,8 +302,8 @@ static void need_gpus(int n) {
 }
 
 Test(collectives_nccl, every_operation_2_gpus) {
-    need_gpus(2);
-    int st = mpi_run(2, "collectives_check", "--backend nccl --counts " COUNTS, NULL);
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
+    int st = mpi_run(test_gpu_ranks(), "collectives_check", "--backend nccl --counts " COUNTS, NULL);
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, " 0 wrong"), "%s", g_out);
 }
@@ -338,20 +338,20 @@ Test(collectives_nccl, a_stopped_rank_is_named_once) {
 }
 
 Test(collectives_nccl, a_dead_rank_ends_the_job) {
-    need_gpus(2);
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
     double s = 0;
-    int st = mpi_run(2, "collectives_check", "--backend nccl --counts 1000 --die-rank 1 --tag t05ndead", &s);
+    int st = mpi_run(test_gpu_ranks(), "collectives_check", "--backend nccl --counts 1000 --die-rank 1 --tag t05ndead", &s);
     cr_assert_neq(st, 0, "exit 0:\n%s", g_out);
     cr_assert_lt(s, 40.0, "the job took %.1f s to end", s);
     cr_assert(!leftovers("t05ndead"), "processes left behind");
 }
 
 Test(collectives_nccl, bench_gpu_rows_check) {
-    need_gpus(2);
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
     char args[512];
     snprintf(args, sizeof args, "--backends nccl,nccl-direct,ring-nccl --op all --maxbytes 4M --iters 3 --warmup 1 --out %s --tag g",
              test_tmpdir());
-    int st = mpi_run(2, "allreduce_bench", args, NULL);
+    int st = mpi_run(test_gpu_ranks(), "allreduce_bench", args, NULL);
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "# OK"), "%s", g_out);
 }

@@ -77,9 +77,9 @@ Test(ddp_train_mpi, bad_input_is_one_line_from_the_whole_job, .timeout = 240) {
 }
 
 Test(ddp_train_nccl, every_variant_2_gpus) {
-    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
     const char* variants[] = {"naive", "flat", "overlap", "bucketed"};
-    for (int i = 0; i < 4; i++) equal_to_single(2, variants[i], "--backend nccl --bucket-mb 0.05");
+    for (int i = 0; i < 4; i++) equal_to_single(test_gpu_ranks(), variants[i], "--backend nccl --bucket-mb 0.05");
 }
 
 // --zero / --shard hand the run to stage 07's zero_train (a stage links only earlier stages):

@@ -292,8 +292,8 @@ Test(zero_train_mpi, peaks_by_phase_show_the_optimizer_state_appear) {
 }
 
 Test(zero_train_nccl, every_level_2_gpus) {
-    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
-    against_ddp(2, "--backend nccl --zero all --bucket-mb 0.05");
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
+    against_ddp(test_gpu_ranks(), "--backend nccl --zero all --bucket-mb 0.05");
     cr_assert(strstr(g_out, "check-ddp: zero3: 0 of"), "%s", g_out);
     cr_assert(strstr(g_out, "params + grads + optimizer state == 16Psi/n on every rank"), "%s", g_out);
     cr_assert(strstr(g_out, "check-ddp: zero2: 0 of"), "%s", g_out);
@@ -307,19 +307,20 @@ Test(zero_train_nccl, every_level_2_gpus) {
 // is the shard alone (the model made with MODEL_GPU_NO_FLAT_GRADS), params the padded flat
 // buffer, and its grads below lean ZeRO-1's (4P); bf16 refused in one line.
 Test(zero_train_nccl, zero2_on_units_2_gpus) {
-    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
-    int st = run_prog("zero_train", 2, "--backend nccl --model tiny --context 16 --batch 3 --steps 3 --warmup 1 --zero 2 --zero2 both --check-ddp 1 --bucket-mb 0.05");
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
+    const int np = test_gpu_ranks();
+    int st = run_prog("zero_train", np, "--backend nccl --model tiny --context 16 --batch 3 --steps 3 --warmup 1 --zero 2 --zero2 both --check-ddp 1 --bucket-mb 0.05");
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "check-ddp: zero2: 0 of") && strstr(g_out, "check-ddp: zero2s: 0 of") && !strstr(g_out, "DIFFERENT"), "%s", g_out);
     cr_assert_eq(count(g_out, "== the formula on every rank"), 3, "%s", g_out);
     cr_assert(strstr(g_out, "zero2   params + grads + optimizer state == 4Psi+12Psi/n on every rank"), "%s", g_out);
-    const size_t S2 = tiny_shard_elems(2);
+    const size_t S2 = tiny_shard_elems(np);
     char want[160];
     snprintf(want, sizeof want, "zero2   grads == the shard on every rank (4 x %zu = %zu bytes", S2, 4 * S2);
     cr_assert(strstr(g_out, want) && strstr(g_out, "working buffers == "), "want '%s':\n%s", want, g_out);
 
     const double MiB = 1048576.0;
-    st = run_prog("zero_train", 2, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 2");
+    st = run_prog("zero_train", np, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 2");
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     const char* line = strstr(g_out, "zero2   setup peak");
     cr_assert(line && strstr(line, "lean: built sharded"), "%s", g_out);
@@ -331,26 +332,27 @@ Test(zero_train_nccl, zero2_on_units_2_gpus) {
     const double z2_grads = after_field(line, "grads ");
     cr_assert(fabs(z2_grads - 4 * S / MiB) < 0.006, "grads at the setup peak, want %.2f MiB:\n%s", 4 * S / MiB, g_out);
     cr_assert(fabs(after_field(line, "params ") - 4 * P / MiB) < 0.006, "params at the setup peak, want %.2f MiB:\n%s", 4 * P / MiB, g_out);
-    st = run_prog("zero_train", 2, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 1");
+    st = run_prog("zero_train", np, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 1");
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     line = strstr(g_out, "zero1   setup peak");
     cr_assert(line, "%s", g_out);
     const double z1_grads = after_field(line, "grads ");
     cr_assert(z2_grads < 0.75 * z1_grads, "ZeRO-2's setup-peak grads %.2f MiB must be well below ZeRO-1's %.2f MiB", z2_grads, z1_grads);
 
-    st = run_prog("zero_train", 2, "--backend nccl --zero 2 --precision bf16");
+    st = run_prog("zero_train", np, "--backend nccl --zero 2 --precision bf16");
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "--zero 2 runs fp32 only") && count(g_out, "error:") == 1, "%s", g_out);
 }
 
 Test(zero_train_nccl, zero3_alone_and_bf16_refused_2_gpus) {
-    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
+    const int np = test_gpu_ranks();
     // ZeRO-3 without DDP before it (the model's flat buffers freed from its first step), a
     // context and batch that are not powers of two, more steps: equal to DDP.
-    int st = run_prog("zero_train", 2, "--backend nccl --model tiny --context 24 --batch 3 --steps 4 --warmup 1 --zero 3 --check-ddp 1");
+    int st = run_prog("zero_train", np, "--backend nccl --model tiny --context 24 --batch 3 --steps 4 --warmup 1 --zero 3 --check-ddp 1");
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "check-ddp: zero3: 0 of") && !strstr(g_out, "DIFFERENT"), "%s", g_out);
-    st = run_prog("zero_train", 2, "--backend nccl --zero 3 --precision bf16");
+    st = run_prog("zero_train", np, "--backend nccl --zero 3 --precision bf16");
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "--zero 3 runs fp32 only"), "%s", g_out);
 }
@@ -405,9 +407,10 @@ Test(zero_train_mpi, sharded_construction_equals_the_whole_model_2_3_4_ranks) {
 // gradients at the peak are its two shards (4S bytes each, no whole-model buffer ever), ZeRO-1's
 // the padded flat buffers once (4P each, no padded copy beside the unpadded ones).
 Test(zero_train_nccl, lean_setup_peak_is_the_levels_own_2_gpus) {
-    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
+    const int np = test_gpu_ranks();
     const double MiB = 1048576.0;
-    int st = run_prog("zero_train", 2, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 3");
+    int st = run_prog("zero_train", np, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 3");
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     const char* line = strstr(g_out, "zero3   setup peak");
     cr_assert(line && strstr(line, "lean: built sharded"), "%s", g_out);
@@ -416,7 +419,7 @@ Test(zero_train_nccl, lean_setup_peak_is_the_levels_own_2_gpus) {
     const double S = atof(sh + strlen("a shard of "));
     cr_assert(fabs(after_field(line, "params ") - 4 * S / MiB) < 0.006, "params at the setup peak, want %.2f MiB:\n%s", 4 * S / MiB, g_out);
     cr_assert(fabs(after_field(line, "grads ") - 4 * S / MiB) < 0.006, "grads at the setup peak, want %.2f MiB:\n%s", 4 * S / MiB, g_out);
-    st = run_prog("zero_train", 2, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 1");
+    st = run_prog("zero_train", np, "--backend nccl --model small --context 64 --batch 2 --steps 1 --warmup 1 --zero 1");
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     line = strstr(g_out, "zero1   setup peak");
     const char* pt = strstr(g_out, "padded total ");
@@ -502,9 +505,9 @@ Test(zero_train_mpi, checkpoint_every_k_refused_with_unit_hooks) {
 // Block checkpointing under ZeRO-3's (and ZeRO-2's) unit hooks on the GPUs: the same parameter
 // hash as without it, the acts tag shrunk by exactly two blocks' internals (ckpt_block_equals_none).
 Test(zero_train_nccl, checkpoint_block_equals_none_2_gpus) {
-    if (gpu_count() < 2) cr_skip_test("needs 2 CUDA GPUs (found %d)%s%s", gpu_count(), gpu_count() ? "" : ": ", gpu_absent_reason());
-    ckpt_block_equals_none(2, "3", 1);
-    ckpt_block_equals_none(2, "2", 1);
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS
+    ckpt_block_equals_none(test_gpu_ranks(), "3", 1);
+    ckpt_block_equals_none(test_gpu_ranks(), "2", 1);
 }
 
 // ------------------------------------------------------------------ ZeRO-3's plan and windows

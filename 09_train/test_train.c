@@ -872,13 +872,13 @@ Test(train_gpu, killed_1_gpu_bf16_accum_resumes_bitexact, .timeout = 300) {
     NEED_GPUS(1);
     resume_bitexact(1, "--backend nccl --precision bf16 --accum 2 --batch 2", "g1b");
 }
-Test(train_gpu, killed_2_gpus_ddp_resumes_bitexact, .timeout = 300) { NEED_GPUS(2); resume_bitexact(2, "--backend nccl --dp", "g2d"); }
-Test(train_gpu, killed_2_gpus_zero1_resumes_bitexact, .timeout = 300) { NEED_GPUS(2); resume_bitexact(2, "--backend nccl --zero 1", "g2z1"); }
+Test(train_gpu, killed_2_gpus_ddp_resumes_bitexact, .timeout = 300) { NEED_GPU_RANKS(); resume_bitexact(test_gpu_ranks(), "--backend nccl --dp", "g2d"); }
+Test(train_gpu, killed_2_gpus_zero1_resumes_bitexact, .timeout = 300) { NEED_GPU_RANKS(); resume_bitexact(test_gpu_ranks(), "--backend nccl --zero 1", "g2z1"); }
 Test(train_gpu, killed_2_gpus_zero2_resumes_bitexact, .timeout = 300) {
-    NEED_GPUS(2);
-    resume_bitexact(2, "--backend nccl --zero 2 --bucket-mb 0.05", "g2z2");
+    NEED_GPU_RANKS();
+    resume_bitexact(test_gpu_ranks(), "--backend nccl --zero 2 --bucket-mb 0.05", "g2z2");
 }
-Test(train_gpu, killed_2_gpus_zero3_resumes_bitexact, .timeout = 300) { NEED_GPUS(2); resume_bitexact(2, "--backend nccl --zero 3", "g2z3"); }
+Test(train_gpu, killed_2_gpus_zero3_resumes_bitexact, .timeout = 300) { NEED_GPU_RANKS(); resume_bitexact(test_gpu_ranks(), "--backend nccl --zero 3", "g2z3"); }
 // --pp on 2 GPUs (the GPU executor, fp32, one GPU a pipeline rank): the loss falls, and a killed
 // run resumes bit-exact (device against device).
 Test(train_gpu, pp2_2_gpus_loss_falls, .timeout = 300) {

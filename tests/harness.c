@@ -113,6 +113,15 @@ int refused_in_one_line(int st, const char* out, const char* prog, ...) {
     return ok;
 }
 
+int test_gpu_ranks(void) {
+    const char* env = getenv("TEST_GPU_RANKS");
+    if (!env || !*env) return 2;
+    char* end = NULL;
+    const long n = strtol(env, &end, 10);
+    cr_assert(*end == '\0' && n >= 2 && n <= 64, "TEST_GPU_RANKS='%s': give a whole number of ranks in 2..64 (unset: 2)", env);
+    return (int)n;
+}
+
 const char* build_dir(void) {
     static char dir[PATH_MAX] = "";
     if (dir[0]) return dir;

@@ -23,6 +23,18 @@ double max_abs_diff(const float* a, const float* b, size_t n);
     cr_assert(allclose_report((got), (want), (n), (rtol), (atol), (what)),               \
               "%s: not allclose (rtol %g, atol %g); details above", (what), (double)(rtol), (double)(atol))
 
+// The rank count of the multi-GPU tests (one GPU a rank): $TEST_GPU_RANKS, default 2, so that the
+// same assertions run on 4 GPUs with TEST_GPU_RANKS=4. A value that is not a whole number in
+// 2..64 fails the test that asks, naming it.
+int test_gpu_ranks(void);
+// Skips the test, with the reason, when there are fewer GPUs than test_gpu_ranks().
+#define NEED_GPU_RANKS()                                                                            \
+    do {                                                                                            \
+        if (gpu_count() < test_gpu_ranks())                                                         \
+            cr_skip_test("needs %d CUDA GPUs (found %d)%s%s", test_gpu_ranks(), gpu_count(),        \
+                         gpu_count() ? "" : ": ", gpu_count() ? "" : gpu_absent_reason());          \
+    } while (0)
+
 #define SKIP_WITHOUT_GPU()                                                               \
     do {                                                                                 \
         if (gpu_count() == 0) cr_skip_test("needs a CUDA GPU: %s", gpu_absent_reason()); \

@@ -143,3 +143,16 @@ Test(timer, gpu_time_fn_counts_runs_and_applies_the_budget) {
     cr_assert_eq(c.calls, 1 + 3);
     CUDA_CHECK(cudaFree(c.buf));
 }
+
+// The multi-GPU tests' rank count: 2 unless TEST_GPU_RANKS names another (the 4-GPU runs).
+Test(gpu, multi_gpu_tests_take_their_rank_count_from_the_environment) {
+    unsetenv("TEST_GPU_RANKS");
+    cr_assert_eq(test_gpu_ranks(), 2);
+    setenv("TEST_GPU_RANKS", "", 1);
+    cr_assert_eq(test_gpu_ranks(), 2);
+    setenv("TEST_GPU_RANKS", "4", 1);
+    cr_assert_eq(test_gpu_ranks(), 4);
+    setenv("TEST_GPU_RANKS", "3", 1);
+    cr_assert_eq(test_gpu_ranks(), 3);
+    unsetenv("TEST_GPU_RANKS");
+}
