@@ -2,6 +2,10 @@
 #include "09_train/lr_clip.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <cublas_v2.h>
+
+#include "common/check.h"
 
 double lr_cosine(long long t, double lr_max, double lr_min, long long warmup, long long cosine) {
     if (t < warmup) return lr_max * (double)t / (double)warmup;
@@ -25,4 +29,61 @@ float grad_clip_coef(double norm, double max_norm) {
 void grad_scale(float* g, size_t n, float coef) {
     if (coef == 1.0f) return;
     for (size_t i = 0; i < n; i++) g[i] *= coef;
+}
+
+// ---- on either device (grad_ops_t): each call is the host loop above or its cuBLAS twin
+struct grad_ops {
+    device_t dev;
+    cublasHandle_t blas;  // DEV_CUDA: bound to the model's stream
+};
+
+grad_ops_t* grad_ops_create(device_t dev, cudaStream_t stream) {
+    grad_ops_t* g = calloc(1, sizeof *g);
+    if (!g) DIE("out of host memory");
+    g->dev = dev;
+    if (dev == DEV_CUDA &&
+        (cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g->blas, stream) != CUBLAS_STATUS_SUCCESS))
+        DIE("cuBLAS: cannot create a handle");
+    return g;
+}
+
+void grad_ops_destroy(grad_ops_t* g) {
+    if (!g) return;
+    if (g->blas) cublasDestroy(g->blas);
+    free(g);
+}
+
+// cuBLAS counts in int: chunks of 2^30 elements.
+#define CHUNK (1u << 30)
+#define CHUNK_LEN(n, o) ((int)((n) - (o) < CHUNK ? (n) - (o) : CHUNK))
+
+double grad_ops_sumsq(grad_ops_t* g, const float* x, size_t n) {
+    if (g->dev == DEV_CPU) return grad_sumsq(x, n);
+    double s = 0;
+    for (size_t o = 0; o < n; o += CHUNK) {
+        float r = 0;
+        if (cublasSnrm2(g->blas, CHUNK_LEN(n, o), x + o, 1, &r) != CUBLAS_STATUS_SUCCESS) DIE("cublasSnrm2 failed");
+        s += (double)r * r;
+    }
+    return s;
+}
+
+void grad_ops_scale(grad_ops_t* g, float* x, size_t n, float coef) {
+    if (g->dev == DEV_CPU) {
+        grad_scale(x, n, coef);
+        return;
+    }
+    if (coef == 1.0f) return;
+    for (size_t o = 0; o < n; o += CHUNK)
+        if (cublasSscal(g->blas, CHUNK_LEN(n, o), &coef, x + o, 1) != CUBLAS_STATUS_SUCCESS) DIE("cublasSscal failed");
+}
+
+void grad_ops_add(grad_ops_t* g, float* y, const float* x, size_t n) {
+    if (g->dev == DEV_CPU) {
+        for (size_t i = 0; i < n; i++) y[i] += x[i];
+        return;
+    }
+    const float one = 1.0f;
+    for (size_t o = 0; o < n; o += CHUNK)
+        if (cublasSaxpy(g->blas, CHUNK_LEN(n, o), &one, x + o, 1, y + o, 1) != CUBLAS_STATUS_SUCCESS) DIE("cublasSaxpy failed");
 }

@@ -33,7 +33,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "06_ddp/ddp.h"
@@ -51,24 +50,34 @@
 #include "common/comm.h"
 #include "common/fileio.h"
 #include "common/gnuplot.h"
+#include "common/lm.h"
 #include "common/model.h"
-#include "common/model_cpu.h"
-#include "common/model_gpu.h"
 #include "common/timer.h"
 #include "common/tokens.h"
 
 static volatile sig_atomic_t g_stop = 0;
 static void on_signal(int sig) { g_stop = sig; }
 
+// Stage 08's two executors behind one set of calls, chosen once (pp_exec_make): the CPU one
+// runs the model_cpu_t over MPI, the GPU one the model_gpu_t over NCCL.
+typedef struct {
+    void* x;
+    double (*step)(void* x, const int32_t* in, const int32_t* tg, float scale);
+    double (*forward)(void* x, const schedule_t* fwd, const int32_t* in, const int32_t* tg, float scale);
+    void (*span)(const void* x, int chunk, size_t* begin, size_t* end);
+    void (*destroy)(void* x);
+} pp_ops_t;
+
 typedef struct {
     comm_t* c;
     int W, r, B, A, T, zero;
-    int gpu;              // NCCL backend: the CUDA model (common/model_gpu.h), one GPU a rank
-    model_cpu_t m;        // CPU: the model; GPU: unused but for m.layout (a copy of the GPU model's)
-    model_gpu_t* gm;      // GPU: the model
-    cudaStream_t cs;      // GPU: its stream (compute, optimizer and, for DDP/ZeRO-1, collectives)
-    cublasHandle_t blas;  // GPU: the norm, clipping and accumulation of device gradients
-    float *hm, *hv;       // GPU: host copies of the moments for checkpoints (state_n each)
+    lm_t* lm;             // the model (common/lm.h): the CPU model over MPI, the CUDA model over NCCL (one GPU a rank)
+    device_t dev;         // where its flat buffers, the gradients and the moments live
+    cudaStream_t cs;      // the GPU model's stream (compute, optimizer and, for DDP/ZeRO-1, collectives); NULL on the CPU
+    grad_ops_t* go;       // the norm, clipping and accumulation of the gradients, on dev
+    const param_layout_t* lay;
+    float *hm, *hv;       // host copies of the moments for checkpoints (state_n each)
+    float* dbuf;          // ZeRO-3: the parameters gathered on dev for a checkpoint (total)
     size_t total;         // flat parameter elements (the layout's)
     size_t P;             // the flat buffers' length: total, or ZeRO-1/2's padded total
     ddp_t* ddp;           // --dp
@@ -95,8 +104,7 @@ typedef struct {
     partition_t part;     // the blocks of every stage (08's partition.h)
     model_range_t* ranges;  // [v] this rank's chunks
     size_t *stb, *ste;    // [S] flat span of every stage
-    pp_exec_t* x;         // CPU executor (MPI)
-    pp_exec_gpu_t* xg;    // GPU executor (NCCL)
+    pp_ops_t px;          // the executor
 } trainer_t;
 
 // The per-parameter hook of the backward: DDP's and ZeRO-1/2's buckets start here.
@@ -106,77 +114,31 @@ static void grad_hook(void* ctx, int i) {
     else if (t->z) zero_grad_ready(t->z, i);
 }
 
-// The model's flat fp32 buffers (device on the GPU).
-static float* P_(trainer_t* t) { return t->gpu ? model_gpu_params(t->gm) : t->m.params; }
-static float* G_(trainer_t* t) { return t->gpu ? model_gpu_grads(t->gm) : t->m.grads; }
+// ZeRO-3's windows into the model (zero3_window_fn).
+static void lm_window(void* m, float* p, float* g, size_t lo, size_t hi) { lm_set_windows(m, p, g, lo, hi); }
 
-static void gpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) { model_gpu_set_windows(mm, p, g, lo, hi); }
-
-// Σ g² and g *= coef over n elements of a host or device gradient (cuBLAS on the model's stream:
-// nrm2 in fp32 with its own scaling, so the device norm differs from the host's in the last
-// bits; the bit-exact resume compares a device run with a device run).
-static double sumsq(trainer_t* t, const float* g, size_t n) {
-    if (!t->gpu) return grad_sumsq(g, n);
-    double s = 0;
-    for (size_t o = 0; o < n; o += 1u << 30) {  // cuBLAS counts in int
-        float r = 0;
-        const int k = (int)(n - o < (1u << 30) ? n - o : (1u << 30));
-        if (cublasSnrm2(t->blas, k, g + o, 1, &r) != CUBLAS_STATUS_SUCCESS) DIE("cublasSnrm2 failed");
-        s += (double)r * r;
-    }
-    return s;
+// A buffer of the model's device as host memory: itself on the CPU; on the GPU copied into
+// `host` once the model's stream is done. And back (to_dev: host into the device buffer).
+static const float* host_view(trainer_t* t, float* host, const float* dev, size_t n) {
+    if (t->dev == DEV_CPU) return dev;  // (the host's memory already)
+    comm_stream_sync(t->c, t->cs, "a copy to the host");
+    CUDA_CHECK(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
 }
-static void scale(trainer_t* t, float* g, size_t n, float coef) {
-    if (!t->gpu) { grad_scale(g, n, coef); return; }
-    if (coef == 1.0f) return;
-    for (size_t o = 0; o < n; o += 1u << 30) {
-        const int k = (int)(n - o < (1u << 30) ? n - o : (1u << 30));
-        if (cublasSscal(t->blas, k, &coef, g + o, 1) != CUBLAS_STATUS_SUCCESS) DIE("cublasSscal failed");
-    }
-}
-// acc = G (a = 0) or acc += G; at the end G = acc × 1/A: the host loop's arithmetic (1·x + y is exact).
-static void accumulate(trainer_t* t, float* acc, float* G, int a) {
-    if (!t->gpu) {
-        if (a == 0) memcpy(acc, G, t->nacc * sizeof *G);
-        else for (size_t i = 0; i < t->nacc; i++) acc[i] += G[i];
-        return;
-    }
-    if (a == 0) CUDA_CHECK(cudaMemcpyAsync(acc, G, t->nacc * sizeof *G, cudaMemcpyDeviceToDevice, t->cs));
-    else {
-        const float one = 1.0f;
-        for (size_t o = 0; o < t->nacc; o += 1u << 30) {
-            const int k = (int)(t->nacc - o < (1u << 30) ? t->nacc - o : (1u << 30));
-            if (cublasSaxpy(t->blas, k, &one, G + o, 1, acc + o, 1) != CUBLAS_STATUS_SUCCESS) DIE("cublasSaxpy failed");
-        }
-    }
-}
-static void acc_mean(trainer_t* t, float* acc, float* G) {
-    const float inv = 1.0f / (float)t->A;
-    if (!t->gpu) {
-        for (size_t i = 0; i < t->nacc; i++) G[i] = acc[i] * inv;
-        return;
-    }
-    CUDA_CHECK(cudaMemcpyAsync(G, acc, t->nacc * sizeof *G, cudaMemcpyDeviceToDevice, t->cs));
-    scale(t, G, t->nacc, inv);
+static void to_dev(trainer_t* t, float* dev, const float* host, size_t n) {
+    if (t->dev == DEV_CPU) memcpy(dev, host, n * sizeof(float));
+    else CUDA_CHECK(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-// One forward (+ backward) of a (B, T) batch on either model.
+// One forward of the (B, T) batch in t->in / t->tg: its mean loss (waits).
 static double forward(trainer_t* t) {
-    if (!t->gpu) return model_cpu_forward(&t->m, t->in, t->tg, t->B, t->T);
-    model_gpu_set_tokens(t->gm, t->in, t->tg);
-    return model_gpu_forward(t->gm, model_gpu_inputs(t->gm), model_gpu_targets(t->gm));
+    lm_set_tokens(t->lm, t->in, t->tg);
+    lm_forward_async(t->lm);
+    return lm_loss(t->lm);
 }
 static void backward(trainer_t* t, grad_ready_fn hook, void* ctx) {
     char err[512];
-    if (!t->gpu) model_cpu_backward(&t->m, hook, ctx);
-    else if (model_gpu_backward(t->gm, hook, ctx, err, sizeof err) != 0) comm_fatal(t->c, EXIT_FAILURE_RT, "%s", err);
-}
-
-// ZeRO-3's windows into the CPU model (zero3_window_fn).
-static void cpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) {
-    model_cpu_t* m = mm;
-    m->pwin = (model_window_t){p, lo, hi};
-    if (g) m->gwin = (model_window_t){g, lo, hi};
+    if (lm_backward(t->lm, hook, ctx, err, sizeof err) != 0) comm_fatal(t->c, EXIT_FAILURE_RT, "%s", err);
 }
 
 // The optimizer's ranges as runs of the flat layout, in the order of its packed moments. Under
@@ -218,19 +180,50 @@ static int load_state(trainer_t* t, const char* path, const ckpt_manifest_t* mf,
         o->alloc_n = o->state_n;
     }
     for (int k = 0; k < o->n; k++) o->r[k].t = (int)mf->step;
-    if (!t->gpu) return ckpt_read_state(path, mf, t->fr, t->nfr, o->m, o->v, err, errlen);
     if (ckpt_read_state(path, mf, t->fr, t->nfr, t->hm, t->hv, err, errlen) != 0) return -1;
-    CUDA_CHECK(cudaMemcpy(o->m, t->hm, o->state_n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(o->v, t->hv, o->state_n * sizeof(float), cudaMemcpyHostToDevice));
+    to_dev(t, o->m, t->hm, o->state_n);
+    to_dev(t, o->v, t->hv, o->state_n);
     return 0;
 }
 
+// The global norm of the gradients opt steps: Σ g² over its ranges (what this rank owns),
+// summed over the ranks when `sharded`; then clipped to `clip` on those ranges. Returns the norm.
+static double clip_grads(trainer_t* t, int sharded, int counts, double clip) {
+    const optim_t* o = t->opt;
+    double ss = 0;
+    for (int k = 0; k < o->n; k++) ss += grad_ops_sumsq(t->go, t->gbase + o->r[k].g_off, o->r[k].numel);
+    if (!counts) ss = 0;
+    if (sharded) comm_host_allreduce_f64(t->c, &ss, 1, COMM_SUM);
+    const double norm = sqrt(ss);
+    const float coef = grad_clip_coef(norm, clip);
+    for (int k = 0; k < o->n; k++) grad_ops_scale(t->go, t->gbase + o->r[k].g_off, o->r[k].numel, coef);
+    return norm;
+}
+
 // ---- pipeline parallelism (--pp): stage 08's executor runs the step
-// One flush of the executor over the A micro-batches in t->in / t->tg; every micro-batch's loss
-// (and gradient) scaled by `scale`. Returns Σ scale·loss over the micro-batches whose loss this
-// rank computed (the head's ranks), 0 elsewhere.
-static double pp_flush(trainer_t* t, float scale) {
-    return t->gpu ? pp_exec_gpu_step(t->xg, t->in, t->tg, scale, NULL) : pp_exec_step(t->x, t->in, t->tg, scale, NULL);
+static double cpu_pp_step(void* x, const int32_t* in, const int32_t* tg, float s) { return pp_exec_step(x, in, tg, s, NULL); }
+static double gpu_pp_step(void* x, const int32_t* in, const int32_t* tg, float s) { return pp_exec_gpu_step(x, in, tg, s, NULL); }
+static double cpu_pp_fwd(void* x, const schedule_t* f, const int32_t* in, const int32_t* tg, float s) {
+    return pp_exec_forward(x, f, in, tg, s, NULL);
+}
+static double gpu_pp_fwd(void* x, const schedule_t* f, const int32_t* in, const int32_t* tg, float s) {
+    return pp_exec_gpu_forward(x, f, in, tg, s);
+}
+static void cpu_pp_span(const void* x, int ch, size_t* b, size_t* e) { pp_exec_span(x, ch, b, e); }
+static void gpu_pp_span(const void* x, int ch, size_t* b, size_t* e) { pp_exec_gpu_span(x, ch, b, e); }
+static void cpu_pp_destroy(void* x) { pp_exec_destroy(x); }
+static void gpu_pp_destroy(void* x) { pp_exec_gpu_destroy(x); }
+
+// The executor of the model's backend: the CPU one takes the model_cpu_t and this replica's
+// first world rank (its D replicas all-reduce through it), the GPU one the model_gpu_t.
+static pp_ops_t pp_exec_make(trainer_t* t) {
+    model_cpu_t* mc = lm_cpu(t->lm);
+    if (mc) {
+        const pp_exec_config_t ec = {t->c, &t->sched, t->pr, t->d * t->pp, mc, t->ranges, t->B, t->T, -1};
+        return (pp_ops_t){pp_exec_create(&ec), cpu_pp_step, cpu_pp_fwd, cpu_pp_span, cpu_pp_destroy};
+    }
+    const pp_exec_gpu_config_t gc = {t->c, &t->sched, t->pr, lm_gpu(t->lm), t->ranges, t->B, t->T, -1};
+    return (pp_ops_t){pp_exec_gpu_create(&gc), gpu_pp_step, gpu_pp_fwd, gpu_pp_span, gpu_pp_destroy};
 }
 
 // A step under --pp. Replica d's micro-batch mb is the windows mb·D·B + d·B .. + B of the step
@@ -243,31 +236,16 @@ static double train_step_pp(trainer_t* t, int64_t step, double lr, double clip, 
     const size_t bt = (size_t)t->B * t->T;
     for (int a = 0; a < t->A; a++)
         sampler_fill(&t->smp, &t->tok, (int64_t)a * t->D * t->B + (int64_t)t->d * t->B, t->B, t->in + a * bt, t->tg + a * bt);
-    double loss = pp_flush(t, 1.0f / (float)(t->A * t->D));
-    if (t->D > 1) pp_exec_dp_allreduce(t->x, t->D);
+    double loss = t->px.step(t->px.x, t->in, t->tg, 1.0f / (float)(t->A * t->D));
+    if (t->D > 1) pp_exec_dp_allreduce(t->px.x, t->D);  // (D > 1: the CPU executor only, checked at the start)
     if (step == kill_step) raise(SIGKILL);  // after the backward (the GPU executor's step ends synchronised)
-    const optim_t* o = t->opt;
-    double ss = 0;
-    for (int k = 0; k < o->n; k++) ss += sumsq(t, t->gbase + o->r[k].g_off, o->r[k].numel);
-    if (t->d != 0) ss = 0;
-    comm_host_allreduce_f64(t->c, &ss, 1, COMM_SUM);
-    *gnorm = sqrt(ss);
-    const float coef = grad_clip_coef(*gnorm, clip);
-    for (int k = 0; k < o->n; k++) scale(t, t->gbase + o->r[k].g_off, o->r[k].numel, coef);
+    *gnorm = clip_grads(t, 1, t->d == 0, clip);
     t->own.cfg.lr = (float)lr;
-    optim_step(&t->own, P_(t), G_(t), t->cs);
-    if (t->gpu) model_gpu_params_changed(t->gm);
+    optim_step(&t->own, lm_params(t->lm), lm_grads(t->lm), t->cs);
+    lm_params_changed(t->lm);
     sampler_advance(&t->smp);
     comm_host_allreduce_f64(t->c, &loss, 1, COMM_SUM);  // the head ranks' terms: the global mean
     return loss;
-}
-
-// One forward-only pass of the executor over the A micro-batches in t->in / t->tg (08's
-// schedule_make_forward lists: F and the activations' messages, no backward): Σ scale·loss on
-// the head's ranks, 0 elsewhere; the gradients and the optimizer are not touched.
-static double pp_forward(trainer_t* t, float scale) {
-    return t->gpu ? pp_exec_gpu_forward(t->xg, &t->fwd, t->in, t->tg, scale)
-                  : pp_exec_forward(t->x, &t->fwd, t->in, t->tg, scale, NULL);
 }
 
 // The evaluation under --pp: forward-only passes over held-out windows (K = ceil(nb / A) passes
@@ -275,7 +253,9 @@ static double pp_forward(trainer_t* t, float scale) {
 // 1/(K·A·D) and summed over the head ranks. With D = 1 and nb a multiple of A these are the
 // single process's nb·B windows in its order, and each micro-batch's loss is the whole model's
 // forward on its B rows (08's ranges: the same kernels in the same order), so the mean is the
-// single process's bit for bit when K·A is a power of two (the scale is then exact).
+// single process's bit for bit when K·A is a power of two (the scale is then exact). Each pass
+// runs 08's schedule_make_forward lists (F and the activations' messages, no backward): the
+// gradients and the optimizer are not touched.
 static double evaluate_pp(trainer_t* t, int nb) {
     const int K = (nb + t->A - 1) / t->A;
     const size_t w = (size_t)t->T + 1;
@@ -290,7 +270,7 @@ static double evaluate_pp(trainer_t* t, int nb) {
                     t->tg[row * t->T + i] = tokens_at(&t->tok, p + i + 1);
                 }
             }
-        s += pp_forward(t, 1.0f / (float)(K * t->A * t->D));
+        s += t->px.forward(t->px.x, &t->fwd, t->in, t->tg, 1.0f / (float)(K * t->A * t->D));
     }
     comm_host_allreduce_f64(t->c, &s, 1, COMM_SUM);
     return s;
@@ -303,16 +283,16 @@ static void pp_gather(trainer_t* t) {
     const int S = sched_stages(&t->sched);
     comm_req_t** rq = calloc((size_t)S, sizeof *rq);
     if (!rq) DIE("out of host memory");
-    float* P = P_(t);
+    float* P = lm_params(t->lm);
     int k = 0;
-    if (t->gpu) comm_group_start(t->c);
+    comm_group_start(t->c);
     for (int st = 0; st < S; st++) {
         const int owner = sched_rank_of(&t->sched, st);  // = its world rank in replica 0
         if (owner == 0) continue;
         if (t->r == 0) rq[k++] = comm_irecv(t->c, P + t->stb[st], t->ste[st] - t->stb[st], COMM_F32, owner, NULL);
         else if (t->r == owner) rq[k++] = comm_isend(t->c, P + t->stb[st], t->ste[st] - t->stb[st], COMM_F32, 0, NULL);
     }
-    if (t->gpu) comm_group_end(t->c);
+    comm_group_end(t->c);
     comm_waitall(t->c, rq, k);
     free(rq);
 }
@@ -321,7 +301,8 @@ static void pp_gather(trainer_t* t) {
 // and the gradient norm (before clipping) in *gnorm.
 static double train_step(trainer_t* t, int64_t step, double lr, double clip, int64_t kill_step, double* gnorm) {
     if (t->pp) return train_step_pp(t, step, lr, clip, kill_step, gnorm);
-    float* G = t->z3 ? zero3_grad_shard(t->z3) : G_(t);  // what a micro-batch's gradient is in
+    float* G = t->z3 ? zero3_grad_shard(t->z3) : lm_grads(t->lm);  // what a micro-batch's gradient is in
+    const size_t bytes = t->nacc * sizeof(float);
     double loss = 0;
     for (int a = 0; a < t->A; a++) {
         sampler_fill(&t->smp, &t->tok, (int64_t)a * t->W * t->B + (int64_t)t->r * t->B, t->B, t->in, t->tg);
@@ -331,28 +312,26 @@ static double train_step(trainer_t* t, int64_t step, double lr, double clip, int
         const int hook = (t->ddp || t->z) && t->A == 1;
         backward(t, hook ? grad_hook : NULL, hook ? t : NULL);
         if (t->z3) zero3_finish_grads(t->z3);  // this micro-batch's averaged shard is complete
-        if (t->A > 1) accumulate(t, t->acc, G, a);
+        // acc = G, then acc += G; at the end G = acc × 1/A (1·x + y is exact: the host's sums)
+        if (t->A > 1 && a == 0) mem_copy_async(t->dev, t->acc, G, bytes, t->cs);
+        else if (t->A > 1) grad_ops_add(t->go, t->acc, G, t->nacc);
     }
-    if (t->A > 1) acc_mean(t, t->acc, G);
+    if (t->A > 1) {
+        mem_copy_async(t->dev, G, t->acc, bytes, t->cs);
+        grad_ops_scale(t->go, G, t->nacc, 1.0f / (float)t->A);
+    }
     // --die-at-step: the whole job dies here, after the backward and before the update — the
     // worst moment (gradients computed, nothing saved), as a lost node would.
     if (step == kill_step) {
-        if (t->gpu) CUDA_CHECK(cudaStreamSynchronize(t->cs));  // the backward done, as on the CPU
+        comm_stream_sync(t->c, t->cs, "the backward");  // the backward done, as on the CPU
         raise(SIGKILL);
     }
     if (t->A > 1 && (t->ddp || t->z))  // the hooks did not fire in the backward: every gradient is final now
-        for (int i = t->m.layout.n - 1; i >= 0; i--) grad_hook(t, i);
+        for (int i = t->lay->n - 1; i >= 0; i--) grad_hook(t, i);
     if (t->ddp) ddp_finish_grads(t->ddp);
     if (t->z) zero_finish_grads(t->z);
-    // The global norm: Σ g² over the optimizer's ranges (what this rank owns), summed over ranks
-    // when they are shards.
-    const optim_t* o = t->opt;
-    double ss = 0;
-    for (int k = 0; k < o->n; k++) ss += sumsq(t, t->gbase + o->r[k].g_off, o->r[k].numel);
-    if (t->zero) comm_host_allreduce_f64(t->c, &ss, 1, COMM_SUM);
-    *gnorm = sqrt(ss);
-    const float coef = grad_clip_coef(*gnorm, clip);
-    for (int k = 0; k < o->n; k++) scale(t, t->gbase + o->r[k].g_off, o->r[k].numel, coef);
+    // The global norm over the optimizer's ranges, summed over ranks when they are shards.
+    *gnorm = clip_grads(t, t->zero != 0, 1, clip);
     if (t->z) {
         zero_set_lr(t->z, (float)lr);
         zero_step(t->z);
@@ -361,9 +340,9 @@ static double train_step(trainer_t* t, int64_t step, double lr, double clip, int
         zero3_step(t->z3);
     } else {
         t->own.cfg.lr = (float)lr;
-        optim_step(&t->own, P_(t), G_(t), t->cs);
+        optim_step(&t->own, lm_params(t->lm), lm_grads(t->lm), t->cs);
     }
-    if (t->gpu) model_gpu_params_changed(t->gm);  // bf16: the copy is remade at the next forward
+    lm_params_changed(t->lm);  // bf16: the copy is remade at the next forward
     sampler_advance(&t->smp);
     loss /= t->A;
     if (t->W > 1) {
@@ -373,39 +352,20 @@ static double train_step(trainer_t* t, int64_t step, double lr, double clip, int
     return loss;
 }
 
-// The flat parameters on the host (total): the model's buffer, or ZeRO-3's shards gathered
-// into `buf` (collective).
-// GPU: `buf` is host memory of `total` floats; ZeRO-3 gathers into the device buffer t->dbuf first.
-static float* g_dbuf;
+// The flat parameters on the host (total; `buf` host memory of total floats): the model's
+// buffer, or ZeRO-3's shards gathered (collective) on the model's device first. --pp: rank 0's
+// gathered whole (the other ranks': their own slices only).
 static const float* host_params(trainer_t* t, float* buf) {
-    if (t->pp) {  // --pp: rank 0's gathered whole (the other ranks': their own slices only)
-        pp_gather(t);
-        if (!t->gpu) return t->m.params;
-        model_gpu_get_params(t->gm, buf);
-        return buf;
-    }
-    if (!t->gpu) {
-        if (!t->z3) return t->m.params;
-        zero3_gather_params(t->z3, buf);
-        return buf;
-    }
-    if (t->z3) {
-        zero3_gather_params(t->z3, g_dbuf);
-        CUDA_CHECK(cudaMemcpy(buf, g_dbuf, t->total * sizeof(float), cudaMemcpyDeviceToHost));
-    } else {
-        CUDA_CHECK(cudaStreamSynchronize(t->cs));
-        model_gpu_get_params(t->gm, buf);
-    }
-    return buf;
+    if (t->pp) pp_gather(t);
+    if (t->z3) zero3_gather_params(t->z3, t->dbuf);
+    return host_view(t, buf, t->z3 ? t->dbuf : lm_params(t->lm), t->total);
 }
 // The moments on the host (GPU: copied into hm, hv).
 static void host_moments(trainer_t* t, const float** m, const float** v) {
     *m = t->opt->m, *v = t->opt->v;
-    if (!t->gpu || !t->opt->m) return;
-    CUDA_CHECK(cudaStreamSynchronize(t->cs));
-    CUDA_CHECK(cudaMemcpy(t->hm, t->opt->m, t->opt->state_n * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(t->hv, t->opt->v, t->opt->state_n * sizeof(float), cudaMemcpyDeviceToHost));
-    *m = t->hm, *v = t->hv;
+    if (!t->opt->m) return;
+    *m = host_view(t, t->hm, t->opt->m, t->opt->state_n);
+    *v = host_view(t, t->hv, t->opt->v, t->opt->state_n);
 }
 
 // Mean loss over the held-out split's first nb·B·W windows (consecutive, non-overlapping; rank
@@ -639,14 +599,14 @@ int main(int argc, char** argv) {
     const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (zero == 3 && prec != MP_FP32) BAD("--zero 3 runs the GPU model in fp32 only (its windows refuse bf16: common/model_gpu.h)");
-    t.gpu = backend == COMM_NCCL;
+    const int gpu = backend == COMM_NCCL;  // the CUDA model, one GPU a rank (else the CPU model)
     // --pp: schedule and partition (stage 08's), checked before MPI starts
     char part_s[400] = "";
     if (pp) {
         sched_kind_t kind;
         if (sched_parse(sched_s, &kind) != 0) BAD("--schedule: unknown '%s' (%s)", sched_s, SCHED_CHOICES);
-        if (t.gpu && Dp > 1) BAD("--pp %d --dp on %d GPUs: pipeline x data parallel runs on the CPU only (--backend mpi)", pp, W);
-        if (t.gpu && prec != MP_FP32) BAD("--pp --backend nccl runs fp32 only (the GPU executor refuses bf16)");
+        if (gpu && Dp > 1) BAD("--pp %d --dp on %d GPUs: pipeline x data parallel runs on the CPU only (--backend mpi)", pp, W);
+        if (gpu && prec != MP_FP32) BAD("--pp --backend nccl runs fp32 only (the GPU executor refuses bf16)");
         const int v = chunks ? chunks : kind == SCHED_INTERLEAVED ? 2 : 1;
         if (schedule_make(kind, pp, A, v, &t.sched, err, sizeof err) != 0)
             BAD("--schedule %s --micro-batches %d --chunks %d on %d pipeline ranks: %s", sched_s, A, v, pp, err);
@@ -692,47 +652,41 @@ int main(int argc, char** argv) {
     if (t.W != W) comm_fatal(t.c, 1, "world size %d, the environment said %d", t.W, W);
     t.pp = pp, t.D = Dp, t.mc = cfg;
     t.d = pp ? t.r / pp : t.r, t.pr = pp ? t.r % pp : 0;
-    if (!t.gpu) {
-        model_cpu_create(&t.m, &cfg, B, context, (uint64_t)seed);
-    } else if (pp) {
-        // The pipeline's CUDA model: the whole flat buffers, activations only per range (08)
-        t.gm = model_gpu_create_ranges(&cfg, B, context, MP_FP32, NULL, (uint64_t)seed, err, sizeof err);
-        comm_check_input(t.c, t.gm != NULL, "--model %s: %s", model_s, err);
-        t.m.layout = *model_gpu_layout(t.gm);
-        t.cs = model_gpu_stream(t.gm);
-        if (cublasCreate(&t.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(t.blas, t.cs) != CUBLAS_STATUS_SUCCESS)
-            DIE("cuBLAS: cannot create a handle");
-    } else {
-        t.gm = model_gpu_create(&cfg, B, context, prec, NULL, (uint64_t)seed, err, sizeof err);
-        comm_check_input(t.c, t.gm != NULL, "--model %s: %s", model_s, err);
-        t.m.layout = *model_gpu_layout(t.gm);  // (shared: never freed through t.m)
-        t.cs = model_gpu_stream(t.gm);
-        if (cublasCreate(&t.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(t.blas, t.cs) != CUBLAS_STATUS_SUCCESS)
-            DIE("cuBLAS: cannot create a handle");
-        // One forward and backward (no update: nothing changes) make the model allocate its
-        // gradient buffer, which DDP and ZeRO take at creation (as 06's replica does).
+    // The model (--pp: a pipeline rank's, which runs range passes only), its stream (NULL on the
+    // CPU) and the gradient arithmetic on its device.
+    lm_options_t lo = lm_options(gpu ? LM_GPU : LM_CPU, B, context);
+    lo.precision = prec, lo.seed = (uint64_t)seed, lo.ranges = pp != 0;
+    t.lm = lm_create(&cfg, &lo, err, sizeof err);
+    comm_check_input(t.c, t.lm != NULL, "--model %s: %s", model_s, err);
+    t.dev = lm_device(t.lm), t.cs = lm_stream(t.lm), t.lay = lm_layout(t.lm);
+    t.go = grad_ops_create(t.dev, t.cs);
+    if (!pp && !lm_grads(t.lm)) {
+        // One forward and backward (no update: nothing changes) make the GPU model allocate its
+        // gradient buffer, which DDP and ZeRO take at creation (as the replica does).
         int32_t* z0 = calloc((size_t)B * context, sizeof(int32_t));
         if (!z0) DIE("out of host memory");
-        model_gpu_set_tokens(t.gm, z0, z0);
-        model_gpu_forward_async(t.gm, model_gpu_inputs(t.gm), model_gpu_targets(t.gm));
-        comm_check_input(t.c, model_gpu_backward(t.gm, NULL, NULL, err, sizeof err) == 0, "%s", err);
-        CUDA_CHECK(cudaStreamSynchronize(t.cs));
+        lm_set_tokens(t.lm, z0, z0);
+        lm_forward_async(t.lm);
+        comm_check_input(t.c, lm_backward(t.lm, NULL, NULL, err, sizeof err) == 0, "%s", err);
+        comm_stream_sync(t.c, t.cs, "the first backward");
         free(z0);
     }
-    t.total = t.P = t.m.layout.total;
+    t.total = t.P = t.lay->total;
     t.cfg = adamw_default();
     t.cfg.weight_decay = (float)wd;
     t.in = malloc((size_t)(pp ? A : 1) * B * context * sizeof(int32_t));
     t.tg = malloc((size_t)(pp ? A : 1) * B * context * sizeof(int32_t));
     float* hist = malloc((size_t)steps * CKPT_HIST * sizeof(float) + 1);
-    t.table = malloc((size_t)t.m.layout.n * sizeof *t.table);
+    t.table = malloc((size_t)t.lay->n * sizeof *t.table);
     if (!t.in || !t.tg || !hist || !t.table) DIE("out of host memory");
-    for (int i = 0; i < t.m.layout.n; i++)
-        t.table[i] = (param_ref_t){t.m.layout.p[i].name, t.m.layout.p[i].offset, t.m.layout.p[i].numel, 1};
-    // The optimizer lives outside the model (07's optim_t): its own moments are not needed.
-    if (!t.gpu) {
-        mem_free(t.m.adam_m), mem_free(t.m.adam_v);
-        t.m.adam_m = t.m.adam_v = NULL;
+    for (int i = 0; i < t.lay->n; i++)
+        t.table[i] = (param_ref_t){t.lay->p[i].name, t.lay->p[i].offset, t.lay->p[i].numel, 1};
+    // The optimizer lives outside the model (07's optim_t): its own moments are not needed (the
+    // CPU model makes them at creation; the GPU model only at its own first AdamW step).
+    model_cpu_t* mcpu = lm_cpu(t.lm);
+    if (mcpu) {
+        mem_free(mcpu->adam_m), mem_free(mcpu->adam_v);
+        mcpu->adam_m = mcpu->adam_v = NULL;
     }
     float* pbuf = malloc(t.total * sizeof(float));  // host parameters: checkpoints, the final check
     if (!pbuf) DIE("out of host memory");
@@ -788,8 +742,8 @@ int main(int argc, char** argv) {
                 printf("resume: note: %s holds the same bytes as %s, which %s was trained on\n", data_id.path, mf.data.path, path);
             }
             const double tl = time_now_s();
-            int rc = ckpt_read_params(path, &mf, t.gpu ? pbuf : t.m.params, err, sizeof err);
-            if (rc == 0 && t.gpu) model_gpu_set_params(t.gm, pbuf);
+            int rc = ckpt_read_params(path, &mf, pbuf, err, sizeof err);
+            if (rc == 0) lm_set_params(t.lm, pbuf);
             if (rc == 0) rc = ckpt_read_history(path, &mf, hist, err, sizeof err);
             if (rc != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
             t_load = time_now_s() - tl;
@@ -798,11 +752,9 @@ int main(int argc, char** argv) {
         }
     }
     // Every rank holds rank 0's parameters (they start equal anyway: one seed; this makes it so).
-    if (t.W > 1) comm_broadcast(t.c, P_(&t), P_(&t), t.total, COMM_F32, 0, t.cs);
-    if (t.gpu) {
-        comm_stream_sync(t.c, t.cs, "the parameter broadcast");
-        model_gpu_params_changed(t.gm);
-    }
+    if (t.W > 1) comm_broadcast(t.c, lm_params(t.lm), lm_params(t.lm), t.total, COMM_F32, 0, t.cs);
+    comm_stream_sync(t.c, t.cs, "the parameter broadcast");
+    lm_params_changed(t.lm);
 
     // ---- the data-parallel layer (06 or 07) and the optimizer it steps
     if (pp) {
@@ -815,41 +767,25 @@ int main(int argc, char** argv) {
         if (!t.ranges || !t.stb || !t.ste) DIE("out of host memory");
         for (int st = 0; st < S; st++) {
             const model_range_t rg = partition_range(&t.part, st);
-            model_range_span(&t.m.layout, &cfg, &rg, &t.stb[st], &t.ste[st]);
+            model_range_span(t.lay, &cfg, &rg, &t.stb[st], &t.ste[st]);
         }
         for (int ch = 0; ch < v; ch++) t.ranges[ch] = partition_range(&t.part, sched_stage(&t.sched, t.pr, ch));
-        if (t.gpu) {
-            const pp_exec_gpu_config_t gc = {t.c, &t.sched, t.pr, t.gm, t.ranges, B, context, -1};
-            t.xg = pp_exec_gpu_create(&gc);
-        } else {
-            const pp_exec_config_t ec = {t.c, &t.sched, t.pr, t.d * pp, &t.m, t.ranges, B, context, -1};
-            t.x = pp_exec_create(&ec);
-        }
-        optim_init(&t.own, OPT_ADAMW, &t.cfg, t.gpu ? DEV_CUDA : DEV_CPU);
+        t.px = pp_exec_make(&t);
+        optim_init(&t.own, OPT_ADAMW, &t.cfg, t.dev);
         for (int ch = 0; ch < v; ch++) {
             size_t b, e;
-            if (t.gpu) pp_exec_gpu_span(t.xg, ch, &b, &e);
-            else pp_exec_span(t.x, ch, &b, &e);
+            t.px.span(t.px.x, ch, &b, &e);
             optim_add_range(&t.own, b, b, e - b);
         }
         t.opt = &t.own;
-        t.gbase = G_(&t);
+        t.gbase = lm_grads(t.lm);
         t.nacc = t.total;
     } else if (zero == 1 || zero == 2) {
         // zero_t works on flat buffers padded to W equal, aligned shards (zero.h): the model's
         // grown to P elements, the padding zero.
         t.P = zero_padded_total(t.total, t.W);
-        if (t.gpu) {
-            comm_check_input(t.c, model_gpu_pad_flat(t.gm, t.P, err, sizeof err) == 0, "%s", err);
-        } else {
-            float* pp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_PARAMS);
-            float* gp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_GRADS);
-            memset(pp, 0, t.P * sizeof(float)), memset(gp, 0, t.P * sizeof(float));
-            memcpy(pp, t.m.params, t.total * sizeof(float));
-            mem_free(t.m.params), mem_free(t.m.grads);
-            t.m.params = pp, t.m.grads = gp;
-        }
-        t.z = zero_create(t.c, zero, t.table, t.m.layout.n, P_(&t), G_(&t), t.total, bucket_mb, &t.cfg, t.cs);
+        comm_check_input(t.c, lm_pad_flat(t.lm, t.P, err, sizeof err) == 0, "%s", err);
+        t.z = zero_create(t.c, zero, t.table, t.lay->n, lm_params(t.lm), lm_grads(t.lm), t.total, bucket_mb, &t.cfg, t.cs);
         t.opt = zero_optim(t.z);
         t.gbase = zero_grad_shard(t.z);
         t.nacc = t.total;
@@ -859,47 +795,35 @@ int main(int argc, char** argv) {
         const int U = model_n_units(&cfg);
         size_t* bounds = malloc((size_t)(U + 1) * sizeof *bounds);
         if (!bounds) DIE("out of host memory");
-        for (int u = 0; u < U; u++) model_unit_span(&t.m.layout, &cfg, u, &bounds[u], &bounds[u + 1]);
+        for (int u = 0; u < U; u++) model_unit_span(t.lay, &cfg, u, &bounds[u], &bounds[u + 1]);
         bounds[U] = t.total;
-        const model_unit_hooks_t hooks = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, NULL};
-        model_unit_hooks_t h = hooks;
-        if (t.gpu) {
-            t.z3 = zero3_create(t.c, t.table, t.m.layout.n, bounds, U, P_(&t), &t.cfg, t.cs, gpu_window, t.gm);
-            model_gpu_free_flat(t.gm);
-            h.ctx = t.z3;
-            model_gpu_set_unit_hooks(t.gm, &h);
-            g_dbuf = mem_alloc(DEV_CUDA, t.total * sizeof(float), MEM_WORKSPACE);  // checkpoints' gather
-        } else {
-            t.z3 = zero3_create(t.c, t.table, t.m.layout.n, bounds, U, t.m.params, &t.cfg, NULL, cpu_window, &t.m);
-            mem_free(t.m.params), mem_free(t.m.grads);
-            t.m.params = t.m.grads = NULL;
-            h.ctx = t.z3;
-            model_cpu_set_unit_hooks(&t.m, &h);
-        }
+        t.z3 = zero3_create(t.c, t.table, t.lay->n, bounds, U, lm_params(t.lm), &t.cfg, t.cs, lm_window, t.lm);
+        lm_free_flat(t.lm, 0);
+        const model_unit_hooks_t h = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, t.z3};
+        lm_set_unit_hooks(t.lm, &h);
+        t.dbuf = mem_alloc(t.dev, t.total * sizeof(float), MEM_WORKSPACE);  // checkpoints' gather
         free(bounds);
         t.opt = zero3_optim(t.z3);
         t.gbase = zero3_grad_shard(t.z3);
         t.nacc = zero3_shard_elems(t.z3);
         t.P = t.total;
     } else {
-        optim_init(&t.own, OPT_ADAMW, &t.cfg, t.gpu ? DEV_CUDA : DEV_CPU);
+        optim_init(&t.own, OPT_ADAMW, &t.cfg, t.dev);
         optim_add_range(&t.own, 0, 0, t.total);
         t.opt = &t.own;
-        t.gbase = G_(&t);
+        t.gbase = lm_grads(t.lm);
         t.nacc = t.total;
         if (dp) {
             ddp_variant_t v;
             if (ddp_variant_parse(variant_s, &v) != 0) DIE("--variant %s passed the choice check", variant_s);
-            t.ddp = ddp_create(t.c, t.table, t.m.layout.n, P_(&t), G_(&t), t.total, v, bucket_mb, t.cs);
+            t.ddp = ddp_create(t.c, t.table, t.lay->n, lm_params(t.lm), lm_grads(t.lm), t.total, v, bucket_mb, t.cs);
         }
     }
     flat_ranges(&t);
-    t.acc = A > 1 && !pp ? mem_alloc(t.gpu ? DEV_CUDA : DEV_CPU, t.nacc * sizeof(float), MEM_GRADS) : NULL;
-    if (t.gpu) {  // host staging of the moments for checkpoints
-        t.hm = malloc(t.opt->state_n * sizeof(float) + 1);
-        t.hv = malloc(t.opt->state_n * sizeof(float) + 1);
-        if (!t.hm || !t.hv) DIE("out of host memory");
-    }
+    t.acc = A > 1 && !pp ? mem_alloc(t.dev, t.nacc * sizeof(float), MEM_GRADS) : NULL;
+    t.hm = malloc(t.opt->state_n * sizeof(float) + 1);  // host staging of the moments: checkpoints, resume
+    t.hv = malloc(t.opt->state_n * sizeof(float) + 1);
+    if (!t.hm || !t.hv) DIE("out of host memory");
 
     // ---- resume, part 2: the moments of the flat ranges this rank's optimizer owns now
     if (found) {
@@ -930,11 +854,11 @@ int main(int argc, char** argv) {
         printf("# train: %s (%zu tokens: %zu train, %zu held out), vocab %d, unigram entropy %.4f nats\n", data, t.tok.n,
                t.n_train, n_val, vocab, h_uni);
         printf("# model %s (%zu parameters), context %d, batch %d x accum %d x %d%s = %d sequences a step, %s\n",
-               model_s, param_count(&t.m.layout), context, B, A, Dp, pp ? " replica(s)" : Dp > 1 ? " ranks" : " rank", gbatch,
+               model_s, param_count(t.lay), context, B, A, Dp, pp ? " replica(s)" : Dp > 1 ? " ranks" : " rank", gbatch,
                pp ? "pipeline (stage 08's executor)" : zero == 1 ? "ZeRO-1 (optimizer state sharded, stage 07)" : zero == 2 ? "ZeRO-2 (optimizer state and gradients sharded, stage 07)"
                : zero == 3 ? "ZeRO-3 (optimizer state, gradients and parameters sharded, stage 07)" : dp ? "DDP (stage 06)" : "single process");
         printf("# AdamW lr %g -> %g (cosine, %d warm-up steps), wd %g, clip %g; %s\n", lr, min_lr, warmup, wd, clip,
-               t.gpu ? (prec == MP_BF16 ? "GPU model (bf16 mixed precision) over NCCL" : "GPU model (fp32) over NCCL") : "CPU model over MPI");
+               gpu ? (prec == MP_BF16 ? "GPU model (bf16 mixed precision) over NCCL" : "GPU model (fp32) over NCCL") : "CPU model over MPI");
         if (pp)
             printf("# pipeline: P %d x D %d = %d ranks; %s; A = %d micro-batches of %d rows\n", pp, Dp, t.W, part_s, A, B);
         fflush(stdout);
@@ -1052,7 +976,7 @@ int main(int argc, char** argv) {
     if (pp) {
         // Only rank 0 holds the whole (gathered); the replicas of every stage must hold the same
         // bits in their own slices: max of h and of -h per pipeline rank.
-        const float* hp = t.gpu ? (model_gpu_get_params(t.gm, pbuf), pbuf) : t.m.params;
+        const float* hp = host_view(&t, pbuf, lm_params(t.lm), t.total);
         unsigned long long mine = CKPT_FNV_INIT;
         for (int k = 0; k < t.own.n; k++)
             mine = ckpt_fnv(mine, hp + t.own.r[k].p_off, t.own.r[k].numel * sizeof(float));
@@ -1077,7 +1001,7 @@ int main(int argc, char** argv) {
             write_csv(csv, hist, step);
             plot_ctx_t pc = {csv, h_uni, ""};
             snprintf(pc.title, sizeof pc.title, "%s, context %d, %d sequences a step, %d rank%s (%s)", model_s, context,
-                     gbatch, t.W, t.W > 1 ? "s" : "", t.gpu ? (prec == MP_BF16 ? "GPU, bf16" : "GPU, fp32") : "CPU");
+                     gbatch, t.W, t.W > 1 ? "s" : "", gpu ? (prec == MP_BF16 ? "GPU, bf16" : "GPU, fp32") : "CPU");
             if (gnuplot_png(png, plot_script, &pc, err, sizeof err) != 0) printf("%s written; no PNG: %s\n", csv, err);
             else printf("%s, %s written\n", csv, png);
         }
@@ -1085,13 +1009,11 @@ int main(int argc, char** argv) {
     if (t.ddp) ddp_destroy(t.ddp);
     zero_destroy(t.z);
     if (t.z3) {
-        if (t.gpu) model_gpu_set_unit_hooks(t.gm, NULL);
-        else model_cpu_set_unit_hooks(&t.m, NULL);
+        lm_set_unit_hooks(t.lm, NULL);
         zero3_destroy(t.z3);
     }
     if (t.opt == &t.own) optim_free(&t.own);
-    if (t.x) pp_exec_destroy(t.x);
-    if (t.xg) pp_exec_gpu_destroy(t.xg);
+    if (t.px.x) t.px.destroy(t.px.x);
     if (pp) {
         partition_free(&t.part);
         schedule_free(&t.sched);
@@ -1100,13 +1022,9 @@ int main(int argc, char** argv) {
     }
     free(t.table);
     mem_free(t.acc);
-    if (t.gpu) {
-        mem_free(g_dbuf);
-        cublasDestroy(t.blas);
-        model_gpu_destroy(t.gm);
-    } else {
-        model_cpu_destroy(&t.m);
-    }
+    mem_free(t.dbuf);
+    grad_ops_destroy(t.go);
+    lm_destroy(t.lm);
     free(t.fr), free(pbuf), free(t.hm), free(t.hv), free(t.in), free(t.tg), free(hist);
     sampler_free(&t.smp);
     tokens_close(&t.tok);
