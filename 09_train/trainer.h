@@ -30,6 +30,7 @@ typedef struct {
     void (*destroy)(void* x);
 } pp_ops_t;
 
+// The trainer's state: the model, the layer over it, the optimizer and the data of one rank.
 typedef struct {
     comm_t* c;
     int W, r, B, A, T, zero;
