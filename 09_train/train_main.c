@@ -24,7 +24,9 @@
 // agree on it, save, and stop). --resume continues from the newest complete checkpoint.
 // The optimizer is always 07's optim_t (sharded_optim.h): the trainer reaches it through
 // zero_optim/zero3_optim to set the learning rate, clip, and read and write the moments of the
-// flat ranges it owns (checkpoint.h); no ZeRO logic lives here.
+// flat ranges it owns (checkpoint.h); no ZeRO logic lives here. The model, the layer and the
+// step are trainer.c's (one code path for the CPU and the GPU model: common/lm.h); this file
+// holds the flags, the data, the checkpoint directory and resume, the loop, signals and output.
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -261,7 +263,9 @@ int main(int argc, char** argv) {
     const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (zero == 3 && prec != MP_FP32) BAD("--zero 3 runs the GPU model in fp32 only (its windows refuse bf16: common/model_gpu.h)");
-    const int gpu = backend == COMM_NCCL;  // the CUDA model, one GPU a rank (else the CPU model)
+    // The backend decides the model: the CUDA model, one GPU a rank, over NCCL, else the CPU model
+    // (lm_options below). Past the flag checks, only the printed names ask which.
+    const int gpu = backend == COMM_NCCL;
     // --pp: schedule and partition (stage 08's), checked before MPI starts
     char part_s[400] = "";
     if (pp) {
