@@ -32,6 +32,7 @@ const float* trainer_host_view(trainer_t* t, float* host, const float* dev, size
     return host;
 }
 static void to_dev(trainer_t* t, float* dev, const float* host, size_t n) {
+    // (a machine without a GPU makes no CUDA call)
     if (t->dev == DEV_CPU) memcpy(dev, host, n * sizeof(float));
     else CUDA_CHECK(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice));
 }
