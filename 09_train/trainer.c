@@ -23,18 +23,18 @@ static void grad_hook(void* ctx, int i) {
 // ZeRO-3's windows into the model (zero3_window_fn).
 static void lm_window(void* m, float* p, float* g, size_t lo, size_t hi) { lm_set_windows(m, p, g, lo, hi); }
 
-// A buffer of the model's device as host memory: itself on the CPU; on the GPU copied into
-// `host` once the model's stream is done. And back (to_dev: host into the device buffer).
-const float* trainer_host_view(trainer_t* t, float* host, const float* dev, size_t n) {
-    if (t->dev == DEV_CPU) return dev;  // (the host's memory already)
-    comm_stream_sync(t->c, t->cs, "a copy to the host");
-    CUDA_CHECK(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return host;
+// Copies between the host and the model's device (dir: cudaMemcpyDeviceToHost or
+// cudaMemcpyHostToDevice), once the model's stream is done; on the CPU a memcpy (a machine
+// without a GPU makes no CUDA call).
+static void dev_copy(trainer_t* t, void* dst, const void* src, size_t n, enum cudaMemcpyKind dir) {
+    comm_stream_sync(t->c, t->cs, "a copy between the host and the device");
+    if (t->dev == DEV_CPU) memcpy(dst, src, n * sizeof(float));
+    else CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), dir));
 }
-static void to_dev(trainer_t* t, float* dev, const float* host, size_t n) {
-    // (a machine without a GPU makes no CUDA call)
-    if (t->dev == DEV_CPU) memcpy(dev, host, n * sizeof(float));
-    else CUDA_CHECK(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice));
+// n floats of the model's device as host memory: copied into `host`.
+const float* trainer_host_view(trainer_t* t, float* host, const float* dev, size_t n) {
+    dev_copy(t, host, dev, n, cudaMemcpyDeviceToHost);
+    return host;
 }
 
 // One forward of the (B, T) batch in t->in / t->tg: its mean loss (waits).
@@ -84,8 +84,8 @@ int trainer_load_state(trainer_t* t, const char* path, const ckpt_manifest_t* mf
     }
     for (int k = 0; k < o->n; k++) o->r[k].t = (int)mf->step;
     if (ckpt_read_state(path, mf, t->fr, t->nfr, t->hm, t->hv, err, errlen) != 0) return -1;
-    to_dev(t, o->m, t->hm, o->state_n);
-    to_dev(t, o->v, t->hv, o->state_n);
+    dev_copy(t, o->m, t->hm, o->state_n, cudaMemcpyHostToDevice);
+    dev_copy(t, o->v, t->hv, o->state_n, cudaMemcpyHostToDevice);
     return 0;
 }
 
@@ -279,7 +279,7 @@ const float* trainer_host_params(trainer_t* t, float* buf) {
     if (t->z3) zero3_gather_params(t->z3, t->dbuf);
     return trainer_host_view(t, buf, t->z3 ? t->dbuf : lm_params(t->lm), t->total);
 }
-// The moments on the host (GPU: copied into hm, hv).
+// The moments on the host (copied into hm, hv; NULL before the first step).
 void trainer_host_moments(trainer_t* t, const float** m, const float** v) {
     *m = t->opt->m, *v = t->opt->v;
     if (!t->opt->m) return;
