@@ -3,6 +3,8 @@
 // gradient gives the same norm as a whole one.
 #pragma once
 #include <stddef.h>
+#include <cuda_runtime_api.h>
+#include "common/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,6 +26,17 @@ double grad_sumsq(const float* g, size_t n);
 float grad_clip_coef(double norm, double max_norm);
 // g *= coef over n elements (coef 1: nothing touched, so unclipped steps keep their bits).
 void grad_scale(float* g, size_t n, float coef);
+
+// The same arithmetic on the memory a model's gradients live in: the host loops above on
+// DEV_CPU, cuBLAS on `stream` on DEV_CUDA (nrm2 in fp32 with its own scaling, so the device
+// norm differs from the host's in the last bits; a resume compares a device run with a device
+// run). Enqueued on the device: only sumsq waits (it returns a number).
+typedef struct grad_ops grad_ops_t;
+grad_ops_t* grad_ops_create(device_t dev, cudaStream_t stream);
+void grad_ops_destroy(grad_ops_t* g);  // NULL is fine
+double grad_ops_sumsq(grad_ops_t* g, const float* x, size_t n);
+void grad_ops_scale(grad_ops_t* g, float* x, size_t n, float coef);  // coef 1: nothing touched
+void grad_ops_add(grad_ops_t* g, float* y, const float* x, size_t n);  // y += x (1·x + y: exact as the host's)
 
 #ifdef __cplusplus
 }

@@ -211,3 +211,49 @@ Test(lr_clip, sharded_norm_equals_the_whole_and_clipping_is_the_courses) {
     // after clipping the norm is max_norm, up to the 1e-6 epsilon and fp32 rounding (1e-5)
     cr_assert(fabs(sqrt(grad_sumsq(g, 1000)) - 1.0) < 1e-5, "norm after clipping %.9g", sqrt(grad_sumsq(g, 1000)));
 }
+
+// grad_ops (the trainer's gradient arithmetic on the model's device): on the host, the host
+// functions' bits (sumsq, scale; add is y[i] + x[i]); on a GPU, cuBLAS within fp32 rounding of
+// the host's (nrm2 scales its own sum) and the sums and scaling bit for bit (one fp32 rounding
+// each, as on the host).
+#include <cuda_runtime_api.h>
+#include "common/gpu.h"
+
+static void grad_ops_check(device_t dev) {
+    enum { N = 3001 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *got = malloc(N * sizeof *got);
+    for (int i = 0; i < N; i++) x[i] = sinf(0.11f * i) * (1 + i % 5), y[i] = cosf(0.07f * i);
+    float *dx = x, *dy = got;
+    memcpy(got, y, N * sizeof *y);
+    cudaStream_t s = NULL;
+    if (dev == DEV_CUDA) {
+        cr_assert_eq(cudaStreamCreate(&s), cudaSuccess);
+        cr_assert_eq(cudaMalloc((void**)&dx, N * sizeof *x), cudaSuccess);
+        cr_assert_eq(cudaMalloc((void**)&dy, N * sizeof *y), cudaSuccess);
+        cudaMemcpy(dx, x, N * sizeof *x, cudaMemcpyHostToDevice);
+        cudaMemcpy(dy, y, N * sizeof *y, cudaMemcpyHostToDevice);
+    }
+    grad_ops_t* g = grad_ops_create(dev, s);
+    const double ss = grad_ops_sumsq(g, dx, N), want = grad_sumsq(x, N);
+    if (dev == DEV_CPU) cr_assert_eq(ss, want, "%.17g vs %.17g", ss, want);
+    else cr_assert(fabs(ss - want) <= 1e-5 * want, "%.17g vs %.17g", ss, want);
+    grad_ops_add(g, dy, dx, N);    // y += x
+    grad_ops_scale(g, dy, N, 0.25f);  // y *= 1/4
+    if (dev == DEV_CUDA) {
+        cudaStreamSynchronize(s);
+        cudaMemcpy(got, dy, N * sizeof *y, cudaMemcpyDeviceToHost);
+    }
+    for (int i = 0; i < N; i++) {
+        const float w = (y[i] + x[i]) * 0.25f;
+        cr_assert(memcmp(&got[i], &w, sizeof w) == 0, "element %d: %.9g vs %.9g", i, got[i], w);
+    }
+    grad_ops_destroy(g);
+    if (dev == DEV_CUDA) cudaFree(dx), cudaFree(dy), cudaStreamDestroy(s);
+    free(x), free(y), free(got);
+}
+
+Test(lr_clip, grad_ops_on_the_host_are_the_host_functions) { grad_ops_check(DEV_CPU); }
+Test(lr_clip, grad_ops_on_a_gpu_match_the_host) {
+    if (gpu_count() < 1) cr_skip_test("needs a CUDA GPU: %s", gpu_absent_reason());
+    grad_ops_check(DEV_CUDA);
+}

@@ -24,8 +24,9 @@
 // agree on it, save, and stop). --resume continues from the newest complete checkpoint.
 // The optimizer is always 07's optim_t (sharded_optim.h): the trainer reaches it through
 // zero_optim/zero3_optim to set the learning rate, clip, and read and write the moments of the
-// flat ranges it owns (checkpoint.h); no ZeRO logic lives here.
-#include <limits.h>
+// flat ranges it owns (checkpoint.h); no ZeRO logic lives here. The model, the layer and the
+// step are trainer.c's (one code path for the CPU and the GPU model: common/lm.h); this file
+// holds the flags, the data, the checkpoint directory and resume, the loop, signals and output.
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,400 +34,23 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
 
-#include "06_ddp/ddp.h"
-#include "07_zero/sharded_optim.h"
-#include "07_zero/zero.h"
-#include "07_zero/zero3.h"
-#include "08_pipeline/executor.h"
-#include "08_pipeline/partition.h"
-#include "08_pipeline/schedule.h"
 #include "09_train/checkpoint.h"
 #include "09_train/lr_clip.h"
+#include "09_train/trainer.h"
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
 #include "common/fileio.h"
 #include "common/gnuplot.h"
+#include "common/lm.h"
 #include "common/model.h"
-#include "common/model_cpu.h"
-#include "common/model_gpu.h"
 #include "common/timer.h"
 #include "common/tokens.h"
 
 static volatile sig_atomic_t g_stop = 0;
 static void on_signal(int sig) { g_stop = sig; }
-
-typedef struct {
-    comm_t* c;
-    int W, r, B, A, T, zero;
-    int gpu;              // NCCL backend: the CUDA model (common/model_gpu.h), one GPU a rank
-    model_cpu_t m;        // CPU: the model; GPU: unused but for m.layout (a copy of the GPU model's)
-    model_gpu_t* gm;      // GPU: the model
-    cudaStream_t cs;      // GPU: its stream (compute, optimizer and, for DDP/ZeRO-1, collectives)
-    cublasHandle_t blas;  // GPU: the norm, clipping and accumulation of device gradients
-    float *hm, *hv;       // GPU: host copies of the moments for checkpoints (state_n each)
-    size_t total;         // flat parameter elements (the layout's)
-    size_t P;             // the flat buffers' length: total, or ZeRO-1/2's padded total
-    ddp_t* ddp;           // --dp
-    zero_t* z;            // --zero 1, 2
-    zero3_t* z3;          // --zero 3
-    optim_t own;          // no ZeRO: AdamW over every parameter (one range)
-    optim_t* opt;         // the optimizer that steps: &own, zero_optim(z) or zero3_optim(z3)
-    float* gbase;         // the buffer opt's gradient offsets index
-    ckpt_range_t* fr;     // (nfr) opt's ranges as runs of the flat layout, in its state order
-    int nfr;
-    float* acc;           // (nacc) gradient sum over micro-batches (A > 1): the flat gradient, or ZeRO-3's shard
-    size_t nacc;
-    param_ref_t* table;
-    adamw_config_t cfg;
-    tokens_t tok;
-    sampler_t smp;
-    size_t n_train;       // tokens [0, n_train) train, [n_train, n) are held out
-    int32_t *in, *tg;     // (B, T); --pp: (A·B, T), the step's A micro-batches
-    // --pp (stage 08): pipeline rank pr of replica d; D replicas; A = the micro-batches m
-    int pp, D, d, pr;
-    model_config_t mc;    // the model's config (the stages' spans)
-    schedule_t sched;     // the action lists (08's schedule.h)
-    schedule_t fwd;       // the forward-only lists of the same p, m, v: the evaluation's
-    partition_t part;     // the blocks of every stage (08's partition.h)
-    model_range_t* ranges;  // [v] this rank's chunks
-    size_t *stb, *ste;    // [S] flat span of every stage
-    pp_exec_t* x;         // CPU executor (MPI)
-    pp_exec_gpu_t* xg;    // GPU executor (NCCL)
-} trainer_t;
-
-// The per-parameter hook of the backward: DDP's and ZeRO-1/2's buckets start here.
-static void grad_hook(void* ctx, int i) {
-    trainer_t* t = ctx;
-    if (t->ddp) ddp_grad_ready(t->ddp, i);
-    else if (t->z) zero_grad_ready(t->z, i);
-}
-
-// The model's flat fp32 buffers (device on the GPU).
-static float* P_(trainer_t* t) { return t->gpu ? model_gpu_params(t->gm) : t->m.params; }
-static float* G_(trainer_t* t) { return t->gpu ? model_gpu_grads(t->gm) : t->m.grads; }
-
-static void gpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) { model_gpu_set_windows(mm, p, g, lo, hi); }
-
-// Σ g² and g *= coef over n elements of a host or device gradient (cuBLAS on the model's stream:
-// nrm2 in fp32 with its own scaling, so the device norm differs from the host's in the last
-// bits; the bit-exact resume compares a device run with a device run).
-static double sumsq(trainer_t* t, const float* g, size_t n) {
-    if (!t->gpu) return grad_sumsq(g, n);
-    double s = 0;
-    for (size_t o = 0; o < n; o += 1u << 30) {  // cuBLAS counts in int
-        float r = 0;
-        const int k = (int)(n - o < (1u << 30) ? n - o : (1u << 30));
-        if (cublasSnrm2(t->blas, k, g + o, 1, &r) != CUBLAS_STATUS_SUCCESS) DIE("cublasSnrm2 failed");
-        s += (double)r * r;
-    }
-    return s;
-}
-static void scale(trainer_t* t, float* g, size_t n, float coef) {
-    if (!t->gpu) { grad_scale(g, n, coef); return; }
-    if (coef == 1.0f) return;
-    for (size_t o = 0; o < n; o += 1u << 30) {
-        const int k = (int)(n - o < (1u << 30) ? n - o : (1u << 30));
-        if (cublasSscal(t->blas, k, &coef, g + o, 1) != CUBLAS_STATUS_SUCCESS) DIE("cublasSscal failed");
-    }
-}
-// acc = G (a = 0) or acc += G; at the end G = acc × 1/A: the host loop's arithmetic (1·x + y is exact).
-static void accumulate(trainer_t* t, float* acc, float* G, int a) {
-    if (!t->gpu) {
-        if (a == 0) memcpy(acc, G, t->nacc * sizeof *G);
-        else for (size_t i = 0; i < t->nacc; i++) acc[i] += G[i];
-        return;
-    }
-    if (a == 0) CUDA_CHECK(cudaMemcpyAsync(acc, G, t->nacc * sizeof *G, cudaMemcpyDeviceToDevice, t->cs));
-    else {
-        const float one = 1.0f;
-        for (size_t o = 0; o < t->nacc; o += 1u << 30) {
-            const int k = (int)(t->nacc - o < (1u << 30) ? t->nacc - o : (1u << 30));
-            if (cublasSaxpy(t->blas, k, &one, G + o, 1, acc + o, 1) != CUBLAS_STATUS_SUCCESS) DIE("cublasSaxpy failed");
-        }
-    }
-}
-static void acc_mean(trainer_t* t, float* acc, float* G) {
-    const float inv = 1.0f / (float)t->A;
-    if (!t->gpu) {
-        for (size_t i = 0; i < t->nacc; i++) G[i] = acc[i] * inv;
-        return;
-    }
-    CUDA_CHECK(cudaMemcpyAsync(G, acc, t->nacc * sizeof *G, cudaMemcpyDeviceToDevice, t->cs));
-    scale(t, G, t->nacc, inv);
-}
-
-// One forward (+ backward) of a (B, T) batch on either model.
-static double forward(trainer_t* t) {
-    if (!t->gpu) return model_cpu_forward(&t->m, t->in, t->tg, t->B, t->T);
-    model_gpu_set_tokens(t->gm, t->in, t->tg);
-    return model_gpu_forward(t->gm, model_gpu_inputs(t->gm), model_gpu_targets(t->gm));
-}
-static void backward(trainer_t* t, grad_ready_fn hook, void* ctx) {
-    char err[512];
-    if (!t->gpu) model_cpu_backward(&t->m, hook, ctx);
-    else if (model_gpu_backward(t->gm, hook, ctx, err, sizeof err) != 0) comm_fatal(t->c, EXIT_FAILURE_RT, "%s", err);
-}
-
-// ZeRO-3's windows into the CPU model (zero3_window_fn).
-static void cpu_window(void* mm, float* p, float* g, size_t lo, size_t hi) {
-    model_cpu_t* m = mm;
-    m->pwin = (model_window_t){p, lo, hi};
-    if (g) m->gwin = (model_window_t){g, lo, hi};
-}
-
-// The optimizer's ranges as runs of the flat layout, in the order of its packed moments. Under
-// ZeRO-3 a range's offsets are compact (unit u's piece at q_u); a merged range may run on into
-// the next unit's piece, so it is cut at unit boundaries and each part mapped back to
-// [begin_u + r·c_u + x).
-static void flat_ranges(trainer_t* t) {
-    const optim_t* o = t->opt;
-    free(t->fr);
-    t->nfr = 0;
-    const int U = t->z3 ? zero3_n_units(t->z3) : 1;
-    t->fr = malloc((size_t)(o->n * (U + 1) + 1) * sizeof *t->fr);
-    if (!t->fr) DIE("out of host memory");
-    for (int k = 0; k < o->n; k++) {
-        size_t p = o->r[k].p_off, left = o->r[k].numel;
-        if (!t->z3) {
-            t->fr[t->nfr++] = (ckpt_range_t){p, left};
-            continue;
-        }
-        for (int u = 0; u < U && left; u++) {
-            const zero3_unit_t un = zero3_unit(t->z3, u);
-            if (p < un.q || p >= un.q + un.piece) continue;
-            const size_t n = un.q + un.piece - p < left ? un.q + un.piece - p : left;
-            t->fr[t->nfr++] = (ckpt_range_t){un.begin + (size_t)t->r * un.piece + (p - un.q), n};
-            p += n, left -= n;
-        }
-        if (left) DIE("optimizer range %d of ZeRO-3 outside every unit's piece", k);
-    }
-}
-
-// The moments of a resumed run: allocated as optim_step would (it allocates at the first step,
-// sharded_optim.h), read from the checkpoint, and every range's step count set to `step` (each
-// range stepped at every step before).
-static int load_state(trainer_t* t, const char* path, const ckpt_manifest_t* mf, char* err, size_t errlen) {
-    optim_t* o = t->opt;
-    if (!o->m) {
-        o->m = mem_alloc(o->dev, o->state_n * sizeof(float), MEM_OPTIM);
-        o->v = mem_alloc(o->dev, o->state_n * sizeof(float), MEM_OPTIM);
-        o->alloc_n = o->state_n;
-    }
-    for (int k = 0; k < o->n; k++) o->r[k].t = (int)mf->step;
-    if (!t->gpu) return ckpt_read_state(path, mf, t->fr, t->nfr, o->m, o->v, err, errlen);
-    if (ckpt_read_state(path, mf, t->fr, t->nfr, t->hm, t->hv, err, errlen) != 0) return -1;
-    CUDA_CHECK(cudaMemcpy(o->m, t->hm, o->state_n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(o->v, t->hv, o->state_n * sizeof(float), cudaMemcpyHostToDevice));
-    return 0;
-}
-
-// ---- pipeline parallelism (--pp): stage 08's executor runs the step
-// One flush of the executor over the A micro-batches in t->in / t->tg; every micro-batch's loss
-// (and gradient) scaled by `scale`. Returns Σ scale·loss over the micro-batches whose loss this
-// rank computed (the head's ranks), 0 elsewhere.
-static double pp_flush(trainer_t* t, float scale) {
-    return t->gpu ? pp_exec_gpu_step(t->xg, t->in, t->tg, scale, NULL) : pp_exec_step(t->x, t->in, t->tg, scale, NULL);
-}
-
-// A step under --pp. Replica d's micro-batch mb is the windows mb·D·B + d·B .. + B of the step
-// (the layout of the data-parallel trainer with D ranks and A micro-batches), so the global batch
-// is the A·D·B windows a single process with --accum A·D takes. The executor scales each
-// micro-batch's loss by 1/(A·D): the gradients it accumulates are the global mean once the D
-// replicas' are summed (pp_exec_dp_allreduce). The norm: Σ g² over this rank's slices (its
-// optimizer's ranges), replica 0's ranks only (the replicas hold the same sums), all-reduced.
-static double train_step_pp(trainer_t* t, int64_t step, double lr, double clip, int64_t kill_step, double* gnorm) {
-    const size_t bt = (size_t)t->B * t->T;
-    for (int a = 0; a < t->A; a++)
-        sampler_fill(&t->smp, &t->tok, (int64_t)a * t->D * t->B + (int64_t)t->d * t->B, t->B, t->in + a * bt, t->tg + a * bt);
-    double loss = pp_flush(t, 1.0f / (float)(t->A * t->D));
-    if (t->D > 1) pp_exec_dp_allreduce(t->x, t->D);
-    if (step == kill_step) raise(SIGKILL);  // after the backward (the GPU executor's step ends synchronised)
-    const optim_t* o = t->opt;
-    double ss = 0;
-    for (int k = 0; k < o->n; k++) ss += sumsq(t, t->gbase + o->r[k].g_off, o->r[k].numel);
-    if (t->d != 0) ss = 0;
-    comm_host_allreduce_f64(t->c, &ss, 1, COMM_SUM);
-    *gnorm = sqrt(ss);
-    const float coef = grad_clip_coef(*gnorm, clip);
-    for (int k = 0; k < o->n; k++) scale(t, t->gbase + o->r[k].g_off, o->r[k].numel, coef);
-    t->own.cfg.lr = (float)lr;
-    optim_step(&t->own, P_(t), G_(t), t->cs);
-    if (t->gpu) model_gpu_params_changed(t->gm);
-    sampler_advance(&t->smp);
-    comm_host_allreduce_f64(t->c, &loss, 1, COMM_SUM);  // the head ranks' terms: the global mean
-    return loss;
-}
-
-// One forward-only pass of the executor over the A micro-batches in t->in / t->tg (08's
-// schedule_make_forward lists: F and the activations' messages, no backward): Σ scale·loss on
-// the head's ranks, 0 elsewhere; the gradients and the optimizer are not touched.
-static double pp_forward(trainer_t* t, float scale) {
-    return t->gpu ? pp_exec_gpu_forward(t->xg, &t->fwd, t->in, t->tg, scale)
-                  : pp_exec_forward(t->x, &t->fwd, t->in, t->tg, scale, NULL);
-}
-
-// The evaluation under --pp: forward-only passes over held-out windows (K = ceil(nb / A) passes
-// of A micro-batches a replica; replica d takes windows (d·K + k)·A·B ..), the loss scaled by
-// 1/(K·A·D) and summed over the head ranks. With D = 1 and nb a multiple of A these are the
-// single process's nb·B windows in its order, and each micro-batch's loss is the whole model's
-// forward on its B rows (08's ranges: the same kernels in the same order), so the mean is the
-// single process's bit for bit when K·A is a power of two (the scale is then exact).
-static double evaluate_pp(trainer_t* t, int nb) {
-    const int K = (nb + t->A - 1) / t->A;
-    const size_t w = (size_t)t->T + 1;
-    double s = 0;
-    for (int k = 0; k < K; k++) {
-        for (int a = 0; a < t->A; a++)
-            for (int b = 0; b < t->B; b++) {
-                const size_t row = (size_t)a * t->B + b;
-                const size_t p = t->n_train + (((size_t)t->d * K + k) * t->A * t->B + row) * w;
-                for (int i = 0; i < t->T; i++) {
-                    t->in[row * t->T + i] = tokens_at(&t->tok, p + i);
-                    t->tg[row * t->T + i] = tokens_at(&t->tok, p + i + 1);
-                }
-            }
-        s += pp_forward(t, 1.0f / (float)(K * t->A * t->D));
-    }
-    comm_host_allreduce_f64(t->c, &s, 1, COMM_SUM);
-    return s;
-}
-
-// Collective: world rank 0's parameter buffer receives every stage's slice from its owner in
-// replica 0 (the slices rank 0 does not own are never read by its executor, so they can hold
-// the others'). On the GPU the receives land in rank 0's device buffer (NCCL, as 08's check).
-static void pp_gather(trainer_t* t) {
-    const int S = sched_stages(&t->sched);
-    comm_req_t** rq = calloc((size_t)S, sizeof *rq);
-    if (!rq) DIE("out of host memory");
-    float* P = P_(t);
-    int k = 0;
-    if (t->gpu) comm_group_start(t->c);
-    for (int st = 0; st < S; st++) {
-        const int owner = sched_rank_of(&t->sched, st);  // = its world rank in replica 0
-        if (owner == 0) continue;
-        if (t->r == 0) rq[k++] = comm_irecv(t->c, P + t->stb[st], t->ste[st] - t->stb[st], COMM_F32, owner, NULL);
-        else if (t->r == owner) rq[k++] = comm_isend(t->c, P + t->stb[st], t->ste[st] - t->stb[st], COMM_F32, 0, NULL);
-    }
-    if (t->gpu) comm_group_end(t->c);
-    comm_waitall(t->c, rq, k);
-    free(rq);
-}
-
-// One optimizer step `step` (0-based). Returns the mean training loss over the global batch
-// and the gradient norm (before clipping) in *gnorm.
-static double train_step(trainer_t* t, int64_t step, double lr, double clip, int64_t kill_step, double* gnorm) {
-    if (t->pp) return train_step_pp(t, step, lr, clip, kill_step, gnorm);
-    float* G = t->z3 ? zero3_grad_shard(t->z3) : G_(t);  // what a micro-batch's gradient is in
-    double loss = 0;
-    for (int a = 0; a < t->A; a++) {
-        sampler_fill(&t->smp, &t->tok, (int64_t)a * t->W * t->B + (int64_t)t->r * t->B, t->B, t->in, t->tg);
-        loss += forward(t);
-        // With one micro-batch DDP's all-reduces and ZeRO-2's reduce-scatters start inside the
-        // backward (stage 06's overlap); ZeRO-3's run in the model's unit hooks.
-        const int hook = (t->ddp || t->z) && t->A == 1;
-        backward(t, hook ? grad_hook : NULL, hook ? t : NULL);
-        if (t->z3) zero3_finish_grads(t->z3);  // this micro-batch's averaged shard is complete
-        if (t->A > 1) accumulate(t, t->acc, G, a);
-    }
-    if (t->A > 1) acc_mean(t, t->acc, G);
-    // --die-at-step: the whole job dies here, after the backward and before the update — the
-    // worst moment (gradients computed, nothing saved), as a lost node would.
-    if (step == kill_step) {
-        if (t->gpu) CUDA_CHECK(cudaStreamSynchronize(t->cs));  // the backward done, as on the CPU
-        raise(SIGKILL);
-    }
-    if (t->A > 1 && (t->ddp || t->z))  // the hooks did not fire in the backward: every gradient is final now
-        for (int i = t->m.layout.n - 1; i >= 0; i--) grad_hook(t, i);
-    if (t->ddp) ddp_finish_grads(t->ddp);
-    if (t->z) zero_finish_grads(t->z);
-    // The global norm: Σ g² over the optimizer's ranges (what this rank owns), summed over ranks
-    // when they are shards.
-    const optim_t* o = t->opt;
-    double ss = 0;
-    for (int k = 0; k < o->n; k++) ss += sumsq(t, t->gbase + o->r[k].g_off, o->r[k].numel);
-    if (t->zero) comm_host_allreduce_f64(t->c, &ss, 1, COMM_SUM);
-    *gnorm = sqrt(ss);
-    const float coef = grad_clip_coef(*gnorm, clip);
-    for (int k = 0; k < o->n; k++) scale(t, t->gbase + o->r[k].g_off, o->r[k].numel, coef);
-    if (t->z) {
-        zero_set_lr(t->z, (float)lr);
-        zero_step(t->z);
-    } else if (t->z3) {
-        zero3_set_lr(t->z3, (float)lr);
-        zero3_step(t->z3);
-    } else {
-        t->own.cfg.lr = (float)lr;
-        optim_step(&t->own, P_(t), G_(t), t->cs);
-    }
-    if (t->gpu) model_gpu_params_changed(t->gm);  // bf16: the copy is remade at the next forward
-    sampler_advance(&t->smp);
-    loss /= t->A;
-    if (t->W > 1) {
-        comm_host_allreduce_f64(t->c, &loss, 1, COMM_SUM);
-        loss /= t->W;
-    }
-    return loss;
-}
-
-// The flat parameters on the host (total): the model's buffer, or ZeRO-3's shards gathered
-// into `buf` (collective).
-// GPU: `buf` is host memory of `total` floats; ZeRO-3 gathers into the device buffer t->dbuf first.
-static float* g_dbuf;
-static const float* host_params(trainer_t* t, float* buf) {
-    if (t->pp) {  // --pp: rank 0's gathered whole (the other ranks': their own slices only)
-        pp_gather(t);
-        if (!t->gpu) return t->m.params;
-        model_gpu_get_params(t->gm, buf);
-        return buf;
-    }
-    if (!t->gpu) {
-        if (!t->z3) return t->m.params;
-        zero3_gather_params(t->z3, buf);
-        return buf;
-    }
-    if (t->z3) {
-        zero3_gather_params(t->z3, g_dbuf);
-        CUDA_CHECK(cudaMemcpy(buf, g_dbuf, t->total * sizeof(float), cudaMemcpyDeviceToHost));
-    } else {
-        CUDA_CHECK(cudaStreamSynchronize(t->cs));
-        model_gpu_get_params(t->gm, buf);
-    }
-    return buf;
-}
-// The moments on the host (GPU: copied into hm, hv).
-static void host_moments(trainer_t* t, const float** m, const float** v) {
-    *m = t->opt->m, *v = t->opt->v;
-    if (!t->gpu || !t->opt->m) return;
-    CUDA_CHECK(cudaStreamSynchronize(t->cs));
-    CUDA_CHECK(cudaMemcpy(t->hm, t->opt->m, t->opt->state_n * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(t->hv, t->opt->v, t->opt->state_n * sizeof(float), cudaMemcpyDeviceToHost));
-    *m = t->hm, *v = t->hv;
-}
-
-// Mean loss over the held-out split's first nb·B·W windows (consecutive, non-overlapping; rank
-// r takes its own nb·B of them): the same windows at every evaluation, so the curve compares.
-static double evaluate(trainer_t* t, int nb) {
-    if (t->pp) return evaluate_pp(t, nb);
-    double s = 0;
-    const size_t w = (size_t)t->T + 1;
-    for (int k = 0; k < nb; k++) {
-        for (int b = 0; b < t->B; b++) {
-            const size_t p = t->n_train + ((size_t)(t->r * nb + k) * t->B + b) * w;
-            for (int i = 0; i < t->T; i++) {
-                t->in[(size_t)b * t->T + i] = tokens_at(&t->tok, p + i);
-                t->tg[(size_t)b * t->T + i] = tokens_at(&t->tok, p + i + 1);
-            }
-        }
-        s += forward(t);
-    }
-    if (t->W > 1) comm_host_allreduce_f64(t->c, &s, 1, COMM_SUM);
-    return s / ((double)nb * t->W);
-}
 
 // Entropy (nats) of the training split's token frequencies: the loss of the best model that
 // ignores context, the line a model that learned anything must fall below.
@@ -608,7 +232,7 @@ int main(int argc, char** argv) {
     const int gbatch = A * Dp * B;
 
     trainer_t t = {0};
-    t.B = B, t.A = A, t.T = context, t.zero = zero;
+    t.B = B, t.A = A, t.T = context, t.zero = zero, t.clip = clip, t.kill_step = kill_step;
     if (tokens_open(&t.tok, data, err, sizeof err) != 0) BAD("--data: %s", err);
     ckpt_data_t data_id;  // the file's identity now: recorded in every checkpoint, checked as the job goes
     if (ckpt_data_identity(data, &data_id, err, sizeof err) != 0) BAD("--data: %s", err);
@@ -639,14 +263,16 @@ int main(int argc, char** argv) {
     const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (zero == 3 && prec != MP_FP32) BAD("--zero 3 runs the GPU model in fp32 only (its windows refuse bf16: common/model_gpu.h)");
-    t.gpu = backend == COMM_NCCL;
+    // The backend decides the model: the CUDA model, one GPU a rank, over NCCL, else the CPU model
+    // (lm_options below). Past the flag checks, only the printed names ask which.
+    const int gpu = backend == COMM_NCCL;
     // --pp: schedule and partition (stage 08's), checked before MPI starts
     char part_s[400] = "";
     if (pp) {
         sched_kind_t kind;
         if (sched_parse(sched_s, &kind) != 0) BAD("--schedule: unknown '%s' (%s)", sched_s, SCHED_CHOICES);
-        if (t.gpu && Dp > 1) BAD("--pp %d --dp on %d GPUs: pipeline x data parallel runs on the CPU only (--backend mpi)", pp, W);
-        if (t.gpu && prec != MP_FP32) BAD("--pp --backend nccl runs fp32 only (the GPU executor refuses bf16)");
+        if (gpu && Dp > 1) BAD("--pp %d --dp on %d GPUs: pipeline x data parallel runs on the CPU only (--backend mpi)", pp, W);
+        if (gpu && prec != MP_FP32) BAD("--pp --backend nccl runs fp32 only (the GPU executor refuses bf16)");
         const int v = chunks ? chunks : kind == SCHED_INTERLEAVED ? 2 : 1;
         if (schedule_make(kind, pp, A, v, &t.sched, err, sizeof err) != 0)
             BAD("--schedule %s --micro-batches %d --chunks %d on %d pipeline ranks: %s", sched_s, A, v, pp, err);
@@ -692,48 +318,12 @@ int main(int argc, char** argv) {
     if (t.W != W) comm_fatal(t.c, 1, "world size %d, the environment said %d", t.W, W);
     t.pp = pp, t.D = Dp, t.mc = cfg;
     t.d = pp ? t.r / pp : t.r, t.pr = pp ? t.r % pp : 0;
-    if (!t.gpu) {
-        model_cpu_create(&t.m, &cfg, B, context, (uint64_t)seed);
-    } else if (pp) {
-        // The pipeline's CUDA model: the whole flat buffers, activations only per range (08)
-        t.gm = model_gpu_create_ranges(&cfg, B, context, MP_FP32, NULL, (uint64_t)seed, err, sizeof err);
-        comm_check_input(t.c, t.gm != NULL, "--model %s: %s", model_s, err);
-        t.m.layout = *model_gpu_layout(t.gm);
-        t.cs = model_gpu_stream(t.gm);
-        if (cublasCreate(&t.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(t.blas, t.cs) != CUBLAS_STATUS_SUCCESS)
-            DIE("cuBLAS: cannot create a handle");
-    } else {
-        t.gm = model_gpu_create(&cfg, B, context, prec, NULL, (uint64_t)seed, err, sizeof err);
-        comm_check_input(t.c, t.gm != NULL, "--model %s: %s", model_s, err);
-        t.m.layout = *model_gpu_layout(t.gm);  // (shared: never freed through t.m)
-        t.cs = model_gpu_stream(t.gm);
-        if (cublasCreate(&t.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(t.blas, t.cs) != CUBLAS_STATUS_SUCCESS)
-            DIE("cuBLAS: cannot create a handle");
-        // One forward and backward (no update: nothing changes) make the model allocate its
-        // gradient buffer, which DDP and ZeRO take at creation (as 06's replica does).
-        int32_t* z0 = calloc((size_t)B * context, sizeof(int32_t));
-        if (!z0) DIE("out of host memory");
-        model_gpu_set_tokens(t.gm, z0, z0);
-        model_gpu_forward_async(t.gm, model_gpu_inputs(t.gm), model_gpu_targets(t.gm));
-        comm_check_input(t.c, model_gpu_backward(t.gm, NULL, NULL, err, sizeof err) == 0, "%s", err);
-        CUDA_CHECK(cudaStreamSynchronize(t.cs));
-        free(z0);
-    }
-    t.total = t.P = t.m.layout.total;
-    t.cfg = adamw_default();
-    t.cfg.weight_decay = (float)wd;
-    t.in = malloc((size_t)(pp ? A : 1) * B * context * sizeof(int32_t));
-    t.tg = malloc((size_t)(pp ? A : 1) * B * context * sizeof(int32_t));
+    // The model (--pp: a pipeline rank's, which runs range passes only) and its buffers
+    lm_options_t lo = lm_options(gpu ? LM_GPU : LM_CPU, B, context);
+    lo.precision = prec, lo.seed = (uint64_t)seed;
+    trainer_model(&t, lo, (float)wd, model_s);
     float* hist = malloc((size_t)steps * CKPT_HIST * sizeof(float) + 1);
-    t.table = malloc((size_t)t.m.layout.n * sizeof *t.table);
-    if (!t.in || !t.tg || !hist || !t.table) DIE("out of host memory");
-    for (int i = 0; i < t.m.layout.n; i++)
-        t.table[i] = (param_ref_t){t.m.layout.p[i].name, t.m.layout.p[i].offset, t.m.layout.p[i].numel, 1};
-    // The optimizer lives outside the model (07's optim_t): its own moments are not needed.
-    if (!t.gpu) {
-        mem_free(t.m.adam_m), mem_free(t.m.adam_v);
-        t.m.adam_m = t.m.adam_v = NULL;
-    }
+    if (!hist) DIE("out of host memory");
     float* pbuf = malloc(t.total * sizeof(float));  // host parameters: checkpoints, the final check
     if (!pbuf) DIE("out of host memory");
 
@@ -788,8 +378,8 @@ int main(int argc, char** argv) {
                 printf("resume: note: %s holds the same bytes as %s, which %s was trained on\n", data_id.path, mf.data.path, path);
             }
             const double tl = time_now_s();
-            int rc = ckpt_read_params(path, &mf, t.gpu ? pbuf : t.m.params, err, sizeof err);
-            if (rc == 0 && t.gpu) model_gpu_set_params(t.gm, pbuf);
+            int rc = ckpt_read_params(path, &mf, pbuf, err, sizeof err);
+            if (rc == 0) lm_set_params(t.lm, pbuf);
             if (rc == 0) rc = ckpt_read_history(path, &mf, hist, err, sizeof err);
             if (rc != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
             t_load = time_now_s() - tl;
@@ -798,113 +388,17 @@ int main(int argc, char** argv) {
         }
     }
     // Every rank holds rank 0's parameters (they start equal anyway: one seed; this makes it so).
-    if (t.W > 1) comm_broadcast(t.c, P_(&t), P_(&t), t.total, COMM_F32, 0, t.cs);
-    if (t.gpu) {
-        comm_stream_sync(t.c, t.cs, "the parameter broadcast");
-        model_gpu_params_changed(t.gm);
-    }
+    if (t.W > 1) comm_broadcast(t.c, lm_params(t.lm), lm_params(t.lm), t.total, COMM_F32, 0, t.cs);
+    comm_stream_sync(t.c, t.cs, "the parameter broadcast");
+    lm_params_changed(t.lm);
 
-    // ---- the data-parallel layer (06 or 07) and the optimizer it steps
-    if (pp) {
-        // --pp: stage 08's executor over this rank's chunks; 07's optim_t (AdamW) over its
-        // chunks' slices of the flat layout, one range a chunk (the checkpoint's moments).
-        const int v = t.sched.v, S = sched_stages(&t.sched);
-        t.ranges = malloc((size_t)v * sizeof *t.ranges);
-        t.stb = malloc((size_t)S * sizeof(size_t));
-        t.ste = malloc((size_t)S * sizeof(size_t));
-        if (!t.ranges || !t.stb || !t.ste) DIE("out of host memory");
-        for (int st = 0; st < S; st++) {
-            const model_range_t rg = partition_range(&t.part, st);
-            model_range_span(&t.m.layout, &cfg, &rg, &t.stb[st], &t.ste[st]);
-        }
-        for (int ch = 0; ch < v; ch++) t.ranges[ch] = partition_range(&t.part, sched_stage(&t.sched, t.pr, ch));
-        if (t.gpu) {
-            const pp_exec_gpu_config_t gc = {t.c, &t.sched, t.pr, t.gm, t.ranges, B, context, -1};
-            t.xg = pp_exec_gpu_create(&gc);
-        } else {
-            const pp_exec_config_t ec = {t.c, &t.sched, t.pr, t.d * pp, &t.m, t.ranges, B, context, -1};
-            t.x = pp_exec_create(&ec);
-        }
-        optim_init(&t.own, OPT_ADAMW, &t.cfg, t.gpu ? DEV_CUDA : DEV_CPU);
-        for (int ch = 0; ch < v; ch++) {
-            size_t b, e;
-            if (t.gpu) pp_exec_gpu_span(t.xg, ch, &b, &e);
-            else pp_exec_span(t.x, ch, &b, &e);
-            optim_add_range(&t.own, b, b, e - b);
-        }
-        t.opt = &t.own;
-        t.gbase = G_(&t);
-        t.nacc = t.total;
-    } else if (zero == 1 || zero == 2) {
-        // zero_t works on flat buffers padded to W equal, aligned shards (zero.h): the model's
-        // grown to P elements, the padding zero.
-        t.P = zero_padded_total(t.total, t.W);
-        if (t.gpu) {
-            comm_check_input(t.c, model_gpu_pad_flat(t.gm, t.P, err, sizeof err) == 0, "%s", err);
-        } else {
-            float* pp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_PARAMS);
-            float* gp = mem_alloc(DEV_CPU, t.P * sizeof(float), MEM_GRADS);
-            memset(pp, 0, t.P * sizeof(float)), memset(gp, 0, t.P * sizeof(float));
-            memcpy(pp, t.m.params, t.total * sizeof(float));
-            mem_free(t.m.params), mem_free(t.m.grads);
-            t.m.params = pp, t.m.grads = gp;
-        }
-        t.z = zero_create(t.c, zero, t.table, t.m.layout.n, P_(&t), G_(&t), t.total, bucket_mb, &t.cfg, t.cs);
-        t.opt = zero_optim(t.z);
-        t.gbase = zero_grad_shard(t.z);
-        t.nacc = t.total;
-    } else if (zero == 3) {
-        // ZeRO-3: the shard made from the parameters, then the model's flat buffers freed; it reads
-        // and writes through the windows zero3's unit hooks set (07_zero/zero3.h).
-        const int U = model_n_units(&cfg);
-        size_t* bounds = malloc((size_t)(U + 1) * sizeof *bounds);
-        if (!bounds) DIE("out of host memory");
-        for (int u = 0; u < U; u++) model_unit_span(&t.m.layout, &cfg, u, &bounds[u], &bounds[u + 1]);
-        bounds[U] = t.total;
-        const model_unit_hooks_t hooks = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, NULL};
-        model_unit_hooks_t h = hooks;
-        if (t.gpu) {
-            t.z3 = zero3_create(t.c, t.table, t.m.layout.n, bounds, U, P_(&t), &t.cfg, t.cs, gpu_window, t.gm);
-            model_gpu_free_flat(t.gm);
-            h.ctx = t.z3;
-            model_gpu_set_unit_hooks(t.gm, &h);
-            g_dbuf = mem_alloc(DEV_CUDA, t.total * sizeof(float), MEM_WORKSPACE);  // checkpoints' gather
-        } else {
-            t.z3 = zero3_create(t.c, t.table, t.m.layout.n, bounds, U, t.m.params, &t.cfg, NULL, cpu_window, &t.m);
-            mem_free(t.m.params), mem_free(t.m.grads);
-            t.m.params = t.m.grads = NULL;
-            h.ctx = t.z3;
-            model_cpu_set_unit_hooks(&t.m, &h);
-        }
-        free(bounds);
-        t.opt = zero3_optim(t.z3);
-        t.gbase = zero3_grad_shard(t.z3);
-        t.nacc = zero3_shard_elems(t.z3);
-        t.P = t.total;
-    } else {
-        optim_init(&t.own, OPT_ADAMW, &t.cfg, t.gpu ? DEV_CUDA : DEV_CPU);
-        optim_add_range(&t.own, 0, 0, t.total);
-        t.opt = &t.own;
-        t.gbase = G_(&t);
-        t.nacc = t.total;
-        if (dp) {
-            ddp_variant_t v;
-            if (ddp_variant_parse(variant_s, &v) != 0) DIE("--variant %s passed the choice check", variant_s);
-            t.ddp = ddp_create(t.c, t.table, t.m.layout.n, P_(&t), G_(&t), t.total, v, bucket_mb, t.cs);
-        }
-    }
-    flat_ranges(&t);
-    t.acc = A > 1 && !pp ? mem_alloc(t.gpu ? DEV_CUDA : DEV_CPU, t.nacc * sizeof(float), MEM_GRADS) : NULL;
-    if (t.gpu) {  // host staging of the moments for checkpoints
-        t.hm = malloc(t.opt->state_n * sizeof(float) + 1);
-        t.hv = malloc(t.opt->state_n * sizeof(float) + 1);
-        if (!t.hm || !t.hv) DIE("out of host memory");
-    }
+    // ---- the data-parallel layer (06 or 07) or the pipeline (08), and the optimizer it steps
+    trainer_layer(&t, dp, variant_s, bucket_mb);
 
     // ---- resume, part 2: the moments of the flat ranges this rank's optimizer owns now
     if (found) {
         const double tl = time_now_s();
-        if (load_state(&t, path, &mf, err, sizeof err) != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
+        if (trainer_load_state(&t, path, &mf, err, sizeof err) != 0) comm_fatal(t.c, EXIT_FAILURE_RT, "--resume: %s", err);
         t_load += time_now_s() - tl;
         if (t.r == 0) {
             const double nb = (double)(ckpt_bytes_read() - rb0), sec = t_verify + t_load;
@@ -930,11 +424,11 @@ int main(int argc, char** argv) {
         printf("# train: %s (%zu tokens: %zu train, %zu held out), vocab %d, unigram entropy %.4f nats\n", data, t.tok.n,
                t.n_train, n_val, vocab, h_uni);
         printf("# model %s (%zu parameters), context %d, batch %d x accum %d x %d%s = %d sequences a step, %s\n",
-               model_s, param_count(&t.m.layout), context, B, A, Dp, pp ? " replica(s)" : Dp > 1 ? " ranks" : " rank", gbatch,
+               model_s, param_count(t.lay), context, B, A, Dp, pp ? " replica(s)" : Dp > 1 ? " ranks" : " rank", gbatch,
                pp ? "pipeline (stage 08's executor)" : zero == 1 ? "ZeRO-1 (optimizer state sharded, stage 07)" : zero == 2 ? "ZeRO-2 (optimizer state and gradients sharded, stage 07)"
                : zero == 3 ? "ZeRO-3 (optimizer state, gradients and parameters sharded, stage 07)" : dp ? "DDP (stage 06)" : "single process");
         printf("# AdamW lr %g -> %g (cosine, %d warm-up steps), wd %g, clip %g; %s\n", lr, min_lr, warmup, wd, clip,
-               t.gpu ? (prec == MP_BF16 ? "GPU model (bf16 mixed precision) over NCCL" : "GPU model (fp32) over NCCL") : "CPU model over MPI");
+               gpu ? (prec == MP_BF16 ? "GPU model (bf16 mixed precision) over NCCL" : "GPU model (fp32) over NCCL") : "CPU model over MPI");
         if (pp)
             printf("# pipeline: P %d x D %d = %d ranks; %s; A = %d micro-batches of %d rows\n", pp, Dp, t.W, part_s, A, B);
         fflush(stdout);
@@ -970,9 +464,9 @@ int main(int argc, char** argv) {
         meta.step = step;                                                                               \
         meta.sampler_counter = t.smp.counter;                                                           \
         double t0_ = time_now_s();                                                                      \
-        const float* hp_ = host_params(&t, pbuf);                                                       \
+        const float* hp_ = trainer_host_params(&t, pbuf);                                                       \
         const float *hm_, *hv_;                                                                         \
-        host_moments(&t, &hm_, &hv_);                                                                   \
+        trainer_host_moments(&t, &hm_, &hv_);                                                                   \
         const double copy_ = time_now_s() - t0_; /* gathers and device -> host copies */                \
         ckpt_save_timing_t st_;                                                                         \
         ckpt_save(t.c, ckpt_dir, &meta, hp_, t.fr, t.nfr, hm_, hv_, has_state, hist, keep,              \
@@ -999,7 +493,7 @@ int main(int argc, char** argv) {
         double gnorm;
         const double cur_lr = lr_cosine(step, lr, min_lr, warmup, steps);
         const double t0 = time_now_s();
-        const double loss = train_step(&t, step, cur_lr, clip, kill_step, &gnorm);
+        const double loss = trainer_step(&t, step, cur_lr, &gnorm);
         const double dt = time_now_s() - t0;
         if (!isfinite(loss)) comm_fatal(t.c, 1, "loss is %g at step %lld", loss, (long long)step);
         float* h = hist + step * CKPT_HIST;
@@ -1012,7 +506,7 @@ int main(int argc, char** argv) {
         const int64_t ep = t.smp.counter / (int64_t)t.smp.n_win;
         if (eval_now || ep != epoch) data_check(&t, &data_id);  // at every evaluation and epoch
         epoch = ep;
-        if (eval_now) h[4] = (float)(last_eval = evaluate(&t, eval_batches));
+        if (eval_now) h[4] = (float)(last_eval = trainer_evaluate(&t, eval_batches));
         const int log_now = step % log_every == 0 || step == steps;
         if (t.r == 0 && tty && !log_now) {
             // On a terminal, one line rewritten every step between the logged ones.
@@ -1045,26 +539,8 @@ int main(int argc, char** argv) {
     }
 
     // ---- the end: replicas must agree bit for bit; the CSV and the plot
-    unsigned long long ph = ckpt_fnv(CKPT_FNV_INIT, host_params(&t, pbuf), t.total * sizeof(float));
-    long long v2[2] = {(long long)(ph >> 1), -(long long)(ph >> 1)};
-    comm_host_allreduce_i64(t.c, v2, 2, COMM_MAX);
-    int same = v2[0] == -v2[1];
-    if (pp) {
-        // Only rank 0 holds the whole (gathered); the replicas of every stage must hold the same
-        // bits in their own slices: max of h and of -h per pipeline rank.
-        const float* hp = t.gpu ? (model_gpu_get_params(t.gm, pbuf), pbuf) : t.m.params;
-        unsigned long long mine = CKPT_FNV_INIT;
-        for (int k = 0; k < t.own.n; k++)
-            mine = ckpt_fnv(mine, hp + t.own.r[k].p_off, t.own.r[k].numel * sizeof(float));
-        long long* hh = malloc((size_t)2 * pp * sizeof *hh);
-        if (!hh) DIE("out of host memory");
-        for (int q = 0; q < 2 * pp; q++) hh[q] = LLONG_MIN;
-        hh[t.pr] = (long long)(mine >> 1), hh[pp + t.pr] = -(long long)(mine >> 1);
-        comm_host_allreduce_i64(t.c, hh, 2 * pp, COMM_MAX);
-        same = 1;
-        for (int q = 0; q < pp; q++) same &= hh[q] == -hh[pp + q];
-        free(hh);
-    }
+    unsigned long long ph;
+    const int same = trainer_replicas_same(&t, pbuf, &ph);
     if (t.r == 0) {
         printf("final: step %lld  train loss %.6f  eval loss %.6f  unigram entropy %.4f  params fnv64 %016llx  replicas %s\n",
                (long long)step, step ? hist[(step - 1) * CKPT_HIST] : NAN, last_eval, h_uni, ph,
@@ -1077,39 +553,13 @@ int main(int argc, char** argv) {
             write_csv(csv, hist, step);
             plot_ctx_t pc = {csv, h_uni, ""};
             snprintf(pc.title, sizeof pc.title, "%s, context %d, %d sequences a step, %d rank%s (%s)", model_s, context,
-                     gbatch, t.W, t.W > 1 ? "s" : "", t.gpu ? (prec == MP_BF16 ? "GPU, bf16" : "GPU, fp32") : "CPU");
+                     gbatch, t.W, t.W > 1 ? "s" : "", gpu ? (prec == MP_BF16 ? "GPU, bf16" : "GPU, fp32") : "CPU");
             if (gnuplot_png(png, plot_script, &pc, err, sizeof err) != 0) printf("%s written; no PNG: %s\n", csv, err);
             else printf("%s, %s written\n", csv, png);
         }
     }
-    if (t.ddp) ddp_destroy(t.ddp);
-    zero_destroy(t.z);
-    if (t.z3) {
-        if (t.gpu) model_gpu_set_unit_hooks(t.gm, NULL);
-        else model_cpu_set_unit_hooks(&t.m, NULL);
-        zero3_destroy(t.z3);
-    }
-    if (t.opt == &t.own) optim_free(&t.own);
-    if (t.x) pp_exec_destroy(t.x);
-    if (t.xg) pp_exec_gpu_destroy(t.xg);
-    if (pp) {
-        partition_free(&t.part);
-        schedule_free(&t.sched);
-        schedule_free(&t.fwd);
-        free(t.ranges), free(t.stb), free(t.ste);
-    }
-    free(t.table);
-    mem_free(t.acc);
-    if (t.gpu) {
-        mem_free(g_dbuf);
-        cublasDestroy(t.blas);
-        model_gpu_destroy(t.gm);
-    } else {
-        model_cpu_destroy(&t.m);
-    }
-    free(t.fr), free(pbuf), free(t.hm), free(t.hv), free(t.in), free(t.tg), free(hist);
-    sampler_free(&t.smp);
-    tokens_close(&t.tok);
+    trainer_free(&t);
+    free(pbuf), free(hist);
     release_lock();
     comm_destroy(t.c, 1);
     return same ? 0 : 1;

@@ -2,6 +2,7 @@
 #include "common/train_loop.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,4 +250,50 @@ FILE* train_csv_open(const char* flag, const char* path, const char* header) {
     fseek(f, 0, SEEK_END);
     if (ftell(f) == 0) fprintf(f, "%s\n", header);
     return f;
+}
+
+// ---- a step of micro-batches, and the replicas' check by hash ---------------------------------
+double train_step_accum(comm_t* c, lm_t* m, const train_method_t* method, int A, const train_micro_t* micro,
+                        const adamw_config_t* opt, int* adam_step) {
+    char err[512];
+    const int hook = A == 1 && method && method->grad_ready;
+    double loss = 0;
+    for (int a = 0; a < A; a++) {
+        micro->fill(method ? method->ctx : NULL, a);
+        nvtx_push("forward");
+        lm_forward_async(m);
+        loss += lm_loss(m);
+        nvtx_pop();
+        nvtx_push("backward (the method's hook starts its communication)");
+        if (lm_backward(m, hook ? method->grad_ready : NULL, hook ? method->ctx : NULL, err, sizeof err) != 0)
+            comm_fatal(c, EXIT_FAILURE_RT, "%s", err);
+        nvtx_pop();
+        if (micro->done) micro->done(method ? method->ctx : NULL, a);
+    }
+    nvtx_push("finish_grads");
+    if (method && method->finish_grads) method->finish_grads(method->ctx);
+    nvtx_pop();
+    nvtx_push("optimizer");
+    if (method && method->update) {
+        method->update(method->ctx);
+        lm_params_changed(m);  // bf16: the copy is remade at the next forward
+    } else if (lm_adamw(m, opt, ++*adam_step, err, sizeof err) != 0) {
+        comm_fatal(c, EXIT_FAILURE_RT, "%s", err);
+    }
+    nvtx_pop();
+    return loss;
+}
+
+int train_hashes_agree(comm_t* c, unsigned long long h, int group, int ngroups) {
+    // max of h and of -h per group: equal (up to sign) iff every rank of the group had the same
+    long long* v = malloc((size_t)2 * ngroups * sizeof *v);
+    if (!v) DIE("out of host memory");
+    for (int q = 0; q < 2 * ngroups; q++) v[q] = LLONG_MIN;
+    v[group] = (long long)(h >> 1), v[ngroups + group] = -(long long)(h >> 1);
+    comm_host_allreduce_i64(c, v, 2 * ngroups, COMM_MAX);
+    int same = 1;
+    for (int q = 0; q < ngroups; q++)  // (a group no rank named keeps LLONG_MIN: nothing to compare)
+        if (v[q] != LLONG_MIN && v[q] != -v[ngroups + q]) same = 0;
+    free(v);
+    return same;
 }

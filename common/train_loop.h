@@ -121,6 +121,23 @@ int train_check_single(train_setup_t* s, int steps);
 // if it cannot.
 FILE* train_csv_open(const char* flag, const char* path, const char* header);
 
+// ---- a step of micro-batches, and the replicas' check by hash (the trainer's) ----------------
+// What a step of A micro-batches does around each one (ctx: the method's).
+typedef struct {
+    void (*fill)(void* ctx, int a);  // lm_set_tokens of micro-batch a (the caller's data)
+    void (*done)(void* ctx, int a);  // after its backward, e.g. the gradient summed (NULL: nothing)
+} train_micro_t;
+// A step on the caller's data: for a = 0 .. A-1: micro->fill, the forward and its loss (waits),
+// the backward (method->grad_ready only when A == 1: with more, the gradient is final only
+// after the last; finish_grads then sees to it), micro->done; then method->finish_grads and
+// method->update (as train_step: update NULL is the model's AdamW at step ++*adam_step).
+// Returns Σ of the micro-batches' losses (this rank's). Ends the job (one line) on an error.
+double train_step_accum(comm_t* c, lm_t* m, const train_method_t* method, int A, const train_micro_t* micro,
+                        const adamw_config_t* opt, int* adam_step);
+// Collective: 1 if every rank of each group holds the same hash h (group: this rank's, 0 ..
+// ngroups-1; one group: the replicas are bitwise the same), else 0.
+int train_hashes_agree(comm_t* c, unsigned long long h, int group, int ngroups);
+
 #ifdef __cplusplus
 }
 #endif
