@@ -470,9 +470,20 @@ def step_regions(only=None):
             return
     # A region in a .c file is host code, tested on the CPU; kernels and launchers need a GPU.
     cpu = [r for r in regions if r.path.endswith(".c") and not r.kernel and (not only or r.id in only)]
+    # Each region in the tree of an edition that stubs it (2025 first; 2026 for its own regions).
+    done = set()
+    for edition in sorted(student.EDITIONS):
+        given = student.given_regions(REPO, edition)
+        part = [r for r in cpu if r.id not in given and r.id not in done]
+        done.update(r.id for r in part)
+        if part:
+            regions_in_tree(edition, part, regions, build)
+
+
+def regions_in_tree(edition, cpu, regions, build):
     with tempfile.TemporaryDirectory() as tmp:
         dest = os.path.join(tmp, "student")
-        make_tree(dest)
+        make_tree(dest, edition=edition)
         # The CUDA files keep their solution (no CPU test can tell; nvcc need not run again) and
         # their time stamps, so the copied build/ stays up to date for them.
         for f in sorted({r.path for r in regions if not r.path.endswith(".c")}):
@@ -540,7 +551,7 @@ def step_regions(only=None):
                 n_ok += 1
                 print(f"regions: {r.id}: {' '.join(b + ' ' + p for b, p in pats)}: fail with the stub, pass with it written{written_after}",
                       flush=True)
-        print(f"regions: {n_ok} of {len(cpu)} CPU regions name the right tests"
+        print(f"regions: {n_ok} of {len(cpu)} CPU regions stubbed in the {edition} tree name the right tests"
               + (f"; GPU only (every named test skips here): {', '.join(gpu_only)}" if gpu_only else ""))
 
 
