@@ -14,7 +14,7 @@
     tests/student_selftest.py docs      INSTRUCTORS.md's generated tables match the TSVs (and a drifted
                                         copy is refused); README.md and INSTRUCTORS.md within budget
     tests/student_selftest.py stages    STAGES=01,02 releases 01-02 and leaves 03-08 out
-    tests/student_selftest.py compile   the stubbed C files compile with the build's warnings as errors
+    tests/student_selftest.py compile   each edition's stubbed C files compile with the build's warnings as errors
     tests/student_selftest.py full      build the student tree's stages 01-08 (no warnings), its
                                         CPU tests fail with the task messages, its grade is 0 for every
                                         problem with a region and full for the rest, the solution grades
@@ -566,16 +566,23 @@ def step_compile():
     if not cppflags:
         bad("compile: could not read CPPFLAGS from the Makefile")
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        dest = os.path.join(tmp, "s")
-        make_tree(dest)
-        cfiles = sorted({r.path for r in student.all_regions(dest) if r.path.endswith(".c")})
-        for f in cfiles:
-            rc, out = run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-fopenmp",
-                           "-fsyntax-only"] + cppflags + [f], cwd=dest, timeout=300)
-            if rc != 0 or out.strip():
-                bad(f"compile: the stubbed {f} does not compile cleanly: {out.strip()[:800]}")
-        print(f"compile: {len(cfiles)} stubbed C files compile with -Wall -Wextra -Werror")
+    seen = {}  # a file stubbed alike in two editions compiles once
+    for edition in sorted(student.EDITIONS):
+        with tempfile.TemporaryDirectory() as tmp:
+            dest = os.path.join(tmp, "s")
+            make_tree(dest, edition=edition)
+            cfiles = sorted({r.path for r in student.all_regions(dest) if r.path.endswith(".c")})
+            n = 0
+            for f in cfiles:
+                text = open(os.path.join(dest, f), encoding="utf-8").read()
+                if seen.get(f) == text:
+                    continue
+                seen[f], n = text, n + 1
+                rc, out = run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-fopenmp",
+                               "-fsyntax-only"] + cppflags + [f], cwd=dest, timeout=300)
+                if rc != 0 or out.strip():
+                    bad(f"compile: {edition}: the stubbed {f} does not compile cleanly: {out.strip()[:800]}")
+            print(f"compile: {edition}: {n} stubbed C files compile with -Wall -Wextra -Werror")
 
 
 def grade_of(tree, build, stages):
