@@ -8,8 +8,8 @@
 #   make bench-NN   one stage's benchmark (writes tables under results/)
 #   make report-NN  regenerate a stage README's tables from its results/ folder
 #   make roofline   every kernel of 01-04 on the GPU's measured roofline (results/roofline/)
-#   make grade      the handout's problems with their points (results/grade.md, grade.json)
-#   make student DEST=dir [STAGES=01,02]   the student edition: solution regions become stubs
+#   make grade [EDITION=2026]  the handout's problems with their points (results/grade.md, grade.json)
+#   make student DEST=dir [STAGES=01,02] [EDITION=2026]   the student edition: regions become stubs
 #   make check-markers                     the solution-region markers are well formed
 #   make lab        every stage's notebook (lab/NN_stage/: what was tried and does not ship)
 #   make test-lab   the lab's own tests (never part of make test or make grade)
@@ -259,10 +259,12 @@ check-markers:
 instructors:
 	@python3 scripts/student.py table --write INSTRUCTORS.md
 	@python3 scripts/grade.py table --write INSTRUCTORS.md
+	@python3 scripts/grade.py table --edition 2026 --write INSTRUCTORS.md
 
 check-instructors:
 	@python3 scripts/student.py table --check INSTRUCTORS.md
 	@python3 scripts/grade.py table --check INSTRUCTORS.md
+	@python3 scripts/grade.py table --edition 2026 --check INSTRUCTORS.md
 	@echo "INSTRUCTORS.md: the region and grade tables match the TSVs"
 
 # Each CPU region's marker names the tests that pass once that region alone is written (and fail
@@ -270,9 +272,14 @@ check-instructors:
 check-regions: all
 	@BUILD=$(BUILD) python3 tests/student_selftest.py regions $(REGIONS)
 
+# EDITION=2025|2026: the course's handout that make student and make grade follow (INSTRUCTORS.md).
+ifneq ($(filter-out 2025 2026,$(EDITION)),)
+$(error make: error: EDITION=$(EDITION) is not an edition of the course's handout; allowed: 2025, 2026)
+endif
+
 student:
 	@test -n "$(DEST)" || { echo "make student: error: give the place for the student tree: make student DEST=dir [STAGES=01,02]"; exit 2; }
-	@python3 scripts/student.py make "$(DEST)" $(if $(STAGES),--stages $(STAGES)) $(if $(WITH_LAB),--with-lab)
+	@python3 scripts/student.py make "$(DEST)" $(if $(STAGES),--stages $(STAGES)) $(if $(WITH_LAB),--with-lab) $(if $(EDITION),--edition $(EDITION))
 
 # The student edition's heavy checks (build a student tree's stage, grade it): CI runs this.
 # Run directly, not from inside a Criterion test: the test binaries it grades are Criterion
@@ -305,7 +312,7 @@ test-common: deps $(COMMON_TEST_BIN) $(COMMON_PROGS)
 	@BUILD=$(BUILD) scripts/run_tests.sh $(COMMON_TEST_BIN)
 
 grade: all
-	@python3 scripts/grade.py --build $(BUILD) --out results $(if $(STAGES),--stages $(STAGES))
+	@python3 scripts/grade.py --build $(BUILD) --out results $(if $(STAGES),--stages $(STAGES)) $(if $(EDITION),--edition $(EDITION))
 
 run: setup
 	@$(MAKE) --no-print-directory -j$(JOBS) all

@@ -179,13 +179,29 @@ static double ring_pass_s(double bytes, int64_t n, double w) {
     return (double)(n - 1) / (double)n * bytes / w;
 }
 
-double acct_ring_all_gather_s(double bytes, int64_t n, double w) { return ring_pass_s(bytes, n, w); }
-double acct_ring_reduce_scatter_s(double bytes, int64_t n, double w) { return ring_pass_s(bytes, n, w); }
-double acct_ring_all_reduce_s(double bytes, int64_t n, double w) { return 2.0 * ring_pass_s(bytes, n, w); }
+double acct_ring_all_gather_s(double bytes, int64_t n, double w) {
+    // STUDENT-BEGIN(07.acct_ring_all_gather): the ring all-gather of S bytes on N devices of egress W: N-1 steps, each device sends one S/N chunk per step: (N-1)/N · S/W seconds | see 05_collectives/README.md §The ring, and why busbw = algbw · 2(n−1)/n | test: test_07 accounting_2026/ring_primitives_and_the_alternate_ring | uses: ring_pass_s | needs: 07.acct_ring_reduce_scatter 07.acct_ring_all_reduce 07.acct_alt_ring_all_reduce
+    return ring_pass_s(bytes, n, w);
+    // STUDENT-END(07.acct_ring_all_gather)
+}
+
+double acct_ring_reduce_scatter_s(double bytes, int64_t n, double w) {
+    // STUDENT-BEGIN(07.acct_ring_reduce_scatter): the ring reduce-scatter of S bytes: the all-gather's N-1 steps of S/N chunks, each adding its partial sum before passing it on: (N-1)/N · S/W seconds | see 05_collectives/README.md §The ring, and why busbw = algbw · 2(n−1)/n | test: test_07 accounting_2026/ring_primitives_and_the_alternate_ring | uses: ring_pass_s | needs: 07.acct_ring_all_gather 07.acct_ring_all_reduce 07.acct_alt_ring_all_reduce
+    return ring_pass_s(bytes, n, w);
+    // STUDENT-END(07.acct_ring_reduce_scatter)
+}
+
+double acct_ring_all_reduce_s(double bytes, int64_t n, double w) {
+    // STUDENT-BEGIN(07.acct_ring_all_reduce): the ring all-reduce: a reduce-scatter, then an all-gather: 2(N-1)/N · S/W seconds | see 05_collectives/README.md §The ring, and why busbw = algbw · 2(n−1)/n | test: test_07 accounting_2026/ring_primitives_and_the_alternate_ring | uses: ring_pass_s | needs: 07.acct_ring_all_gather 07.acct_ring_reduce_scatter 07.acct_alt_ring_all_reduce
+    return 2.0 * ring_pass_s(bytes, n, w);
+    // STUDENT-END(07.acct_ring_all_reduce)
+}
 
 double acct_alt_ring_all_reduce_s(double bytes, int64_t n, double w) {
+    // STUDENT-BEGIN(07.acct_alt_ring_all_reduce): alternate_ring_all_reduce: at step t = 1 … N-1 device i sends the whole S-byte x((i-t+1) mod N) to its right, every device at once: the time in S, N and W | see 05_collectives/README.md §The ring, and why busbw = algbw · 2(n−1)/n (A variant that passes whole tensors) | test: test_07 accounting_2026/ring_primitives_and_the_alternate_ring | needs: 07.acct_ring_all_gather 07.acct_ring_reduce_scatter 07.acct_ring_all_reduce
     // Step t sends x((i-t+1) mod N), a whole S-byte tensor, and every device sends at once.
     return (double)(n - 1) * bytes / w;
+    // STUDENT-END(07.acct_alt_ring_all_reduce)
 }
 
 // 2·rows·D·F per matmul; the FFN has three of them forward and six backward (dz, dx's two, three dW).
@@ -194,6 +210,7 @@ static double matmuls(double count, double rows, const acct_ffn_t* f) {
 }
 
 acct_par_t acct_dp(const acct_ffn_t* f, int64_t n) {
+    // STUDENT-BEGIN(07.acct_dp): data_parallel_calcs: one device's matmul FLOPs (2·m·D·F per matmul of m rows: 3 forward, 6 backward, B/N rows), their times over C, the all-reduce of the three fp16 weight gradients (6DF bytes, acct_ring_all_reduce_s), none forward (0), and the largest N_DP with communication <= computation (INFINITY forward) | see 07_zero/README.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/data_parallel | uses: matmuls | needs: 07.acct_ring_all_reduce
     acct_par_t r;
     const double rows = f->tokens / (double)n, grads = 3.0 * f->d_model * f->d_ff * ACCT_FP16_BYTES;
     r.fwd_flops = matmuls(3, rows, f);
@@ -206,9 +223,11 @@ acct_par_t acct_dp(const acct_ffn_t* f, int64_t n) {
     r.max_n_fwd = INFINITY;
     r.max_n_bwd = 1.0 + f->tokens * f->egress_bytes_per_s / f->flops_per_s;
     return r;
+    // STUDENT-END(07.acct_dp)
 }
 
 acct_par_t acct_fsdp(const acct_ffn_t* f, int64_t n) {
+    // STUDENT-BEGIN(07.acct_fsdp): fsdp_calcs: DP's batch-sharded math; forward all-gathers the three fp16 weights (6DF bytes), backward all-gathers them again and reduce-scatters their gradients; the largest N_FSDP each way | see 07_zero/README.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/fully_sharded | needs: 07.acct_dp 07.acct_ring_all_gather 07.acct_ring_reduce_scatter 07.acct_ring_all_reduce
     acct_par_t r = acct_dp(f, n);  // same batch-sharded math
     const double weights = 3.0 * f->d_model * f->d_ff * ACCT_FP16_BYTES, w = f->egress_bytes_per_s;
     r.fwd_comm_s = acct_ring_all_gather_s(weights, n, w);
@@ -217,9 +236,11 @@ acct_par_t acct_fsdp(const acct_ffn_t* f, int64_t n) {
     r.max_n_fwd = 1.0 + f->tokens * w / f->flops_per_s;
     r.max_n_bwd = r.max_n_fwd;
     return r;
+    // STUDENT-END(07.acct_fsdp)
 }
 
 acct_par_t acct_tp(const acct_ffn_t* f, int64_t n) {
+    // STUDENT-BEGIN(07.acct_tp): tp_calcs: W1, W2 column-parallel and W3 row-parallel: every matmul keeps all B rows and F/N columns; the all-reduce of y [B, D] forward and of dx backward (fp16); the largest N_TP each way | see 07_zero/README.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/tensor_parallel | uses: matmuls | needs: 07.acct_ring_all_reduce
     acct_par_t r;
     const double w = f->egress_bytes_per_s, act = f->tokens * f->d_model * ACCT_FP16_BYTES;  // y or dx
     // Every matmul keeps all B rows and loses a factor N on its F side.
@@ -233,9 +254,11 @@ acct_par_t acct_tp(const acct_ffn_t* f, int64_t n) {
     r.max_n_fwd = 1.0 + 1.5 * f->d_ff * w / f->flops_per_s;
     r.max_n_bwd = 1.0 + 3.0 * f->d_ff * w / f->flops_per_s;
     return r;
+    // STUDENT-END(07.acct_tp)
 }
 
 acct_2d_t acct_fsdp_tp(const acct_ffn_t* f, int64_t n_fsdp, int64_t n_tp) {
+    // STUDENT-BEGIN(07.acct_fsdp_tp): fsdp_tp_calcs: the forward pass on an N_FSDP × N_TP grid: FLOPs over N; the FSDP all-gather of the three [D/N_FSDP, F/N_TP] shards and the TP all-reduce of y [B/N_FSDP, D]; their max (overlapped) and sum (serial); the largest N both ways (exact and large-N forms) and the serial optimum's split, a degree below 1 clamped to 1 | see 07_zero/README.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/fsdp_times_tp | uses: matmuls | needs: 07.acct_ring_all_gather 07.acct_ring_reduce_scatter 07.acct_ring_all_reduce
     acct_2d_t r;
     const double B = f->tokens, D = f->d_model, F = f->d_ff, C = f->flops_per_s, W = f->egress_bytes_per_s;
     const double n = (double)n_fsdp * (double)n_tp;
@@ -267,4 +290,5 @@ acct_2d_t acct_fsdp_tp(const acct_ffn_t* f, int64_t n_fsdp, int64_t n_tp) {
     r.max_n_serial = r.serial_best_fsdp * r.serial_best_tp;
     r.max_n_serial_large = 0.375 * bw_c * fw_c;
     return r;
+    // STUDENT-END(07.acct_fsdp_tp)
 }

@@ -2,7 +2,11 @@
 """make grade: run every test binary, score the handout's problems, write the reports.
 
     scripts/grade.py [--build build] [--out results] [--stages 01,02] [--timeout 900]
-                     [--test-timeout 300] [--jobs N] [--map scripts/grade_map.tsv]
+                     [--test-timeout 300] [--jobs N] [--edition 2025|2026] [--map FILE]
+
+--edition picks the handout the grade follows: 2025 (scripts/grade_map.tsv, the Spring 2025
+handout) or 2026 (scripts/grade_map_2026.tsv); the default is 2025, or in a student tree the
+edition its .student-edition file names. --map overrides the edition's map.
 
 Works on the solution and on a student tree (make student) alike. Each test binary runs once,
 apart, under a time limit, with Criterion's --json report (and --tap as a fallback); a test that
@@ -11,13 +15,16 @@ crashes or times out scores zero and never stops the others. Per problem (script
   fail       a test failed, crashed or timed out, or a pattern matched no test: 0
   not run    no test failed but some were skipped (no GPU here): 0 now, never counted as passed
   by hand    no automatic test (a written answer): not in the automatic total
+  not built  the map's tests column says "not-built": the workbook does not have it yet: 0,
+             counted in the possible points, never passed
   not released  its stage is not in this tree (a student tree of earlier stages)
 Writes OUT/grade.json (for a gradebook) and OUT/grade.md (for the student), prints the Markdown.
 Exit status 0 when the reports were written (whatever the score); 2 on bad arguments.
 
-    scripts/grade.py table [--write FILE | --check FILE]
-                     INSTRUCTORS.md's grade table from the map: printed, written between FILE's
-                     '<!-- generated: grades -->' markers, or compared (exit 1 when it drifted)
+    scripts/grade.py table [--edition 2025|2026] [--write FILE | --check FILE]
+                     INSTRUCTORS.md's grade table from the edition's map: printed, written between
+                     FILE's '<!-- generated: grades -->' markers (2026: 'grades-2026'), or compared
+                     (exit 1 when it drifted)
 """
 import argparse
 import datetime
@@ -30,6 +37,10 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from student import EDITIONS, edition_of_tree, splice  # noqa: E402
+
+NOT_BUILT = "not-built"
 TODO = set()  # "03: flash_forward_cpu is yours to write — see ..." lines seen in the test logs
 
 
@@ -42,12 +53,16 @@ def read_map(path):
         if len(f) != 6:
             raise SystemExit(f"grade.py: error: {path}:{n + 1}: want 6 tab-separated columns, got {len(f)}")
         name, points, source, stage, tests, regions = f
-        pats = [] if tests.strip() == "-" else tests.split()
+        not_built = tests.strip() == NOT_BUILT
+        if NOT_BUILT in tests.split() and not not_built:
+            raise SystemExit(f"grade.py: error: {path}:{n + 1}: '{NOT_BUILT}' stands alone in the tests column")
+        pats = [] if tests.strip() in ("-", NOT_BUILT) else tests.split()
         for p in pats:
             if not re.fullmatch(r"test_(common|\d\d):[^/\s]+/[^/\s]+", p):
                 raise SystemExit(f"grade.py: error: {path}:{n + 1}: test pattern '{p}' is not BINARY:SUITE/TEST")
         rows.append({"problem": name, "points": float(points), "source": source, "stage": stage,
-                     "tests": pats, "regions": [] if regions.strip() == "-" else regions.split()})
+                     "tests": pats, "regions": [] if regions.strip() == "-" else regions.split(),
+                     "not_built": not_built})
     return rows
 
 
@@ -163,6 +178,9 @@ def grade(args):
             continue
         if r["stage"] not in present:
             p["status"] = "not released"
+        elif r["not_built"]:
+            p["status"] = "not built"
+            p["detail"] = ["not built in this workbook yet"]
         elif not r["tests"]:
             p["status"] = "by hand"
         else:
@@ -192,11 +210,12 @@ def grade(args):
                 p["status"] = "pass"
                 p["earned"] = r["points"]
         problems.append(p)
-    auto = [p for p in problems if p["status"] in ("pass", "fail", "not run")]
+    auto = [p for p in problems if p["status"] in ("pass", "fail", "not run", "not built")]
     total = {
-        "earned": sum(p["earned"] for p in auto),
+        "earned": sum(p["earned"] for p in auto if p["status"] == "pass"),
         "possible": sum(p["points"] for p in auto),
         "not_run": sum(p["points"] for p in auto if p["status"] == "not run"),
+        "not_built": sum(p["points"] for p in auto if p["status"] == "not built"),
         "by_hand": sum(p["points"] for p in problems if p["status"] == "by hand"),
         "not_released": sum(p["points"] for p in problems if p["status"] == "not released"),
     }
@@ -206,10 +225,11 @@ def grade(args):
                              text=True, timeout=20).stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         pass
-    edition = "student" if os.path.exists(os.path.join(REPO, ".student-edition")) else "solution"
+    tree = "student" if os.path.exists(os.path.join(REPO, ".student-edition")) else "solution"
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "tree": edition, "gpu": gpu or None, "problems": problems, "total": total,
+        "edition": args.edition, "map": os.path.relpath(args.map, REPO),
+        "tree": tree, "gpu": gpu or None, "problems": problems, "total": total,
         "binaries": {b: notes[b] or "ran" for b in wanted},
         "tasks_left": sorted(TODO),
     }
@@ -228,7 +248,8 @@ def fmt(x):
 
 def markdown(rep):
     t = rep["total"]
-    out = [f"# Grade ({rep['tree']} tree, {rep['date']}, {rep['gpu'] or 'no GPU: GPU tests not run'})", "",
+    out = [f"# Grade, {rep['edition']} edition ({rep['tree']} tree, {rep['date']}, "
+           f"{rep['gpu'] or 'no GPU: GPU tests not run'})", "",
            "| problem | stage | points | status | earned | tests passed / failed / not run |",
            "|---|---|---|---|---|---|"]
     for p in rep["problems"]:
@@ -238,12 +259,16 @@ def markdown(rep):
                    f"{fmt(p['earned'])} | {counts} |")
     out += ["", f"**Total: {fmt(t['earned'])} / {fmt(t['possible'])}** automatic points"
                 f" ({fmt(t['not_run'])} of them not run here: they need a GPU)"
+                + (f"; {fmt(t['not_built'])} of them not built in this workbook yet" if t.get("not_built") else "")
                 + (f"; {fmt(t['by_hand'])} points are graded by hand" if t["by_hand"] else "")
                 + (f"; {fmt(t['not_released'])} points belong to stages not released" if t["not_released"] else "")
                 + ".", ""]
     if rep["tasks_left"]:
         out += ["Still to write (the stubs the tests ran into):", ""]
         out += [f"- {t}" for t in rep["tasks_left"]] + [""]
+    nb = [p["problem"] for p in rep["problems"] if p["status"] == "not built"]
+    if nb:
+        out += ["Not built in this workbook yet (0 points, counted in the total): " + ", ".join(nb) + ".", ""]
     fails = [p for p in rep["problems"] if p["status"] == "fail"]
     if fails:
         out.append("Why a problem failed (first three reasons each):")
@@ -262,17 +287,30 @@ def write_atomic(path, text):
     os.replace(tmp, path)
 
 
-def grade_table(path):
-    """INSTRUCTORS.md's grade table, from the grade map."""
+def grade_table(path, base=None):
+    """INSTRUCTORS.md's grade table, from the grade map; with `base` (another edition's map), only
+    the rows that are new or differ from it, and the base's problems that this map drops."""
     rows = read_map(path)
+    same, dropped = [], []
+    if base:
+        old = {r["problem"]: r for r in read_map(base)}
+        names = {r["problem"] for r in rows}
+        same = [r for r in rows if old.get(r["problem"]) == r]
+        dropped = [n for n in old if n not in names]
     auto = sum(r["points"] for r in rows if r["tests"])
+    nb = sum(r["points"] for r in rows if r["not_built"])
     out = [f"{len(rows)} problems, {fmt(sum(r['points'] for r in rows))} points "
-           f"({fmt(auto)} graded by tests, the rest by hand). Tests are BINARY:suite/test patterns "
-           f"(the binary left out where it is the problem's stage's test_NN); regions by count and stage.",
+           f"({fmt(auto)} graded by tests, " + (f"{fmt(nb)} not built yet, " if nb else "") +
+           f"the rest by hand). Tests are BINARY:suite/test patterns "
+           f"(the binary left out where it is the problem's stage's test_NN); regions by count and stage."
+           + (f" Here only the rows that are new or differ from the 2025 table's ({len(same)} more are "
+              f"the same); the 2025 problems not in this edition: {', '.join(dropped) or 'none'}." if base else ""),
            "", "| problem | points | weight | stage | tests | regions |", "|---|---|---|---|---|---|"]
     for r in rows:
+        if r in same:
+            continue
         tests = " ".join(t[len(f"test_{r['stage']}:"):] if t.startswith(f"test_{r['stage']}:") else t
-                         for t in r["tests"]) or "by hand"
+                         for t in r["tests"]) or ("not built in this workbook yet" if r["not_built"] else "by hand")
         by = {}
         for rid in r["regions"]:
             by[rid[:2]] = by.get(rid[:2], 0) + 1
@@ -283,18 +321,27 @@ def grade_table(path):
 
 def table_main(argv):
     ap = argparse.ArgumentParser(prog="grade.py table", description="INSTRUCTORS.md's grade table")
-    ap.add_argument("--map", default=os.path.join(REPO, "scripts", "grade_map.tsv"))
+    ap.add_argument("--edition", default="2025", help="2025 or 2026: whose map (default 2025)")
+    ap.add_argument("--map", default="", help="this map instead of the edition's")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--write", metavar="FILE", help="write it between FILE's '<!-- generated: grades -->' markers")
     g.add_argument("--check", metavar="FILE", help="exit 1 when FILE's table differs from it")
     a = ap.parse_args(argv)
-    body = grade_table(a.map)
+    if a.edition not in EDITIONS:
+        return bad_edition("grade.py table", a.edition)
+    base = None if a.edition == "2025" else os.path.join(REPO, EDITIONS["2025"])
+    body = grade_table(a.map or os.path.join(REPO, EDITIONS[a.edition]), base)
     if not (a.write or a.check):
         print(body, end="")
         return 0
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from student import splice
-    return splice(a.write or a.check, "grades", body, bool(a.write), "grade.py table")
+    name = "grades" if a.edition == "2025" else f"grades-{a.edition}"
+    return splice(a.write or a.check, name, body, bool(a.write), "grade.py table")
+
+
+def bad_edition(prog, value):
+    print(f"{prog}: error: --edition: '{value}' is not an edition; allowed: {', '.join(sorted(EDITIONS))}",
+          file=sys.stderr)
+    return 2
 
 
 def main(argv):
@@ -308,8 +355,14 @@ def main(argv):
     ap.add_argument("--timeout", type=int, default=900, help="seconds for one test binary (default 900)")
     ap.add_argument("--test-timeout", type=int, default=300, help="seconds for one test (default 300)")
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", os.cpu_count() or 2)))
-    ap.add_argument("--map", default=os.path.join(REPO, "scripts", "grade_map.tsv"))
+    ap.add_argument("--edition", default="", help="2025 or 2026: the handout whose problems are graded "
+                    "(default: the student tree's edition, else 2025)")
+    ap.add_argument("--map", default="", help="this map instead of the edition's")
     a = ap.parse_args(argv)
+    a.edition = a.edition or edition_of_tree(REPO) or "2025"
+    if a.edition not in EDITIONS:
+        return bad_edition("grade.py", a.edition)
+    a.map = os.path.abspath(a.map) if a.map else os.path.join(REPO, EDITIONS[a.edition])
     if a.stages and not re.fullmatch(r"\d\d(,\d\d)*", a.stages):
         ap.error(f"--stages: '{a.stages}' is not a list like 01,02")
     os.chdir(REPO)

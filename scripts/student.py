@@ -34,7 +34,7 @@ other, in a file with regions or without.
 
 Commands:
     student.py check [--root DIR]                  the markers are well formed (make check-markers)
-    student.py make DEST [--stages 01,02] [--with-lab]
+    student.py make DEST [--stages 01,02] [--with-lab] [--edition 2025|2026]
                                                    write the student tree (make student DEST=...);
                                                    lab/ and measured/ logs stay out unless --with-lab
     student.py fill STUDENT_DIR [--root DIR] [--regions id,id]
@@ -46,6 +46,12 @@ Commands:
 
 Stages not released (numbered above the highest in --stages) are left out of the student tree;
 earlier stages not in --stages are copied with their solutions (they were handed out before).
+
+Editions: the course's handout of 2025 (scripts/grade_map.tsv, the default) or of 2026
+(scripts/grade_map_2026.tsv, make student EDITION=2026). A region that some other edition's map
+lists and this edition's map does not (only the other handout's problems need it) stays given
+code, markers and all, in this edition's tree; every other region of a released stage is stubbed.
+The tree's .student-edition names the edition, and make grade there grades that edition.
 """
 import argparse
 import os
@@ -65,6 +71,44 @@ END_RE = re.compile(r"^(\s*)// STUDENT-END\(([^)]*)\)\s*$")
 ANY_MARK_RE = re.compile(r"STUDENT-(BEGIN|END)\b")
 ID_RE = re.compile(r"^(\d\d)\.[a-z0-9_]+$")
 MANIFEST = "scripts/student_regions.tsv"
+# The course's handouts this workbook grades, each with its grade map (scripts/grade.py).
+EDITIONS = {"2025": "scripts/grade_map.tsv", "2026": "scripts/grade_map_2026.tsv"}
+
+
+def map_regions(root, edition):
+    """The region ids that an edition's grade map lists (its 6th column), as a set."""
+    out = set()
+    path = os.path.join(root, EDITIONS[edition])
+    if not os.path.exists(path):
+        return out
+    for line in open(path, encoding="utf-8"):
+        if not line.strip() or line.startswith("#"):
+            continue
+        f = line.rstrip("\n").split("\t")
+        if len(f) >= 6 and f[5].strip() != "-":
+            out.update(f[5].split())
+    return out
+
+
+def given_regions(root, edition):
+    """The regions only other editions' problems need: listed by another edition's map, not by
+    this one's. They stay solved (given code) in this edition's student tree."""
+    others = set()
+    for e in EDITIONS:
+        if e != edition:
+            others |= map_regions(root, e)
+    return others - map_regions(root, edition)
+
+
+def edition_of_tree(root):
+    """The edition a student tree's .student-edition names ('edition: 2026'), or None."""
+    try:
+        for line in open(os.path.join(root, ".student-edition"), encoding="utf-8"):
+            if line.startswith("edition:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 class MarkerError(Exception):
@@ -436,8 +480,12 @@ def student_text(lines, regions):
 NOT_HANDED_OUT = re.compile(r"^lab/|(^|/)measured/")
 
 
-def make_tree(root, dest, stages, with_lab=False):
-    regions = check(root, quiet=True)
+def make_tree(root, dest, stages, with_lab=False, edition="2025"):
+    if edition not in EDITIONS:
+        raise SystemExit(f"student.py: error: --edition: '{edition}' is not an edition; "
+                         f"allowed: {', '.join(sorted(EDITIONS))}")
+    given = given_regions(root, edition)
+    regions = [r for r in check(root, quiet=True) if r.id not in given]
     if os.path.exists(dest) and os.listdir(dest):
         raise SystemExit(f"student.py: error: {dest} exists and is not empty (give a new directory)")
     files = rel_files(root)
@@ -484,10 +532,12 @@ def make_tree(root, dest, stages, with_lab=False):
             if len(s) > 3 and s not in outside and s in got:
                 raise SystemExit(f"student.py: error: a solution line survived in {f}: {s}")
     with open(os.path.join(dest, ".student-edition"), "w") as out:
-        out.write("released stages: " + ",".join(released) + "\n")
+        out.write("released stages: " + ",".join(released) + "\n" + f"edition: {edition}\n")
     print(f"student tree: {dest}")
-    print(f"  stages released: {', '.join(released)}; {n_stub} regions replaced by stubs; "
-          f"{n_files} files copied (no .git, no build/)")
+    print(f"  edition: {edition} ({EDITIONS[edition]}); stages released: {', '.join(released)}; "
+          f"{n_stub} regions replaced by stubs; {n_files} files copied (no .git, no build/)")
+    if given:
+        print(f"  kept as given code (only another edition's problems need them): {len(given)} regions")
     if left_out:
         print(f"  left out (not released yet): {', '.join(sorted(left_out))}")
     if n_lab:
@@ -562,7 +612,7 @@ def splice(path, name, body, write, prog):
         print(f"{prog}: error: cannot read {path}: {err.strerror}; give the file with the markers", file=sys.stderr)
         return 2
     begin = f"<!-- generated: {name} -->"  # the line may add a note before '-->'
-    m = re.search(r"<!-- generated: " + re.escape(name) + r"\b[^\n]*-->\n(.*?)<!-- /generated -->", text, re.S)
+    m = re.search(r"<!-- generated: " + re.escape(name) + r"(?=\s)[^\n]*-->\n(.*?)<!-- /generated -->", text, re.S)
     if not m:
         print(f"{prog}: error: {path} has no '{begin}' ... '<!-- /generated -->' block; "
               f"add the two marker lines where the table goes", file=sys.stderr)
@@ -600,6 +650,7 @@ def main(argv):
     m.add_argument("--stages", default="", help="stages to release, e.g. 01,02,03 (default: all)")
     m.add_argument("--root", default=REPO)
     m.add_argument("--with-lab", action="store_true", help="copy lab/ and the measured/ logs too")
+    m.add_argument("--edition", default="2025", help="the handout: 2025 (default) or 2026")
     f = sub.add_parser("fill", help="put the solution back into a student tree's regions")
     f.add_argument("student")
     f.add_argument("--root", default=REPO)
@@ -616,7 +667,11 @@ def main(argv):
         if a.cmd == "check":
             check(a.root, a.files or None)
         elif a.cmd == "make":
-            return make_tree(a.root, a.dest, parse_stages(a.stages), a.with_lab)
+            if a.edition not in EDITIONS:
+                print(f"student.py: error: --edition: '{a.edition}' is not an edition; allowed: "
+                      f"{', '.join(sorted(EDITIONS))}", file=sys.stderr)
+                return 2
+            return make_tree(a.root, a.dest, parse_stages(a.stages), a.with_lab, a.edition)
         elif a.cmd == "fill":
             fill(a.root, a.student, {x for x in a.regions.split(",") if x} or None)
         elif a.cmd == "table":

@@ -19,15 +19,20 @@ static void step(const char* name) {
 // (in a file with regions or without: a planted kernel in a file with none is refused)
 Test(student, marker_checker_refuses_bad_regions, .timeout = 120) { step("markers"); }
 
-// byte-identical outside the regions, no solution line inside, no .git, no lab/, no measured/,
-// round trip to the solution
+// each edition's tree: byte-identical outside the regions it stubs, no solution line inside, no
+// .git, no lab/, no measured/, round trip to the solution
 Test(student, tree_is_exact_and_fills_back, .timeout = 120) { step("tree"); }
 
 // STAGES=01,02 stubs 01-02 and leaves the later stages out
 Test(student, stages_are_released_one_at_a_time, .timeout = 120) { step("stages"); }
 
-// INSTRUCTORS.md's region and grade tables are what the scripts make of the two TSVs (a copy with
-// a row missing is refused); README.md and INSTRUCTORS.md keep their size budgets
+// the 2026 edition: its map has the 2026 handout's problems with their points; a bad --edition or
+// EDITION exits 2 in one line; a 2026 tree stubs the 2026 cost calculations, keeps the regions only
+// 2025's problems need as given code and grades as 2026; a not-built problem never passes
+Test(student, editions_2025_and_2026, .timeout = 180) { step("editions"); }
+
+// INSTRUCTORS.md's region and grade tables (2025 and 2026) are what the scripts make of the TSVs
+// (a copy with a row missing is refused); README.md and INSTRUCTORS.md keep their size budgets
 Test(student, instructors_tables_match_the_tsvs, .timeout = 120) { step("docs"); }
 
 // the stubbed C files compile under the build's -Wall -Wextra -Werror
