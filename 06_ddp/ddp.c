@@ -331,7 +331,7 @@ void ddp_broadcast_params(ddp_t* d) {
 static int starts_in_hook(ddp_variant_t v) { return v == DDP_OVERLAP || v == DDP_BUCKETED; }
 
 static void start_bucket(ddp_t* d, int k) {
-    // STUDENT-BEGIN(06.start_bucket): start slice k's all-reduce (average): naive/flat blocking after the backward; overlap/bucketed non-blocking, on the comm stream after an event on the compute stream (NCCL) | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/* | needs: 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.param_final
+    // STUDENT-BEGIN(06.start_bucket): start slice k's all-reduce (average): naive/flat blocking after the backward; overlap/bucketed non-blocking, on the comm stream after an event on the compute stream (NCCL) | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/* | uses: record stream_after | needs: 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.param_final
     float* g = d->grads + d->b[k].begin;
     const size_t count = d->b[k].end - d->b[k].begin;
     if (!starts_in_hook(d->v) && !d->gpu) {
