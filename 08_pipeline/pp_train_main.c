@@ -25,7 +25,8 @@
 // on a fresh batch leave every gradient bit and give the training flush's loss (check_forward).
 //
 // --backend nccl (one GPU per rank, fp32): the same lists run by the GPU executor
-// (executor.h, executor_gpu.c) on the CUDA model's range pass; the timing lines come from CUDA
+// (executor.h, executor_gpu.c; runner.h picks the executor once, from the backend, and the
+// rest of the program calls either alike) on the CUDA model's range pass; the timing lines come from CUDA
 // events (busy = compute actions on the compute stream, "in groups" = the groups' spans on the
 // communication stream), each rank prints its peak GPU memory (common/alloc.h), and
 // --check-single 1 trains one unpartitioned CUDA model on rank 0's GPU. Every schedule (ZB-H1
@@ -92,12 +93,13 @@ static long long slices_hash(const float* P, const size_t* b, const size_t* e, i
 // other shapes: a few ulps, not 1e-6 of guarantee).
 static int check_single(const model_config_t* cfg, lm_backend_t be, const float* got, double loss0,
                         const data_source_t* data, int Bg, int T, int steps, const adamw_config_t* opt, uint64_t seed) {
-    const int gpu = be == LM_GPU;  // the loss's tolerance (above) and the wording
+    const int gpu = be == LM_GPU;  // the loss's tolerance (above)
+    const char* who = gpu ? "GPU" : "process";
     lm_options_t o = lm_options(be, Bg, T);
     o.seed = seed;
     char err[512];
     lm_t* s = lm_create(cfg, &o, err, sizeof err);
-    if (!s) DIE("check-single: the single-%s model: %s", gpu ? "GPU" : "process", err);
+    if (!s) DIE("check-single: the single-%s model: %s", who, err);
     int32_t* in = malloc((size_t)Bg * T * sizeof(int32_t));
     int32_t* tg = malloc((size_t)Bg * T * sizeof(int32_t));
     const size_t n = lm_layout(s)->total;
@@ -112,7 +114,7 @@ static int check_single(const model_config_t* cfg, lm_backend_t be, const float*
         loss = lm_loss(s);
         if (k == 0) single0 = loss;
         if (lm_backward(s, NULL, NULL, err, sizeof err) != 0 || lm_adamw(s, opt, k + 1, err, sizeof err) != 0)
-            DIE("check-single: the single-%s model: %s", gpu ? "GPU" : "process", err);
+            DIE("check-single: the single-%s model: %s", who, err);
     }
     lm_get_params(s, want);
     size_t bad = 0, unequal = 0, worst = 0;
@@ -129,8 +131,7 @@ static int check_single(const model_config_t* cfg, lm_backend_t be, const float*
     const size_t b0 = 0;
     const int loss_ok = fabs(loss0 - single0) <= loss_rtol * fabs((double)single0);
     printf("check-single: step-0 loss %.7f, single-%s %.7f (%s within rtol %g); last-step single-%s loss %.6f\n",
-           loss0, gpu ? "GPU" : "process", (double)single0, loss_ok ? "equal" : "NOT equal", loss_rtol,
-           gpu ? "GPU" : "process", (double)loss);
+           loss0, who, (double)single0, loss_ok ? "equal" : "NOT equal", loss_rtol, who, (double)loss);
     printf("check-single: %zu of %zu parameters differ beyond rtol 1e-4, atol %.3g; %zu not bitwise equal "
            "(max |diff| %.3g at %zu: %.8g vs %.8g); pipeline parameters hash %016llx\n",
            bad, n, atol, unequal, worst_err, worst, (double)got[worst], (double)want[worst],
