@@ -30,7 +30,7 @@ struct ddp {
     size_t total;
     int gpu;                    // NCCL backend: device buffers, streams and events
     cudaStream_t compute;       // where the backward writes gradients (caller's)
-    cudaStream_t comm_stream;   // where the early-started all-reduces run (ours)
+    cudaStream_t comm_stream;   // where the early-started all-reduces run (ours; NULL on MPI)
 
     // the plan
     int nb;
@@ -44,9 +44,10 @@ struct ddp {
     int* started;            // (nb) this bucket's all-reduce has started
     comm_req_t** reqs;       // (nb) this step's pending all-reduces
     comm_req_t** prev_reqs;  // (nb) NCCL: the previous step's, freed at the next finish
-    cudaEvent_t* ready;      // (nb) NCCL: recorded on the compute stream once a bucket is final
-    cudaEvent_t done;        // NCCL: recorded on the comm stream after the step's last all-reduce
-    cudaEvent_t *t_start, *t_end;  // (nb) NCCL: timing events around each all-reduce
+    // NCCL's events (every one NULL on MPI, see streams_create):
+    cudaEvent_t* ready;      // (nb) recorded on the compute stream once a bucket is final
+    cudaEvent_t done;        // recorded on the comm stream after the step's last all-reduce
+    cudaEvent_t *t_start, *t_end;  // (nb) timing events around each all-reduce
 
     ddp_stats_t st;
 };
@@ -192,6 +193,69 @@ static void* xcalloc(size_t n, size_t size) {
     return q;
 }
 
+// ------------------------------------------------------------------ streams and events
+// Where the backends differ in this layer: NCCL's all-reduces are enqueued on CUDA streams and
+// ordered by events; MPI's are host calls, ordered by the host, and have no streams. So the
+// streams and events exist on NCCL only: on MPI they stay NULL, and the helpers below (record,
+// stream_after, elapsed_ms) do nothing for a NULL event.
+static void streams_create(ddp_t* d) {
+    d->ready = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
+    d->t_start = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
+    d->t_end = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
+    if (!d->gpu) return;  // MPI: no streams, no events (all NULL)
+    // Non-blocking: the comm stream must not wait on the legacy default stream behind
+    // our back; every ordering it needs is an explicit event. Highest priority (as
+    // PyTorch's NCCL streams): once a bucket is ready, its all-reduce kernel is scheduled
+    // ahead of the backward's queued kernels instead of waiting for free SMs.
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&d->comm_stream, cudaStreamNonBlocking, greatest));
+    for (int k = 0; k < d->nb; k++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&d->ready[k], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreate(&d->t_start[k]));
+        CUDA_CHECK(cudaEventCreate(&d->t_end[k]));
+    }
+    CUDA_CHECK(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
+}
+
+static void event_destroy(cudaEvent_t e) {
+    if (e) CUDA_CHECK(cudaEventDestroy(e));
+}
+
+static void streams_destroy(ddp_t* d) {
+    for (int k = 0; k < d->nb; k++) {
+        event_destroy(d->ready[k]);
+        event_destroy(d->t_start[k]);
+        event_destroy(d->t_end[k]);
+    }
+    event_destroy(d->done);
+    if (d->comm_stream) CUDA_CHECK(cudaStreamDestroy(d->comm_stream));
+    free(d->ready);
+    free(d->t_start);
+    free(d->t_end);
+}
+
+static void record(cudaEvent_t e, cudaStream_t s) {
+    if (e) CUDA_CHECK(cudaEventRecord(e, s));
+}
+
+// Work enqueued on `waiter` from now on runs after everything enqueued on `s` so far (e: an
+// event of ours to carry it). The host does not wait.
+static void stream_after(cudaStream_t waiter, cudaEvent_t e, cudaStream_t s) {
+    if (!e) return;
+    CUDA_CHECK(cudaEventRecord(e, s));
+    CUDA_CHECK(cudaStreamWaitEvent(waiter, e, 0));
+}
+
+static double elapsed_ms(cudaEvent_t start, cudaEvent_t end) {
+    if (!start) return 0.0;
+    CUDA_CHECK(cudaEventSynchronize(end));
+    float e = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&e, start, end));
+    return e;
+}
+
+
 static void reset_step(ddp_t* d) {
     memset(d->fired, 0, (size_t)d->n * sizeof *d->fired);
     memset(d->started, 0, (size_t)d->nb * sizeof *d->started);
@@ -225,7 +289,7 @@ ddp_t* ddp_create_first(comm_t* c, const param_ref_t* params, int n, float* flat
     d->grads = flat_grads;
     d->total = total;
     d->gpu = c->backend == COMM_NCCL;
-    d->compute = compute_stream;
+    d->compute = compute_stream;  // ignored by MPI (its calls take no stream)
     d->bucket_of = xcalloc((size_t)n, sizeof(int));
     d->n_members = xcalloc((size_t)n, sizeof(int));
     make_plan(d, first_bucket_mb, bucket_mb);
@@ -234,25 +298,7 @@ ddp_t* ddp_create_first(comm_t* c, const param_ref_t* params, int n, float* flat
     d->started = xcalloc((size_t)d->nb, sizeof(int));
     d->reqs = xcalloc((size_t)d->nb, sizeof(comm_req_t*));
     d->prev_reqs = xcalloc((size_t)d->nb, sizeof(comm_req_t*));
-    if (d->gpu) {
-        // Non-blocking: the comm stream must not wait on the legacy default stream behind
-        // our back; every ordering it needs is an explicit event. Highest priority (as
-        // PyTorch's NCCL streams): once a bucket is ready, its all-reduce kernel is scheduled
-        // ahead of the backward's queued kernels instead of waiting for free SMs.
-        int least = 0, greatest = 0;
-        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&d->comm_stream, cudaStreamNonBlocking, greatest));
-        d->ready = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
-        for (int k = 0; k < d->nb; k++)
-            CUDA_CHECK(cudaEventCreateWithFlags(&d->ready[k], cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
-        d->t_start = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
-        d->t_end = xcalloc((size_t)d->nb, sizeof(cudaEvent_t));
-        for (int k = 0; k < d->nb; k++) {
-            CUDA_CHECK(cudaEventCreate(&d->t_start[k]));
-            CUDA_CHECK(cudaEventCreate(&d->t_end[k]));
-        }
-    }
+    streams_create(d);
     reset_step(d);
     return d;
 }
@@ -262,18 +308,7 @@ void ddp_destroy(ddp_t* d) {
     // Requests of an unfinished step and of the last finished one (NCCL) still hold events.
     comm_waitall(d->c, d->reqs, d->nb);
     comm_waitall(d->c, d->prev_reqs, d->nb);
-    if (d->gpu) {
-        for (int k = 0; k < d->nb; k++) {
-            CUDA_CHECK(cudaEventDestroy(d->ready[k]));
-            CUDA_CHECK(cudaEventDestroy(d->t_start[k]));
-            CUDA_CHECK(cudaEventDestroy(d->t_end[k]));
-        }
-        CUDA_CHECK(cudaEventDestroy(d->done));
-        free(d->t_start);
-        free(d->t_end);
-        CUDA_CHECK(cudaStreamDestroy(d->comm_stream));
-        free(d->ready);
-    }
+    streams_destroy(d);
     free(d->p);
     free(d->b);
     free(d->bucket_of);
@@ -289,40 +324,36 @@ void ddp_destroy(ddp_t* d) {
 void ddp_broadcast_params(ddp_t* d) {
     // The whole buffer, frozen parameters included: every replica must compute the same
     // forward, and a frozen bias is part of it.
-    comm_broadcast(d->c, d->params, d->params, d->total, COMM_F32, 0, d->gpu ? d->compute : NULL);
+    comm_broadcast(d->c, d->params, d->params, d->total, COMM_F32, 0, d->compute);
 }
 
 // ------------------------------------------------------------------ the step
 static int starts_in_hook(ddp_variant_t v) { return v == DDP_OVERLAP || v == DDP_BUCKETED; }
 
 static void start_bucket(ddp_t* d, int k) {
-    // STUDENT-BEGIN(06.start_bucket): start slice k's all-reduce (average): naive/flat blocking after the backward; overlap/bucketed non-blocking, on the comm stream after an event on the compute stream (NCCL) | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/* | needs: 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.param_final
+    // STUDENT-BEGIN(06.start_bucket): start slice k's all-reduce (average): naive/flat blocking after the backward; overlap/bucketed non-blocking, on the comm stream after an event on the compute stream (NCCL) | see 06_ddp/README.md §The four variants, each a small diff on the one before | test: test_06 ddp_2_ranks/* | uses: record stream_after | needs: 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.param_final
     float* g = d->grads + d->b[k].begin;
     const size_t count = d->b[k].end - d->b[k].begin;
-    if (!starts_in_hook(d->v)) {
-        // naive, flat: after the backward, in order. MPI: blocking. NCCL: on the compute
-        // stream itself, so the optimizer step that follows is ordered after it for free.
-        if (d->gpu) {
-            CUDA_CHECK(cudaEventRecord(d->t_start[k], d->compute));
-            d->reqs[k] = comm_iallreduce(d->c, g, g, count, COMM_F32, COMM_AVG, d->compute);
-            CUDA_CHECK(cudaEventRecord(d->t_end[k], d->compute));
-        } else {
-            comm_allreduce(d->c, g, g, count, COMM_F32, COMM_AVG, NULL);
-        }
-    } else if (d->gpu) {
-        // overlap, bucketed: the comm stream starts once the kernels that wrote these
-        // gradients (enqueued on the compute stream so far) are done; the compute stream
-        // goes on with the rest of the backward meanwhile.
-        CUDA_CHECK(cudaEventRecord(d->ready[k], d->compute));
-        CUDA_CHECK(cudaStreamWaitEvent(d->comm_stream, d->ready[k], 0));
-        CUDA_CHECK(cudaEventRecord(d->t_start[k], d->comm_stream));
-        d->reqs[k] = comm_iallreduce(d->c, g, g, count, COMM_F32, COMM_AVG, d->comm_stream);
-        CUDA_CHECK(cudaEventRecord(d->t_end[k], d->comm_stream));
+    if (!starts_in_hook(d->v) && !d->gpu) {
+        // naive, flat on MPI: after the backward, in order, blocking (the host orders the
+        // optimizer step after it).
+        comm_allreduce(d->c, g, g, count, COMM_F32, COMM_AVG, NULL);
     } else {
-        // MPI: a non-blocking all-reduce; the request is waited in ddp_finish_grads. (Without
-        // an MPI progress thread it advances only when MPI is entered, so the CPU overlap is
-        // partial; the arithmetic is the same.)
-        d->reqs[k] = comm_iallreduce(d->c, g, g, count, COMM_F32, COMM_AVG, NULL);
+        // naive, flat on NCCL: on the compute stream itself, so the optimizer step that
+        // follows is ordered after it for free.
+        // overlap, bucketed: on the comm stream, once the kernels that wrote these gradients
+        // (enqueued on the compute stream so far) are done; the compute stream goes on with
+        // the rest of the backward meanwhile. On MPI a non-blocking request, waited in
+        // ddp_finish_grads (without an MPI progress thread it advances only when MPI is
+        // entered, so the CPU overlap is partial; the arithmetic is the same).
+        cudaStream_t s = d->compute;
+        if (starts_in_hook(d->v)) {
+            s = d->comm_stream;
+            stream_after(s, d->ready[k], d->compute);
+        }
+        record(d->t_start[k], s);
+        d->reqs[k] = comm_iallreduce(d->c, g, g, count, COMM_F32, COMM_AVG, s);
+        record(d->t_end[k], s);
     }
     d->started[k] = 1;
     d->st.allreduce_calls++;
@@ -355,8 +386,7 @@ void ddp_grad_ready(void* ddp, int param_idx) {
 static void zero_grad(ddp_t* d, int i) {
     float* g = d->grads + d->p[i].offset;
     const size_t bytes = d->p[i].numel * sizeof(float);
-    if (d->gpu) CUDA_CHECK(cudaMemsetAsync(g, 0, bytes, d->compute));
-    else memset(g, 0, bytes);
+    mem_zero_async(comm_device_kind(d->c), g, bytes, d->compute);
     d->st.zeroed_params++;
 }
 
@@ -374,17 +404,15 @@ void ddp_finish_grads(ddp_t* d) {
     for (int k = 0; k < d->nb; k++)
         if (!d->started[k]) start_bucket(d, k);
 
+    // Everything after this on the compute stream (the optimizer) waits for the comm stream's
+    // all-reduces (NCCL, the early variants); the host does not wait.
+    if (starts_in_hook(d->v)) stream_after(d->compute, d->done, d->comm_stream);
     if (!d->gpu) {
-        comm_waitall(d->c, d->reqs, d->nb);  // MPI: the averages are in host memory after this
+        // MPI: the averages must be in host memory when this returns.
+        comm_waitall(d->c, d->reqs, d->nb);
     } else {
-        if (starts_in_hook(d->v)) {
-            // Everything after this on the compute stream (the optimizer) waits for the comm
-            // stream's all-reduces; the host does not wait.
-            CUDA_CHECK(cudaEventRecord(d->done, d->comm_stream));
-            CUDA_CHECK(cudaStreamWaitEvent(d->compute, d->done, 0));
-        }
-        // The requests must still be freed through comm_wait, which blocks the host until
-        // they are done. Doing it one step late (they were ordered before this step's
+        // NCCL: the requests must still be freed through comm_wait, which blocks the host
+        // until they are done. Doing it one step late (they were ordered before this step's
         // backward) costs no wait unless the host is a whole step ahead of the GPU, and
         // still catches a stuck all-reduce within the communicator's deadline.
         comm_waitall(d->c, d->prev_reqs, d->nb);
@@ -408,15 +436,10 @@ ddp_bucket_t ddp_bucket(const ddp_t* d, int i) {
 cudaStream_t ddp_comm_stream(const ddp_t* d) { return d->comm_stream; }
 
 double ddp_comm_ms(ddp_t* d) {
-    if (!d->gpu) return 0.0;
+    // Each all-reduce's own time on its stream: it starts once the stream reaches it (after
+    // the gradients it waits for), so idle time between buckets is not counted. (MPI: no
+    // events, 0.)
     double ms = 0.0;
-    for (int k = 0; k < d->nb; k++) {
-        // Each all-reduce's own time on its stream: it starts once the stream reaches it (after
-        // the gradients it waits for), so idle time between buckets is not counted.
-        CUDA_CHECK(cudaEventSynchronize(d->t_end[k]));
-        float e = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&e, d->t_start[k], d->t_end[k]));
-        ms += e;
-    }
+    for (int k = 0; k < d->nb; k++) ms += elapsed_ms(d->t_start[k], d->t_end[k]);
     return ms;
 }

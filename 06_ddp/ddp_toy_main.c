@@ -133,67 +133,57 @@ typedef struct {
     toy_model_t* m;
     ddp_t* d;
     comm_t* c;
-    int gpu;
     cudaStream_t stream;  // NCCL: the stream the (stand-in) backward writes gradients on
     float* params;        // (total) m->params, or its device copy
     float* grads;         // (total) m->grads, or its device copy
-    float* nan_host;      // (total) NCCL: NaN, copied over the device gradients each step
 } mirror_t;
 
 static void mirror_init(mirror_t* x, comm_t* c, toy_model_t* m) {
     memset(x, 0, sizeof *x);
     x->m = m;
     x->c = c;
-    x->gpu = c->backend == COMM_NCCL;
-    if (!x->gpu) {
-        x->params = m->params;
-        x->grads = m->grads;
-        return;
+    x->params = m->params;
+    x->grads = m->grads;
+    // The one difference between the backends here: NCCL's DDP layer needs device buffers and
+    // a stream; MPI's works on the model's host buffers in place.
+    if (comm_device_kind(c) == DEV_CUDA) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking));
+        x->params = comm_alloc(c, m->total * sizeof(float), MEM_PARAMS);
+        x->grads = comm_alloc(c, m->total * sizeof(float), MEM_GRADS);
     }
-    const size_t bytes = m->total * sizeof(float);
-    CUDA_CHECK(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking));
-    x->params = comm_alloc(c, bytes, MEM_PARAMS);
-    x->grads = comm_alloc(c, bytes, MEM_GRADS);
-    x->nan_host = malloc(bytes);
-    if (!x->nan_host) DIE("out of memory");
-    for (size_t j = 0; j < m->total; j++) x->nan_host[j] = NAN;
 }
 
 static void mirror_free(mirror_t* x) {
-    if (!x->gpu) return;
-    mem_free(x->params);
-    mem_free(x->grads);
-    free(x->nan_host);
-    CUDA_CHECK(cudaStreamDestroy(x->stream));
+    if (x->params != x->m->params) mem_free(x->params);
+    if (x->grads != x->m->grads) mem_free(x->grads);
+    if (x->stream) CUDA_CHECK(cudaStreamDestroy(x->stream));
+}
+
+// Elements [off, off + n) of a host buffer to its mirror or back, on the compute stream. The
+// MPI backend's mirror IS the host buffer: nothing to copy.
+static void stage(mirror_t* x, float* dst, const float* src, size_t off, size_t n) {
+    if (dst == src) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, n * sizeof(float), cudaMemcpyDefault, x->stream));
 }
 
 static void mirror_broadcast(mirror_t* x) {
-    const size_t bytes = x->m->total * sizeof(float);
-    if (x->gpu) CUDA_CHECK(cudaMemcpyAsync(x->params, x->m->params, bytes, cudaMemcpyHostToDevice, x->stream));
+    stage(x, x->params, x->m->params, 0, x->m->total);
     ddp_broadcast_params(x->d);
-    if (x->gpu) {
-        CUDA_CHECK(cudaMemcpyAsync(x->m->params, x->params, bytes, cudaMemcpyDeviceToHost, x->stream));
-        comm_stream_sync(x->c, x->stream, "parameters to the host");
-    }
+    stage(x, x->m->params, x->params, 0, x->m->total);
+    comm_stream_sync(x->c, x->stream, "parameters to the host");  // MPI: nothing to wait for
 }
 
 // NaN into every gradient slot the DDP layer will see (host and, on NCCL, device).
 static void mirror_poison(mirror_t* x) {
     for (size_t j = 0; j < x->m->total; j++) x->m->grads[j] = NAN;
-    if (x->gpu)
-        CUDA_CHECK(cudaMemcpyAsync(x->grads, x->nan_host, x->m->total * sizeof(float),
-                                   cudaMemcpyHostToDevice, x->stream));
+    stage(x, x->grads, x->m->grads, 0, x->m->total);
 }
 
 // The backward's hook. NCCL: the final gradient goes to the device on the compute stream
 // first, as the kernel that computed it would have written it there, then DDP is told.
 static void mirror_hook(void* ctx, int i) {
     mirror_t* x = ctx;
-    if (x->gpu) {
-        const toy_param_t* p = &x->m->p[i];
-        CUDA_CHECK(cudaMemcpyAsync(x->grads + p->offset, x->m->grads + p->offset,
-                                   p->numel * sizeof(float), cudaMemcpyHostToDevice, x->stream));
-    }
+    stage(x, x->grads, x->m->grads, x->m->p[i].offset, x->m->p[i].numel);
     ddp_grad_ready(x->d, i);
 }
 
@@ -201,11 +191,8 @@ static void mirror_hook(void* ctx, int i) {
 // ordered after every all-reduce by ddp_finish_grads itself.
 static void mirror_finish(mirror_t* x) {
     ddp_finish_grads(x->d);
-    if (x->gpu) {
-        CUDA_CHECK(cudaMemcpyAsync(x->m->grads, x->grads, x->m->total * sizeof(float),
-                                   cudaMemcpyDeviceToHost, x->stream));
-        comm_stream_sync(x->c, x->stream, "gradients to the host");
-    }
+    stage(x, x->m->grads, x->grads, 0, x->m->total);
+    comm_stream_sync(x->c, x->stream, "gradients to the host");
 }
 
 // Rank 0 prints the plan: which parameters each all-reduce covers.

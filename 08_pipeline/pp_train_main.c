@@ -25,7 +25,8 @@
 // on a fresh batch leave every gradient bit and give the training flush's loss (check_forward).
 //
 // --backend nccl (one GPU per rank, fp32): the same lists run by the GPU executor
-// (executor.h, executor_gpu.c) on the CUDA model's range pass; the timing lines come from CUDA
+// (executor.h, executor_gpu.c; runner.h picks the executor once, from the backend, and the
+// rest of the program calls either alike) on the CUDA model's range pass; the timing lines come from CUDA
 // events (busy = compute actions on the compute stream, "in groups" = the groups' spans on the
 // communication stream), each rank prints its peak GPU memory (common/alloc.h), and
 // --check-single 1 trains one unpartitioned CUDA model on rank 0's GPU. Every schedule (ZB-H1
@@ -42,31 +43,23 @@
 // With --dp > 1, replica 0's pipeline only.
 //   scripts/mpirun.sh 4 build/08_pipeline/pp_train --layers 8 --batch 8 --micro-batches 8 --timeline /tmp/tl
 #include <limits.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "08_pipeline/executor.h"
 #include "08_pipeline/partition.h"
+#include "08_pipeline/pp_report.h"
+#include "08_pipeline/runner.h"
 #include "08_pipeline/schedule.h"
 #include "08_pipeline/simulate.h"
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
-#include "common/fileio.h"
 #include "common/data.h"
-#include "common/gnuplot.h"
-#include "common/model.h"
-#include "common/model_cpu.h"
-#include "common/model_gpu.h"
+#include "common/lm.h"
 #include "common/alloc.h"
-#include "common/timer.h"
-
-// Per-rank numbers gathered to rank 0 (one row per world rank, summed: each rank fills its own).
-enum { TM_WALL, TM_BUSY, TM_COMM, TM_F, TM_B, TM_BI, TM_W, TM_NF, TM_NB, TM_NBI, TM_NW, TM_PEAK, TM_SIMPEAK, TM_SLOTS, TM_MEM, TM_N };
+#include "common/train_loop.h"
 
 // FNV-1a over this rank's parameter slices: equal across replicas iff bitwise identical.
 static long long slices_hash(const float* P, const size_t* b, const size_t* e, int v) {
@@ -98,46 +91,39 @@ static long long slices_hash(const float* P, const size_t* b, const size_t* e, i
 // even m = 1 is not asserted bitwise), and the loss within rtol 1e-5 (the cross-entropy mean
 // is one fp32 block reduction over another number of rows, and the logits come from GEMMs of
 // other shapes: a few ulps, not 1e-6 of guarantee).
-static int check_single(const model_config_t* cfg, const float* got, double loss0, const data_source_t* data, int Bg,
-                        int T, int steps, const adamw_config_t* opt, uint64_t seed, int gpu) {
-    model_cpu_t s;
-    model_cpu_create(&s, cfg, gpu ? 1 : Bg, T, seed);  // (on the GPU: only its parameter buffer is used)
+static int check_single(const model_config_t* cfg, lm_backend_t be, const float* got, double loss0,
+                        const data_source_t* data, int Bg, int T, int steps, const adamw_config_t* opt, uint64_t seed) {
+    const int gpu = be == LM_GPU;  // the loss's tolerance (above)
+    const char* who = gpu ? "GPU" : "process";
+    lm_options_t o = lm_options(be, Bg, T);
+    o.seed = seed;
+    char err[512];
+    lm_t* s = lm_create(cfg, &o, err, sizeof err);
+    if (!s) DIE("check-single: the single-%s model: %s", who, err);
     int32_t* in = malloc((size_t)Bg * T * sizeof(int32_t));
     int32_t* tg = malloc((size_t)Bg * T * sizeof(int32_t));
-    if (!in || !tg) DIE("out of host memory");
+    const size_t n = lm_layout(s)->total;
+    float* want = malloc(n * sizeof(float));
+    if (!in || !tg || !want) DIE("out of host memory");
     float loss = NAN, single0 = NAN;
     const double loss_rtol = gpu ? 1e-5 : 1e-6;
-    if (gpu) {
-        char err[512];
-        model_gpu_t* g = model_gpu_create(cfg, Bg, T, MP_FP32, NULL, seed, err, sizeof err);
-        if (!g) DIE("check-single: the single-GPU model: %s", err);
-        for (int k = 0; k < steps; k++) {
-            sample_batch(data, Bg, T, k, in, tg);
-            model_gpu_set_tokens(g, in, tg);
-            loss = model_gpu_forward(g, model_gpu_inputs(g), model_gpu_targets(g));
-            if (k == 0) single0 = loss;
-            if (model_gpu_backward(g, NULL, NULL, err, sizeof err) != 0 || model_gpu_adamw(g, opt, k + 1, err, sizeof err) != 0)
-                DIE("check-single: the single-GPU model: %s", err);
-        }
-        model_gpu_get_params(g, s.params);
-        model_gpu_destroy(g);
-    } else {
-        for (int k = 0; k < steps; k++) {
-            sample_batch(data, Bg, T, k, in, tg);
-            loss = model_cpu_forward(&s, in, tg, Bg, T);
-            if (k == 0) single0 = loss;
-            model_cpu_backward(&s, NULL, NULL);
-            model_cpu_adamw_step(&s, opt);
-        }
+    for (int k = 0; k < steps; k++) {
+        sample_batch(data, Bg, T, k, in, tg);
+        lm_set_tokens(s, in, tg);
+        lm_forward_async(s);
+        loss = lm_loss(s);
+        if (k == 0) single0 = loss;
+        if (lm_backward(s, NULL, NULL, err, sizeof err) != 0 || lm_adamw(s, opt, k + 1, err, sizeof err) != 0)
+            DIE("check-single: the single-%s model: %s", who, err);
     }
-    const size_t n = s.layout.total;
+    lm_get_params(s, want);
     size_t bad = 0, unequal = 0, worst = 0;
     double worst_err = 0;
     const double atol = 0.2 * opt->lr;
     for (size_t i = 0; i < n; i++) {
-        const double e = fabs((double)got[i] - s.params[i]), tol = atol + 1e-4 * fabs((double)s.params[i]);
+        const double e = fabs((double)got[i] - want[i]), tol = atol + 1e-4 * fabs((double)want[i]);
         if (!(e <= tol)) bad++;
-        if (memcmp(&got[i], &s.params[i], sizeof(float)) != 0) unequal++;
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0) unequal++;
         if (!(e <= worst_err)) { worst_err = e; worst = i; }
     }
     // The hash of the gathered parameters: the same for every schedule and every p at one m
@@ -145,13 +131,13 @@ static int check_single(const model_config_t* cfg, const float* got, double loss
     const size_t b0 = 0;
     const int loss_ok = fabs(loss0 - single0) <= loss_rtol * fabs((double)single0);
     printf("check-single: step-0 loss %.7f, single-%s %.7f (%s within rtol %g); last-step single-%s loss %.6f\n",
-           loss0, gpu ? "GPU" : "process", (double)single0, loss_ok ? "equal" : "NOT equal", loss_rtol,
-           gpu ? "GPU" : "process", (double)loss);
+           loss0, who, (double)single0, loss_ok ? "equal" : "NOT equal", loss_rtol, who, (double)loss);
     printf("check-single: %zu of %zu parameters differ beyond rtol 1e-4, atol %.3g; %zu not bitwise equal "
            "(max |diff| %.3g at %zu: %.8g vs %.8g); pipeline parameters hash %016llx\n",
-           bad, n, atol, unequal, worst_err, worst, (double)got[worst], (double)s.params[worst],
+           bad, n, atol, unequal, worst_err, worst, (double)got[worst], (double)want[worst],
            (unsigned long long)slices_hash(got, &b0, &n, 1));
-    model_cpu_destroy(&s);
+    lm_destroy(s);
+    free(want);
     free(in);
     free(tg);
     return bad || !loss_ok ? 1 : 0;
@@ -162,7 +148,7 @@ static int check_single(const model_config_t* cfg, const float* got, double loss
 // where each W goes; planned with the real costs, an eager run meets the formula (simulate.h),
 // planned with unit costs (F = B = BI = W) it does not. Rank 0 averages and broadcasts, so every
 // rank builds the same lists from the same bits.
-static void replan(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, schedule_t* sched, const pp_timing_t* tm, int speak) {
+static void replan(comm_t* c, pp_runner_t* run, schedule_t* sched, const pp_timing_t* tm, int speak) {
     double sums[8];
     for (int z = 0; z < 4; z++) sums[z] = tm->t_kind[z], sums[4 + z] = tm->n_kind[z];
     comm_host_allreduce_f64(c, sums, 8, COMM_SUM);
@@ -185,8 +171,7 @@ static void replan(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, schedule_t* sched
             printf("# lists planned again with the warm-up's mean costs: F %.3f, B %.3f ms\n", 1e3 * plan.f, 1e3 * plan.b);
         fflush(stdout);
     }
-    if (x) pp_exec_schedule_changed(x);  // the activation sets already allocated are kept
-    if (xg) pp_exec_gpu_schedule_changed(xg);
+    pp_runner_schedule_changed(run);  // the activation sets already allocated are kept
 }
 
 // --check-forward 1: the forward-only lists (schedule_make_forward, the evaluation's) against
@@ -197,39 +182,38 @@ static void replan(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, schedule_t* sched
 // actions, the head summing its micro-batches in the same order); on the GPU within rtol 1e-6
 // (the same kernels on the same data, but a kernel's reduction order is not promised across
 // two launches). Returns 0, or 1 after rank 0 printed what differed.
-static int check_forward(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, const schedule_t* sched, model_cpu_t* model,
-                         model_gpu_t* gm, const size_t* sb, const size_t* se, const int32_t* in, const int32_t* tg,
-                         float scale, int wr) {
+static int check_forward(comm_t* c, pp_runner_t* run, const schedule_t* sched, const size_t* sb, const size_t* se,
+                         const int32_t* in, const int32_t* tg, float scale, int wr) {
+    lm_t* lm = pp_runner_model(run);
+    const int gpu = lm_device(lm) == DEV_CUDA;  // the loss's tolerance (above)
     char err[512];
     schedule_t fwd;
     if (schedule_make_forward(sched->kind, sched->p, sched->m, sched->v, &fwd, err, sizeof err) != 0)
         comm_fatal(c, 1, "check-forward: %s", err);
-    const size_t n = model->layout.total;
+    const size_t n = lm_layout(lm)->total;
     float* before = malloc(n * sizeof(float));
     float* after = malloc(n * sizeof(float));
     if (!before || !after) DIE("out of host memory");
-    if (xg) model_gpu_get_grads(gm, before);
-    else memcpy(before, model->grads, n * sizeof(float));
-    double lf = xg ? pp_exec_gpu_forward(xg, &fwd, in, tg, scale) : pp_exec_forward(x, &fwd, in, tg, scale, NULL);
-    if (xg) model_gpu_get_grads(gm, after);
-    else memcpy(after, model->grads, n * sizeof(float));
+    lm_get_grads(lm, before);
+    double lf = pp_runner_forward(run, &fwd, in, tg, scale);
+    lm_get_grads(lm, after);
     long long differ = 0, nonzero = 0;  // over this rank's slices
     for (int ch = 0; ch < sched->v; ch++)
         for (size_t i = sb[ch]; i < se[ch]; i++) {
             differ += memcmp(&before[i], &after[i], sizeof(float)) != 0;
             nonzero += before[i] != 0.0f;
         }
-    double ls = xg ? pp_exec_gpu_step(xg, in, tg, scale, NULL) : pp_exec_step(x, in, tg, scale, NULL);
+    double ls = pp_runner_step(run, in, tg, scale, NULL);
     comm_host_allreduce_f64(c, &lf, 1, COMM_SUM);
     comm_host_allreduce_f64(c, &ls, 1, COMM_SUM);
     long long cnt[2] = {differ, nonzero};
     comm_host_allreduce_i64(c, cnt, 2, COMM_SUM);
-    const int loss_ok = xg ? fabs(lf - ls) <= 1e-6 * fabs(ls) : memcmp(&lf, &ls, sizeof lf) == 0;
+    const int loss_ok = gpu ? fabs(lf - ls) <= 1e-6 * fabs(ls) : memcmp(&lf, &ls, sizeof lf) == 0;
     // nonzero: the slices held the last step's gradients, so a zeroing would have shown.
     const int ok = loss_ok && cnt[0] == 0 && cnt[1] > 0;
     if (wr == 0)
         printf("check-forward: loss %.9g forward-only, %.9g training flush (%s); gradient elements changed by the "
-               "forward-only pass: %lld of %lld non-zero (%s)\n", lf, ls, loss_ok ? (xg ? "equal within rtol 1e-6" : "bitwise equal") : "NOT equal",
+               "forward-only pass: %lld of %lld non-zero (%s)\n", lf, ls, loss_ok ? (gpu ? "equal within rtol 1e-6" : "bitwise equal") : "NOT equal",
                cnt[0], cnt[1], cnt[0] == 0 && cnt[1] > 0 ? "untouched" : "TOUCHED or nothing to compare");
     free(before);
     free(after);
@@ -237,174 +221,89 @@ static int check_forward(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, const sched
     return ok ? 0 : 1;
 }
 
-// --timeline's check, before any work: no quote or newline (gnuplot's strings), an existing
-// directory, a file name part after it. NULL if fine, else why.
-static const char* timeline_prefix_problem(const char* prefix) {
-    if (strpbrk(prefix, "'\"\n")) return "contains a quote or a newline";
-    const char* slash = strrchr(prefix, '/');
-    if (slash && slash[1] == '\0') return "ends with '/': give a file prefix inside the directory, e.g. DIR/run";
-    char dir[4096];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == prefix) snprintf(dir, sizeof dir, "/");
-    else if ((size_t)(slash - prefix) >= sizeof dir) return "is too long";
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - prefix), prefix);
-    struct stat st;
-    static char why[4200];
-    if (stat(dir, &st) != 0) snprintf(why, sizeof why, "cannot be written: %s: %s", dir, strerror(errno));
-    else if (!S_ISDIR(st.st_mode)) snprintf(why, sizeof why, "cannot be written: %s: %s", dir, strerror(ENOTDIR));
-    else if (dir_check_writable(dir, why, sizeof why) != 0) return why;
-    else return NULL;
-    return why;
-}
-
-// --timeline: every rank of replica 0 puts its last step's times in its row of a zero-filled
-// [p][2·maxn + 1] array (starts, ends, its step's absolute start), summed to every rank; rank 0
-// lines the rows up, writes the measured and the simulated timelines and prints both.
-// `costs` (seconds, rank 0's) are the measured mean costs; eager: the simulation's send model.
-static int write_timelines(comm_t* c, pp_exec_t* x, pp_exec_gpu_t* xg, const schedule_t* sched, int r, int d, int D,
-                           const char* prefix, const sim_costs_t* costs, int gpu, int world, size_t msg_bytes) {
-    const int p = sched->p;
-    int maxn = 0;
-    for (int q = 0; q < p; q++) maxn = sched->n_actions[q] > maxn ? sched->n_actions[q] : maxn;
-    const size_t row = 2 * (size_t)maxn + 1;
-    double* all = calloc((size_t)p * row, sizeof(double));
-    if (!all) DIE("out of host memory");
-    if (d == 0) {
-        const double *st = NULL, *en = NULL;
-        double t0 = 0;
-        const int n = gpu ? pp_exec_gpu_last_times(xg, &st, &en) : pp_exec_last_times(x, &st, &en, &t0);
-        if (n != sched->n_actions[r]) DIE("timeline: rank %d has %d times for %d actions", r, n, sched->n_actions[r]);
-        double* mine = all + (size_t)r * row;
-        memcpy(mine, st, (size_t)n * sizeof(double));
-        memcpy(mine + maxn, en, (size_t)n * sizeof(double));
-        mine[2 * maxn] = t0;  // 0 on the GPU: every rank's zero is its own ev_t0 (after a barrier)
-    }
-    comm_host_allreduce_f64(c, all, (int)((size_t)p * row), COMM_SUM);
-    int status = 0;
-    if (c->rank == 0) {
-        double t_min = INFINITY;
-        for (int q = 0; q < p; q++) t_min = fmin(t_min, all[(size_t)q * row + 2 * maxn]);
-        double** st = calloc((size_t)p, sizeof(double*));
-        double** en = calloc((size_t)p, sizeof(double*));
-        if (!st || !en) DIE("out of host memory");
-        for (int q = 0; q < p; q++) {  // milliseconds from the earliest rank's step start
-            double* rw = all + (size_t)q * row;
-            const double shift = rw[2 * maxn] - t_min;
-            st[q] = rw, en[q] = rw + maxn;
-            for (int i = 0; i < sched->n_actions[q]; i++) st[q][i] = 1e3 * (st[q][i] + shift), en[q][i] = 1e3 * (en[q][i] + shift);
-        }
-        char err[512], path[4200], title[512];
-        sim_result_t meas, simr;
-        if (sim_result_from_times(sched, (const double* const*)st, (const double* const*)en, &meas, err, sizeof err) != 0)
-            DIE("timeline: the measured times: %s", err);
-        // The simulator with the same costs in milliseconds; MPI sends of up to 4 KiB go eagerly
-        // (OpenMPI's shared-memory limit), larger ones and NCCL's by rendezvous.
-        sim_costs_t ms = *costs;
-        ms.f *= 1e3, ms.b *= 1e3, ms.bi *= 1e3, ms.w *= 1e3, ms.comm = 0;
-        ms.eager = !gpu && msg_bytes <= 4096;
-        if (sim_run(sched, &ms, &simr, err, sizeof err) != 0) DIE("timeline: the simulation: %s", err);
-        char where[160];
-        if (gpu) snprintf(where, sizeof where, "NCCL, %d GPUs", p);
-        else snprintf(where, sizeof where, "MPI on the CPU, %d ranks%s", world, D > 1 ? ", replica 0" : "");
-        char what[200];
-        snprintf(what, sizeof what, "%s, p %d, m %d, v %d, %s", sched_name(sched->kind), p, sched->m, sched->v, where);
-        const struct {
-            const char* name;
-            sim_result_t* res;
-        } out[2] = {{"measured", &meas}, {"simulated", &simr}};
-        if (D > 1) printf("\n# timeline: replica 0 of %d only (its %d pipeline ranks)\n", D, p);
-        for (int k = 0; k < 2; k++) {
-            snprintf(path, sizeof path, "%s_%s.csv", prefix, out[k].name);
-            if (sim_write_csv(sched, out[k].res, path, err, sizeof err) != 0) {
-                printf("timeline: %s\n", err);
-                status = 1;
+// The shared flags (train_loop.h) as pp_train takes them: its --batch is the GLOBAL batch,
+// --steps counts the warm-up, every rank starts from the one seed, the backend is MPI unless
+// asked; a pipeline of fp32 ranks takes no --precision, --attention or --csv.
+static int pp_flags(train_flags_t* f, cli_opt_t* opts) {
+    static const struct {
+        const char *name, *def, *help;  // def NULL: not taken
+    } own[] = {
+        {"model", "tiny", "model size (the CPU runs tiny)"},
+        {"context", "16", "sequence length T"},
+        {"batch", "8", "GLOBAL batch in sequences (= dp x micro-batches x rows per micro-batch)"},
+        {"steps", "3", "training steps"},
+        {"warmup", "1", "steps left out of the timing averages"},
+        {"backend", "mpi", "mpi: the CPU executor; nccl: the GPU executor, one GPU per rank (auto: nccl when there is one per rank)"},
+        {"seed", "1", "parameters and data"},
+        {"precision", NULL, NULL},
+        {"attention", NULL, NULL},
+        {"csv", NULL, NULL},
+    };
+    cli_opt_t all[TRAIN_FLAGS_N];
+    const int n_all = train_flags_opts(f, all);
+    int n = 0;
+    for (int i = 0; i < n_all; i++) {
+        int keep = 1;
+        for (int k = 0; k < CLI_COUNT(own); k++)
+            if (strcmp(all[i].name, own[k].name) == 0) {
+                keep = own[k].def != NULL;
+                all[i].def = own[k].def;
+                all[i].help = own[k].help;
             }
-            snprintf(title, sizeof title, "%s: %s; bubble %.3f measured, %.3f simulated (%s sends)",
-                     out[k].name, what, meas.bubble, simr.bubble, ms.eager ? "eager" : "rendezvous");
-            printf("\n# timeline, %s (%s): makespan %.2f ms, bubble %.3f; %s\n", out[k].name, what, out[k].res->makespan,
-                   out[k].res->bubble, path);
-            sim_print_timeline(sched, out[k].res, &ms, 120, stdout);
-            snprintf(path, sizeof path, "%s_%s.png", prefix, out[k].name);
-            if (sim_plot_png_x(sched, out[k].res, path, title, "time (ms from the earliest step start of a rank)", err, sizeof err) != 0) {
-                printf("timeline: no %s (%s)\n", path, err);
-                if (gnuplot_available()) status = 1;  // gnuplot is there and failed: an error
-            }
-            else
-                printf("timeline: wrote %s\n", path);
-        }
-        fflush(stdout);
-        sim_result_free(&meas);
-        sim_result_free(&simr);
-        free(st);
-        free(en);
+        if (keep) opts[n++] = all[i];
     }
-    free(all);
-    return status;
+    return n;
 }
 
 int main(int argc, char** argv) {
-    const char* model_s = "tiny";
+    train_flags_t f = train_flags_default();
     const char* sched_s = "1f1b";
     const char* part_s = "balanced";
-    const char* backend_s = "mpi";
     const char* timeline_s = "";
-    int layers = 0, context = 16, Bg = 8, m = 4, v = 0, steps = 3, warmup = 1, check = 0, D = 1, seed = 1, check_fwd = 0;
-    int die_rank = -1;
-    double lr = 1e-3, timeout_s = 0;
-    cli_opt_t opts[] = {
-        {"model", CLI_CHOICE, &model_s, "tiny", "model size (the CPU runs tiny)", MODEL_SIZE_CHOICES},
+    int layers = 0, m = 4, v = 0, check = 0, D = 1, check_fwd = 0, die_rank = -1;
+    cli_opt_t opts[TRAIN_FLAGS_N + 10];
+    int n_opts = pp_flags(&f, opts);
+    const cli_opt_t mine[] = {
         {"layers", CLI_INT, &layers, "0", "blocks L (0: the size's; tiny has 2, so p > 2 needs more)", NULL},
-        {"context", CLI_INT, &context, "16", "sequence length T", NULL},
-        {"batch", CLI_INT, &Bg, "8", "GLOBAL batch in sequences (= dp x micro-batches x rows per micro-batch)", NULL},
         {"micro-batches", CLI_INT, &m, "4", "micro-batches m per step and replica", NULL},
         {"schedule", CLI_CHOICE, &sched_s, "1f1b", "pipeline schedule", SCHED_CHOICES},
         {"chunks", CLI_INT, &v, "0", "model chunks v per rank (0: 2 for interleaved, else 1)", NULL},
         {"partition", CLI_CHOICE, &part_s, "balanced", "blocks per stage: balanced by modelled cost, or even", "balanced|even"},
-        {"backend", CLI_CHOICE, &backend_s, "mpi", "mpi: the CPU executor; nccl: the GPU executor, one GPU per rank (auto: nccl when there is one per rank)", COMM_BACKEND_AUTO_CHOICES},
         {"dp", CLI_INT, &D, "1", "data-parallel replicas D (ranks = p x D)", NULL},
-        {"steps", CLI_INT, &steps, "3", "training steps", NULL},
-        {"warmup", CLI_INT, &warmup, "1", "steps left out of the timing averages", NULL},
         {"check-single", CLI_INT, &check, "0", "1: rank 0 also trains one unpartitioned model and compares every parameter", NULL},
         {"check-forward", CLI_INT, &check_fwd, "0", "1: after training, the forward-only lists (evaluation) leave every gradient bit and give the training flush's loss", NULL},
-        {"seed", CLI_INT, &seed, "1", "parameters and data", NULL},
-        {"lr", CLI_DOUBLE, &lr, "1e-3", "AdamW learning rate", NULL},
         {"die-rank", CLI_INT, &die_rank, "-1", "failure test: this world rank exits in the middle of the first step", NULL},
         {"timeline", CLI_STR, &timeline_s, "", "PREFIX: write the last step's measured and simulated timelines (PREFIX_measured.csv/.png, PREFIX_simulated.csv/.png)", NULL},
-        {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
-    comm_cli_parse(argc, argv, "Pipeline-parallel training of the Transformer LM on the CPU (run under mpirun).", opts,
-                   CLI_COUNT(opts));
+    for (int i = 0; i < CLI_COUNT(mine); i++) opts[n_opts++] = mine[i];
+    comm_cli_parse(argc, argv, "Pipeline-parallel training of the Transformer LM on the CPU (run under mpirun).", opts, n_opts);
 #define BAD(...) comm_bad_input(__VA_ARGS__)
     // Every check before MPI starts: the world size comes from mpirun's environment.
     const char* ws = getenv("OMPI_COMM_WORLD_SIZE");
     const int world = ws ? atoi(ws) : 1;
-    model_config_t cfg;
-    if (model_config_by_name(model_s, context, &cfg) != 0) BAD("--model: unknown size '%s'", model_s);
-    if (layers < 0 || layers > 1024) BAD("--layers: %d is out of range (0..1024)", layers);
-    if (layers) cfg.n_layers = layers;
-    if (context < 1 || context > 4096) BAD("--context: %d is out of range (1..4096)", context);
+    train_setup_t ts;  // the shared checks: the size, --layers, the ranges, the backend, AdamW
+    train_flags_check(&f, layers, &ts);
+    model_config_t cfg = ts.cfg;
+    const adamw_config_t opt = ts.opt;
+    const int Bg = f.batch, steps = f.steps, warmup = f.warmup, T = f.context;
+    const uint64_t seed = (uint64_t)f.seed;
     if (m < 1 || m > 1024) BAD("--micro-batches: %d is out of range (1..1024)", m);
     if (D < 1 || D > world) BAD("--dp: %d is out of range (1..%d, the number of ranks)", D, world);
     if (world % D != 0) BAD("--dp: %d does not divide the %d ranks (ranks = pipeline stages x dp)", D, world);
-    if (Bg < 1 || Bg > 65536) BAD("--batch: %d is out of range (1..65536)", Bg);
     if (Bg % (m * D) != 0)
         BAD("--batch: %d is not a multiple of micro-batches x dp = %d x %d (each micro-batch needs the same rows)", Bg, m, D);
-    if (steps < 1 || steps > 100000) BAD("--steps: %d is out of range (1..100000)", steps);
-    if (warmup < 0 || warmup >= steps) BAD("--warmup: %d must be in 0..steps-1 = %d", warmup, steps - 1);
+    if (warmup >= steps) BAD("--warmup: %d must be in 0..steps-1 = %d", warmup, steps - 1);
     if (check != 0 && check != 1) BAD("--check-single: %d must be 0 or 1", check);
     if (check_fwd != 0 && check_fwd != 1) BAD("--check-forward: %d must be 0 or 1", check_fwd);
-    if (!(lr > 0 && lr < 10)) BAD("--lr: %g is out of range (0, 10)", lr);
     if (die_rank < -1 || die_rank >= world) BAD("--die-rank: %d is not a rank (-1 or 0..%d)", die_rank, world - 1);
-    const char* tl_bad = timeline_s[0] ? timeline_prefix_problem(timeline_s) : NULL;
+    const char* tl_bad = timeline_s[0] ? pp_timeline_prefix_problem(timeline_s) : NULL;
     if (tl_bad) BAD("--timeline: '%s' %s", timeline_s, tl_bad);
     sched_kind_t kind;
     if (sched_parse(sched_s, &kind) != 0) BAD("--schedule: unknown '%s' (%s)", sched_s, SCHED_CHOICES);
-    comm_backend_t be;
-    if (comm_backend_choose(backend_s, &be) != 0) BAD("--backend: unknown '%s' (%s)", backend_s, COMM_BACKEND_AUTO_CHOICES);
-    const int gpu = be == COMM_NCCL;
-    if (gpu && D != 1) BAD("--dp %d --backend nccl: pipeline x data parallel runs on the CPU only (--backend mpi)", D);
+    if (ts.backend == COMM_NCCL && D != 1)
+        BAD("--dp %d --backend nccl: pipeline x data parallel runs on the CPU only (--backend mpi)", D);
     if (v == 0) v = kind == SCHED_INTERLEAVED ? 2 : 1;
-    const int p = world / D, S = p * v, Bmb = Bg / (m * D), T = context;
+    const int p = world / D, S = p * v, Bmb = Bg / (m * D);
     char err[512];
     schedule_t sched;
     if (schedule_make(kind, p, m, v, &sched, err, sizeof err) != 0) BAD("--schedule %s --micro-batches %d --chunks %d on %d pipeline ranks: %s", sched_s, m, v, p, err);
@@ -414,39 +313,24 @@ int main(int argc, char** argv) {
                                           : partition_model(&cfg, Bmb, T, S, &part, err, sizeof err);
     if (prc != 0) BAD("%d stages (%d ranks x %d chunks) over the model's %d blocks: %s; give --layers", S, p, v, cfg.n_layers, err);
 
-    comm_t* c = comm_init(be, comm_timeout_flag(timeout_s));
+    comm_t* c = comm_init(ts.backend, comm_timeout_flag(f.comm_timeout));
     if (c->world != world) DIE("mpirun's environment says %d ranks, MPI says %d", world, c->world);
     const int wr = c->rank, d = wr / p, r = wr % p;
 
-    // The CPU model holds the parameters on the MPI backend; on the GPU it is only the host
-    // copy of the parameters (B = 1 row of scratch) and the layout, the CUDA model does the work.
-    model_cpu_t model;
-    model_cpu_create(&model, &cfg, gpu ? 1 : Bmb, gpu ? 1 : T, (uint64_t)seed);
-    model_gpu_t* gm = NULL;
-    if (gpu) {
-        gm = model_gpu_create_ranges(&cfg, Bmb, T, MP_FP32, NULL, (uint64_t)seed, err, sizeof err);
-        if (!gm) comm_fatal(c, 1, "the CUDA model: %s", err);
-    }
+    // The rank's model and executor: the CPU's on the MPI backend, the GPU's on NCCL (runner.h).
     model_range_t* ranges = malloc((size_t)v * sizeof(model_range_t));
     if (!ranges) DIE("out of host memory");
     for (int ch = 0; ch < v; ch++) ranges[ch] = partition_range(&part, sched_stage(&sched, r, ch));
-    pp_exec_config_t ec = {c, &sched, r, d * p, &model, ranges, Bmb, T, -1};
-    if (wr == die_rank) ec.die_after = sched.n_actions[r] / 2;
-    pp_exec_t* x = NULL;
-    pp_exec_gpu_t* xg = NULL;
-    if (gpu) {
-        const pp_exec_gpu_config_t gc = {c, &sched, r, gm, ranges, Bmb, T, ec.die_after};
-        xg = pp_exec_gpu_create(&gc);
-    } else {
-        x = pp_exec_create(&ec);
-    }
+    pp_runner_config_t rc = {c, &sched, r, d * p, &cfg, seed, ranges, Bmb, T, -1};
+    if (wr == die_rank) rc.die_after = sched.n_actions[r] / 2;
+    pp_runner_t* run = pp_runner_create(&rc);
+    lm_t* lm = pp_runner_model(run);
+    const param_layout_t* lay = lm_layout(lm);
+    const int gpu = lm_device(lm) == DEV_CUDA;  // what the output reports (GPU memory), not what runs
     size_t* sb = malloc((size_t)v * sizeof(size_t));
     size_t* se = malloc((size_t)v * sizeof(size_t));
     if (!sb || !se) DIE("out of host memory");
-    for (int ch = 0; ch < v; ch++) {
-        if (gpu) pp_exec_gpu_span(xg, ch, &sb[ch], &se[ch]);
-        else pp_exec_span(x, ch, &sb[ch], &se[ch]);
-    }
+    for (int ch = 0; ch < v; ch++) pp_runner_span(run, ch, &sb[ch], &se[ch]);
 
     if (wr == 0) {
         char pb[512], eb[512];
@@ -460,39 +344,30 @@ int main(int argc, char** argv) {
         }
         printf("# pp_train: %s model, L %d, context %d, global batch %d = dp %d x %d micro-batches x %d rows; %s, p %d, v %d "
                "(%d stages); %s, %zu parameters\n",
-               model_s, cfg.n_layers, T, Bg, D, m, Bmb, sched_name(kind), p, v, S,
-               gpu ? "NCCL, one GPU per rank, fp32" : "MPI on the CPU", param_count(&model.layout));
+               f.model, cfg.n_layers, T, Bg, D, m, Bmb, sched_name(kind), p, v, S, pp_runner_where(run), param_count(lay));
         printf("# partition (%s, modelled forward FLOPs): %s (an even split: imbalance %s)\n", part_s, pb, eb);
         fflush(stdout);
     }
 
-    adamw_config_t opt = adamw_default();
-    opt.lr = (float)lr;
     data_source_t data;
-    data_open_random(&data, cfg.vocab, (uint64_t)seed);
+    data_open_random(&data, cfg.vocab, seed);
     int32_t* in_all = malloc((size_t)Bg * T * sizeof(int32_t));
     int32_t* tg_all = malloc((size_t)Bg * T * sizeof(int32_t));
     if (!in_all || !tg_all) DIE("out of host memory");
-    const size_t rep_rows = (size_t)Bg / D * T;  // one replica's share of the global batch
-    double acc[TM_N] = {0};
+    // This replica's share of the global batch (the whole batch when D = 1, as on the GPU).
+    const size_t rep_rows = (size_t)Bg / D * T;
+    const int32_t *in_rep = in_all + (size_t)d * rep_rows, *tg_rep = tg_all + (size_t)d * rep_rows;
+    const float scale = 1.0f / (float)(m * D);
+    pp_meas_t acc = {0};
     double dp_s = 0, loss0 = NAN;
     const int measured = steps - warmup;
     for (int k = 0; k < steps; k++) {
         sample_batch(&data, Bg, T, k, in_all, tg_all);
         pp_timing_t tm;
-        double loss, dps = 0;
-        if (timeline_s[0] && k == steps - 1) {  // the drawn step: every rank starts together
-            if (gpu) pp_exec_gpu_align_start(xg, 1);
-            else comm_barrier(c);
-        }
-        if (gpu) {
-            loss = pp_exec_gpu_step(xg, in_all, tg_all, 1.0f / (float)m, &tm);
-            pp_exec_gpu_adamw(xg, &opt);
-        } else {
-            loss = pp_exec_step(x, in_all + (size_t)d * rep_rows, tg_all + (size_t)d * rep_rows, 1.0f / (float)(m * D), &tm);
-            dps = pp_exec_dp_allreduce(x, D);
-            pp_exec_adamw(x, &opt);
-        }
+        if (timeline_s[0] && k == steps - 1) pp_runner_align_start(run);  // the drawn step: every rank starts together
+        double loss = pp_runner_step(run, in_rep, tg_rep, scale, &tm);
+        const double dps = pp_runner_dp_allreduce(run, D);
+        pp_runner_adamw(run, &opt);
         comm_host_allreduce_f64(c, &loss, 1, COMM_SUM);  // only the head ranks' terms are non-zero
         if (k == 0) loss0 = loss;
         if (wr == 0) {
@@ -500,121 +375,55 @@ int main(int argc, char** argv) {
             fflush(stdout);
         }
         if (!isfinite(loss)) comm_fatal(c, 1, "loss is %g at step %d", loss, k);
-        if (k + 1 == warmup) replan(c, x, xg, &sched, &tm, wr == 0);
+        if (k + 1 == warmup) replan(c, run, &sched, &tm, wr == 0);
         if (k < warmup) continue;
         dp_s += dps;
-        const double row[TM_N] = {tm.wall, tm.busy, tm.comm, tm.t_kind[ACT_F], tm.t_kind[ACT_B], tm.t_kind[ACT_BI],
-                                  tm.t_kind[ACT_W], tm.n_kind[ACT_F], tm.n_kind[ACT_B], tm.n_kind[ACT_BI],
-                                  tm.n_kind[ACT_W], tm.peak_live, sim_peak_live(&sched, r), tm.pool_slots,
-                                  gpu ? (double)mem_stats(DEV_CUDA).peak : 0};
-        for (int q = 0; q < TM_N; q++) acc[q] += q >= TM_PEAK ? (k == warmup ? row[q] : 0) : row[q] / measured;
+        pp_meas_add(&acc, &tm, sim_peak_live(&sched, r), (double)mem_stats(lm_device(lm)).peak, k == warmup, measured);
     }
 
-    // Timing: every rank's row to rank 0.
-    double* all = calloc((size_t)world * TM_N, sizeof(double));
-    if (!all) DIE("out of host memory");
-    memcpy(all + (size_t)wr * TM_N, acc, sizeof acc);
-    comm_host_allreduce_f64(c, all, world * TM_N, COMM_SUM);
-    int status = 0;
-    sim_costs_t mean_costs = sim_unit_costs();  // rank 0: the measured mean costs (seconds)
-    if (wr == 0) {
-        printf("\n# %s, mean of %d step%s after %d warm-up; idle = step - busy (waiting in groups included)\n",
-               gpu ? "CUDA events" : "host clock", measured, measured == 1 ? "" : "s", warmup);
-        for (int w = 0; w < world; w++) {
-            const double* t = all + (size_t)w * TM_N;
-            char kinds[160] = "";
-            size_t n = 0;
-            const char* kn[4] = {"F", "B", "BI", "W"};
-            for (int q = 0; q < 4; q++)
-                if (t[TM_NF + q] > 0)
-                    n += (size_t)snprintf(kinds + n, sizeof kinds - n, "%s%s %.2f x%d", n ? ", " : "", kn[q],
-                                          1e3 * t[TM_F + q] / t[TM_NF + q], (int)t[TM_NF + q]);
-            printf("rank %d (replica %d, pipeline rank %d): step %.2f ms, busy %.2f ms (%s ms), in groups %.2f ms, "
-                   "idle %.2f ms = %.3f of the step; peak live %d (simulated %d), activation sets %d",
-                   w, w / p, w % p, 1e3 * t[TM_WALL], 1e3 * t[TM_BUSY], kinds, 1e3 * t[TM_COMM],
-                   1e3 * (t[TM_WALL] - t[TM_BUSY]), t[TM_WALL] > 0 ? 1 - t[TM_BUSY] / t[TM_WALL] : 0,
-                   (int)t[TM_PEAK], (int)t[TM_SIMPEAK], (int)t[TM_SLOTS]);
-            if (gpu) {
-                char mb_s[32];
-                printf("; peak GPU memory %s", fmt_bytes((size_t)t[TM_MEM], mb_s, sizeof mb_s));
-            }
-            printf("\n");
-            if (t[TM_PEAK] != t[TM_SIMPEAK]) status = 1;
-        }
-        // Replica 0's pipeline: the simulator's definition, with the slowest rank's step.
-        double mk = 0, busy = 0, cost[4] = {0}, cnt[4] = {0};
-        for (int q = 0; q < p; q++) {
-            const double* t = all + (size_t)q * TM_N;
-            mk = t[TM_WALL] > mk ? t[TM_WALL] : mk;
-            busy += t[TM_BUSY];
-            for (int z = 0; z < 4; z++) cost[z] += t[TM_F + z], cnt[z] += t[TM_NF + z];
-        }
-        sim_costs_t sc = sim_unit_costs();
-        double* cs[4] = {&sc.f, &sc.b, &sc.bi, &sc.w};
-        for (int z = 0; z < 4; z++)
-            if (cnt[z] > 0) *cs[z] = cost[z] / cnt[z];  // mean seconds per action of each kind
-        // The kinds a schedule does not run only fill the printout: B = BI + W for ZB-H1, halves elsewhere.
-        if (kind != SCHED_ZBH1) sc.bi = sc.b / 2, sc.w = sc.b / 2;
-        else sc.b = sc.bi + sc.w;
-        // Both send models: MPI sends small messages eagerly (buffered) and larger ones by
-        // rendezvous (the send waits for its receive; OpenMPI's shared-memory limit is 4 KiB).
-        sim_result_t sr;
-        double sim_b[2] = {NAN, NAN};
-        for (int e = 0; e < 2; e++) {
-            sc.eager = e;
-            if (sim_run(&sched, &sc, &sr, err, sizeof err) == 0) {
-                sim_b[e] = sr.bubble;
-                sim_result_free(&sr);
-            }
-        }
-        const double meas = mk > 0 ? 1 - busy / (p * mk) : 0;
-        printf("pipeline (replica 0): measured bubble %.3f = 1 - sum busy / (p x slowest step %.2f ms); formula %.3f; "
-               "simulated with the measured mean costs (F %.2f, B %.2f, BI %.2f, W %.2f ms) %.3f rendezvous, %.3f eager; "
-               "message %zu bytes\n",
-               meas, 1e3 * mk, sim_formula_bubble(&sched, &sc), 1e3 * sc.f, 1e3 * sc.b, 1e3 * sc.bi, 1e3 * sc.w, sim_b[0],
-               sim_b[1], (size_t)Bmb * T * cfg.d_model * sizeof(float));
-        if (D > 1) printf("data parallel: gradient sum over %d replicas %.2f ms a step (rank 0)\n", D, 1e3 * dp_s / measured);
-        if (status) printf("peak live: DIFFERS from the simulator's count\n");
-        fflush(stdout);
-        mean_costs = sc;
-    }
-    free(all);
-    if (timeline_s[0])
-        status |= write_timelines(c, x, xg, &sched, r, d, D, timeline_s, &mean_costs, gpu, world,
-                                  (size_t)Bmb * T * cfg.d_model * sizeof(float));
+    // Timing: every rank's means to rank 0, the bubble, the timelines.
+    const pp_report_t rep = {&sched, world, warmup, measured, D, pp_runner_clock(run), gpu,
+                             (size_t)Bmb * T * cfg.d_model * sizeof(float), dp_s};
+    sim_costs_t mean_costs;  // rank 0: the measured mean costs (seconds)
+    int status = pp_report_timing(c, &acc, &rep, &mean_costs);
+    if (timeline_s[0]) status |= pp_write_timelines(c, run, &sched, r, d, D, timeline_s, &mean_costs, world, rep.msg_bytes);
 
+    // The parameters on the host (waits for the last AdamW).
+    const size_t n_par = lay->total;
+    float* host = malloc(n_par * sizeof(float));
+    if (!host) DIE("out of host memory");
+    lm_get_params(lm, host);
     // Replicas of one stage must be bitwise identical (2D).
     if (D > 1) {
         long long* h = calloc((size_t)2 * p, sizeof(long long));
         if (!h) DIE("out of host memory");
         // Max of h and of -h per pipeline rank: equal magnitudes iff every replica has the same.
-        const long long mine = slices_hash(model.params, sb, se, v);
+        const long long own = slices_hash(host, sb, se, v);
         for (int q = 0; q < 2 * p; q++) h[q] = LLONG_MIN;
-        h[r] = mine;
-        h[p + r] = -mine;
+        h[r] = own;
+        h[p + r] = -own;
         comm_host_allreduce_i64(c, h, 2 * p, COMM_MAX);
         int same = 1;
         for (int q = 0; q < p; q++) same &= h[q] == -h[p + q];
         if (wr == 0) printf("replicas: %s\n", same ? "bitwise identical for every stage" : "DIFFERENT across replicas");
         if (!same) status = 1;
+        free(h);
     }
 
-    if (check && gpu) {
-        // The same gather on device buffers (NCCL): rank 0 receives the other ranks' slices
-        // into its own CUDA model's parameter buffer (slices it does not use), then copies the
-        // whole buffer out. model_gpu_get_params waits for the last AdamW first.
-        const size_t n = model.layout.total;
-        float* P = model_gpu_params(gm);
+    if (check) {
+        // Replica 0's stages send their slices to rank 0, which receives them into its own
+        // model's parameter buffer (in the backend's memory; slices rank 0 does not use), then
+        // copies the whole buffer out.
+        float* P = lm_params(lm);
         comm_req_t** rq = calloc((size_t)S, sizeof(comm_req_t*));
         if (!rq) DIE("out of host memory");
-        model_gpu_get_params(gm, model.params);
         int k = 0;
         comm_group_start(c);
         for (int st = 0; st < S; st++) {
             const int owner = sched_rank_of(&sched, st);
             const model_range_t rg = partition_range(&part, st);
             size_t b, e;
-            model_range_span(&model.layout, &cfg, &rg, &b, &e);
+            model_range_span(lay, &cfg, &rg, &b, &e);
             if (wr == 0 && owner != 0) rq[k++] = comm_irecv(c, P + b, e - b, COMM_F32, owner, NULL);
             if (wr != 0 && owner == wr) rq[k++] = comm_isend(c, P + b, e - b, COMM_F32, 0, NULL);
         }
@@ -622,50 +431,21 @@ int main(int argc, char** argv) {
         comm_waitall(c, rq, k);
         free(rq);
         if (wr == 0) {
-            float* got = calloc(n, sizeof(float));
-            if (!got) DIE("out of host memory");
-            model_gpu_get_params(gm, got);
-            status |= check_single(&cfg, got, loss0, &data, Bg, T, steps, &opt, (uint64_t)seed, 1);
-            free(got);
-        }
-    } else if (check) {
-        // Replica 0's stages send their slices to rank 0, which assembles the whole model.
-        const size_t n = model.layout.total;
-        if (wr == 0) {
-            float* got = calloc(n, sizeof(float));
-            comm_req_t** rq = calloc((size_t)S, sizeof(comm_req_t*));
-            if (!got || !rq) DIE("out of host memory");
-            int k = 0;
-            for (int st = 0; st < S; st++) {
-                const model_range_t rg = partition_range(&part, st);
-                size_t b, e;
-                model_range_span(&model.layout, &cfg, &rg, &b, &e);
-                if (sched_rank_of(&sched, st) == 0) memcpy(got + b, model.params + b, (e - b) * sizeof(float));
-                else rq[k++] = comm_irecv(c, got + b, e - b, COMM_F32, sched_rank_of(&sched, st), NULL);
-            }
-            comm_waitall(c, rq, k);
-            status |= check_single(&cfg, got, loss0, &data, Bg, T, steps, &opt, (uint64_t)seed, 0);
-            free(got);
-            free(rq);
-        } else if (d == 0) {
-            for (int ch = 0; ch < v; ch++) comm_send(c, model.params + sb[ch], se[ch] - sb[ch], COMM_F32, 0, NULL);
+            lm_get_params(lm, host);
+            status |= check_single(&cfg, lm_backend(lm), host, loss0, &data, Bg, T, steps, &opt, seed);
         }
     }
     if (check_fwd) {  // after check-single (it compares parameters; this only runs passes)
         sample_batch(&data, Bg, T, steps, in_all, tg_all);  // the batch a step `steps` would take
-        const float sc = gpu ? 1.0f / (float)m : 1.0f / (float)(m * D);
-        status |= check_forward(c, x, xg, &sched, &model, gm, sb, se, in_all + (gpu ? 0 : (size_t)d * rep_rows),
-                                tg_all + (gpu ? 0 : (size_t)d * rep_rows), sc, wr);
+        status |= check_forward(c, run, &sched, sb, se, in_rep, tg_rep, scale, wr);
     }
     long long st_all = status;
     comm_host_allreduce_i64(c, &st_all, 1, COMM_MAX);
-    if (x) pp_exec_destroy(x);
-    if (xg) pp_exec_gpu_destroy(xg);
-    if (gm) model_gpu_destroy(gm);
-    model_cpu_destroy(&model);
+    pp_runner_destroy(run);
     partition_free(&part);
     schedule_free(&sched);
     data_close(&data);
+    free(host);
     free(ranges);
     free(sb);
     free(se);
