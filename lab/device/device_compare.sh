@@ -2,7 +2,8 @@
 # The distributed programs' step times from two builds of the workbook on the same GPUs, in one
 # call: the tree as it is ($NEW, default build) and an earlier revision ($OLD_SRC: a directory
 # with its sources, built here into $OLD_SRC/build unless OLD_BUILT=1). Each benchmark runs old,
-# new, old, new (alternating, so that drift in clocks or temperature falls on both), and every
+# new, old, new (ROUNDS=2, the default: alternating, so that drift in clocks or temperature falls
+# on both), and every
 # log goes under results/device/compare/; $OUT/compare.tgz packs them.
 #   OUT=/tmp/o OLD_SRC=/tmp/old lab/device/device_compare.sh [parts]
 # Parts: ddp (XL fp32, bucketed 100 MiB and none, 2 ranks), zero (XL fp32, every level, 2 ranks),
@@ -25,7 +26,7 @@ fi
 parts=${*:-ddp zero pp train}
 both() {  # both NAME SECONDS ARGS... (the program's path relative to a build dir first)
   local name=$1 secs=$2 prog=$3; shift 3
-  for round in 1 2; do
+  for round in $(seq 1 "${ROUNDS:-2}"); do
     for side in old new; do
       local b=$NEW; [ $side = old ] && b=$OLD
       step "${name}_${side}_$round" "$secs" "$@" "$b/$prog" "${ARGS[@]}"
@@ -41,7 +42,7 @@ for p in $parts; do
     ARGS=(--model xl --context 512 --batch 2 --zero all --backend nccl --steps 8 --warmup 3 --comm-timeout 120)
     both zero 200 07_zero/zero_train scripts/mpirun.sh 2 ;;
   pp)
-    for sc in 1f1b zbh1; do
+    for sc in ${PP_SCHEDULES:-1f1b zbh1}; do
       ARGS=(--backend nccl --model large --context 512 --batch 16 --micro-batches 8 --schedule $sc --steps 5 --warmup 2 --comm-timeout 120)
       both pp_$sc 90 08_pipeline/pp_train scripts/mpirun.sh 2
     done ;;
