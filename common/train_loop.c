@@ -59,7 +59,7 @@ void train_flags_check(const train_flags_t* f, int layers, train_setup_t* s) {
 }
 
 void train_setup(train_setup_t* s, lm_options_t o) {
-    s->c = comm_init(s->backend, comm_timeout_flag(s->f.comm_timeout));
+    if (!s->c) train_setup_comm(s);
     o.B = s->f.batch;
     o.T = s->f.context;
     o.precision = s->precision;
@@ -250,3 +250,5 @@ FILE* train_csv_open(const char* flag, const char* path, const char* header) {
     if (ftell(f) == 0) fprintf(f, "%s\n", header);
     return f;
 }
+
+void train_setup_comm(train_setup_t* s) { s->c = comm_init(s->backend, comm_timeout_flag(s->f.comm_timeout)); }

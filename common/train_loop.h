@@ -121,6 +121,10 @@ int train_check_single(train_setup_t* s, int steps);
 // if it cannot.
 FILE* train_csv_open(const char* flag, const char* path, const char* header);
 
+// The communicator alone (train_setup then makes only the replica): for a program whose model
+// options depend on the world size (stage 07's buffers padded to n equal shards).
+void train_setup_comm(train_setup_t* s);
+
 #ifdef __cplusplus
 }
 #endif
