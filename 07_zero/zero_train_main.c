@@ -7,28 +7,12 @@
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --zero 2 --zero2 both    # ZeRO-2 beside the old staging one
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --model xl --context 512 --batch 2 --zero 3 --checkpoint block
 //
-// One run per level in --zero, each from the same initial parameters (rank 0's, broadcast) on
-// the same global batches (batch × ranks rows a step, a pure function of the seed and the step
-// within the run; rank r trains on its slice):
-//   ddp     stage 06's bucketed DDP layer, then AdamW over every parameter (optim_t, one range)
-//   zero1   reduce-scatter the gradient, AdamW on shard r, all-gather the parameters (zero.h)
-//   zero2   ZeRO-2 on ZeRO-3's engine (zero3.h, level 2): parameters whole (the model's flat
-//           buffer), NO flat gradient buffer: the backward writes each unit's gradient into one
-//           of two unit-sized working buffers, reduce-scattered into rank r's shard right after
-//           the unit's backward; AdamW on rank r's pieces in place, every unit all-gathered back
-//   zero2s  (--zero2 staging or both) the older ZeRO-2 (zero.h): each bucket of the model's flat
-//           gradient buffer (4Ψ, the staging area) reduce-scattered in the backward, rank r's
-//           pieces kept: the same communication, but the flat gradient buffer stays, so it saves
-//           no memory over ZeRO-1 (kept for the comparison; 09_train still uses it)
-//   zero3   parameters sharded too, per unit (embedding, each block, head): each unit
-//           all-gathered before its forward and its backward (the next one prefetched), its
-//           gradient reduce-scattered after its backward, AdamW on the shard (zero3.h); the
-//           model's own flat buffers are freed for the run, it reads through a window
-//   course  (--shard course, in place of zero1/zero2) the DDP layer averages the gradients,
-//           then the course's sharded optimizer: AdamW on the parameters this rank owns
-//           (assigned whole), each parameter broadcast from its owner (sharded_optim.h)
-// AdamW's moments live outside the model (the CPU model's own are freed; the GPU model's are
-// never allocated), so the allocator's optim tag shows exactly what each level keeps.
+// One run per level in --zero (zero_layer.h: ddp, zero1, zero2, zero2s with --zero2 staging or
+// both, zero3, and course with --shard course in place of zero1/zero2), each from the same
+// initial parameters (rank 0's, broadcast) on the same global batches (batch × ranks rows a
+// step, a pure function of the seed and the step within the run; rank r trains on its slice).
+// AdamW's moments live in the layer (the CPU model's own are freed; the GPU model's are never
+// allocated), so the allocator's optim tag shows exactly what each level keeps.
 // Rank 0 prints a timing table (step; gradient sync = end of the backward to averaged
 // gradients; update = optimizer and parameter collectives), a per-rank memory table by tag
 // beside the formulas, and checks that (a) every rank ends bitwise identical, (b) each rank's
@@ -53,7 +37,7 @@
 // padded parameters and no gradient buffer (LM_FLAT_PARAMS), ZeRO-3 a model with no flat
 // buffers (LM_FLAT_NONE) and a shard made piece by piece from the seed (zero3_create_init with
 // model_init_params_range); the replicas are then compared by a hash taken without a
-// whole-model buffer (hash_floats). Both end with the same bits (test_07 sharded_construction_*).
+// whole-model buffer (zero_layer_params_hash). Both end with the same bits (test_07 sharded_construction_*).
 // The step itself is the shared training loop's (common/train_loop.h); each run's layer is its
 // method: the backward's hook, finish_grads, and the update (the layer's optimizer step).
 #include <math.h>
@@ -66,6 +50,7 @@
 #include "07_zero/sharded_optim.h"
 #include "07_zero/zero.h"
 #include "07_zero/zero3.h"
+#include "07_zero/zero_layer.h"
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/cli.h"
@@ -80,266 +65,17 @@
 #define CHECK_ATOL 1e-5
 #define BAD(...) comm_bad_input(__VA_ARGS__)
 
-// The order the runs go in. zero2 and zero3 free the model's flat gradient (zero3: and
-// parameter) buffer for their run and give it back at its end.
-typedef enum { RUN_DDP = 0, RUN_ZERO1, RUN_ZERO2S, RUN_ZERO2, RUN_COURSE, RUN_ZERO3, N_RUN_KINDS } run_kind_t;
-static const char* const run_names[N_RUN_KINDS] = {"ddp", "zero1", "zero2s", "zero2", "course", "zero3"};
-
 typedef struct {
     train_setup_t s;            // the communicator, the replica (model, table, data), AdamW's settings
     lm_t* m;                    // s.rep.m
     size_t total, P;            // layout elements, padded elements
     int lean;                   // one level, sharded construction: no whole-model copy anywhere
                                 // (zero2: no flat gradient buffer; zero3: no flat buffers); see main()
-    int seed0;                  // rank 0's model seed: the initial parameters of every run
 } trainer_t;
-
-// The sharding layer of one run: exactly one of (ddp + opt), zero, (ddp + course), zero3 (its
-// level 2 for zero2, 3 for zero3).
-typedef struct {
-    run_kind_t kind;
-    lm_t* m;
-    ddp_t* d;
-    optim_t opt;  // ddp only
-    zero_t* z;
-    sharded_optim_t* so;
-    zero3_t* z3;
-    long long state0;  // zero2/3: live params+grads+optim bytes that are not the level's own
-    long long work;    // zero2/3: workspace bytes zero3_create* allocated (its working buffers)
-} layer_t;
 
 static long long state_bytes(device_t dev) {  // live parameters + gradients + optimizer state
     const mem_stats_t ms = mem_stats(dev);
     return (long long)(ms.live_by_tag[MEM_PARAMS] + ms.live_by_tag[MEM_GRADS] + ms.live_by_tag[MEM_OPTIM]);
-}
-
-// ZeRO-3's window into the model (zero3_window_fn).
-static void set_window(void* m, float* p, float* g, size_t lo, size_t hi) { lm_set_windows(m, p, g, lo, hi); }
-
-// Sharded construction (zero3_init_fn): flat elements [lo, hi) of rank 0's initial parameters,
-// which every rank would otherwise receive whole by the broadcast (model_init_params is a pure
-// function of the seed and the element index, so each rank makes only its own pieces).
-static void init_range(void* tt, float* host, size_t lo, size_t hi) {
-    const trainer_t* t = tt;
-    model_init_params_range(t->s.rep.lay, host, lo, hi, (uint64_t)t->seed0);
-}
-
-// ZeRO-3: the shard from the current parameters, then the model's own flat buffers freed (it
-// reads and writes through the windows the hooks set) and its unit hooks pointed at zero3.
-// Lean (no flat parameters: the model was made without flat buffers): the shard made piece by
-// piece from the seed, nothing to free.
-// ZeRO-2 (L->kind RUN_ZERO2): the same engine at level 2 over the model's flat parameters; only
-// the flat gradient buffer is freed (lean: the model was made without one).
-static void zero3_layer_create(trainer_t* t, layer_t* L) {
-    const int level = L->kind == RUN_ZERO3 ? 3 : 2;
-    replica_t* x = &t->s.rep;
-    const device_t dev = lm_device(t->m);
-    const int U = model_n_units(&x->cfg);
-    size_t* bounds = malloc((size_t)(U + 1) * sizeof *bounds);
-    if (!bounds) DIE("out of host memory");
-    for (int u = 0; u < U; u++) model_unit_span(x->lay, &x->cfg, u, &bounds[u], &bounds[u + 1]);
-    bounds[U] = t->total;
-    const long long before = state_bytes(dev);  // (the shard's bytes = mid - before)
-    const long long ws0 = (long long)mem_stats(dev).live_by_tag[MEM_WORKSPACE];
-    float* params = lm_params(t->m);
-    const cudaStream_t cs = lm_stream(t->m);
-    if (level == 2)
-        L->z3 = zero3_create_zero2(x->c, x->table, x->lay->n, bounds, U, params, &t->s.opt, cs, set_window, t->m);
-    else if (params)
-        L->z3 = zero3_create(x->c, x->table, x->lay->n, bounds, U, params, &t->s.opt, cs, set_window, t->m);
-    else
-        L->z3 = zero3_create_init(x->c, x->table, x->lay->n, bounds, U, init_range, t, &t->s.opt, cs, set_window, t->m);
-    const long long mid = state_bytes(dev);
-    L->work = (long long)mem_stats(dev).live_by_tag[MEM_WORKSPACE] - ws0;
-    // zero3 frees both flat buffers, zero2 the gradients (none to free when lean)
-    if (level == 3 ? params != NULL : lm_grads(t->m) != NULL) lm_free_flat(t->m, level == 2);
-    const model_unit_hooks_t hooks = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, L->z3};
-    lm_set_unit_hooks(t->m, &hooks);
-    // What stays besides the level's own state: ZeRO-3's is its shards, ZeRO-2's its shard and
-    // the flat parameter buffer (P elements).
-    L->state0 = state_bytes(dev) - (mid - before) - (level == 2 ? (long long)(t->P * sizeof(float)) : 0);
-    free(bounds);
-}
-
-// The model's flat buffers back (P elements, padding zero), filled from the shards (zero2: the
-// parameters are current in place, only the gradient buffer comes back); lean: not (they would
-// be the whole model; the run is over and the hash was taken unit by unit).
-static void zero3_layer_destroy(trainer_t* t, layer_t* L) {
-    const int level = zero3_level(L->z3);
-    if (t->lean || level == 2) {
-        zero3_destroy(L->z3);  // (its collectives and the last step done first)
-        L->z3 = NULL;
-        if (t->lean) return;
-    }
-    char err[512];
-    lm_set_unit_hooks(t->m, NULL);
-    if (lm_restore_flat(t->m, t->P, level == 2, err, sizeof err) != 0) comm_fatal(t->s.c, 1, "%s", err);
-    if (level == 2) return;
-    zero3_gather_params(L->z3, lm_params(t->m));
-    zero3_destroy(L->z3);
-    L->z3 = NULL;
-}
-
-static void layer_create(trainer_t* t, layer_t* L, run_kind_t kind, double bucket_mb) {
-    memset(L, 0, sizeof *L);
-    L->kind = kind;
-    L->m = t->m;
-    replica_t* x = &t->s.rep;
-    const int n = x->lay->n;
-    float *P = lm_params(t->m), *G = lm_grads(t->m);
-    const cudaStream_t cs = lm_stream(t->m);
-    if (kind == RUN_DDP || kind == RUN_COURSE)
-        L->d = ddp_create(x->c, x->table, n, P, G, t->total, DDP_BUCKETED, bucket_mb, cs);
-    if (kind == RUN_DDP) {
-        optim_init(&L->opt, OPT_ADAMW, &t->s.opt, lm_device(t->m));
-        for (int i = 0; i < n; i++) optim_add_range(&L->opt, x->table[i].offset, x->table[i].offset, x->table[i].numel);
-    } else if (kind == RUN_COURSE) {
-        L->so = sharded_optim_create(x->c, x->table, n, P, G, t->total, OPT_ADAMW, &t->s.opt, 0, cs);
-    } else if (kind == RUN_ZERO3 || kind == RUN_ZERO2) {
-        zero3_layer_create(t, L);
-    } else {  // zero1, zero2s: the flat buffers of zero.h
-        L->z = zero_create(x->c, kind == RUN_ZERO1 ? 1 : 2, x->table, n, P, G, t->total, bucket_mb, &t->s.opt, cs);
-    }
-}
-
-static void layer_destroy(trainer_t* t, layer_t* L) {
-    if (L->z3) zero3_layer_destroy(t, L);
-    if (L->d) ddp_destroy(L->d);
-    if (L->kind == RUN_DDP) optim_free(&L->opt);
-    sharded_optim_destroy(L->so);
-    zero_destroy(L->z);
-}
-
-static int layer_collectives(const layer_t* L) {  // per step
-    if (L->z3) {  // zero3: U forward gathers, U-2 backward ones (the head and the last block stay), U
-                  // reduce-scatters; zero2: U reduce-scatters, U all-gathers after the update
-        const int U = zero3_n_units(L->z3);
-        return zero3_level(L->z3) == 3 ? 3 * U - 2 : 2 * U;
-    }
-    if (L->z) return 2 * zero_n_buckets(L->z);
-    return ddp_n_buckets(L->d) + (L->so ? (int)sharded_optim_broadcasts(L->so) : 0);
-}
-
-// The layer as the training loop's method (train_loop.h).
-static void layer_hook(void* ctx, int i) {
-    layer_t* L = ctx;
-    if (L->z3) return;  // ZeRO-2/3 work per unit (the model's unit hooks), not per parameter
-    if (L->z) zero_grad_ready(L->z, i);
-    else ddp_grad_ready(L->d, i);
-}
-static void layer_finish(void* ctx) {
-    layer_t* L = ctx;
-    if (L->z3) zero3_finish_grads(L->z3);
-    else if (L->z) zero_finish_grads(L->z);
-    else ddp_finish_grads(L->d);
-}
-static void layer_update(void* ctx) {
-    layer_t* L = ctx;
-    if (L->z3) zero3_step(L->z3);
-    else if (L->z) zero_step(L->z);
-    else if (L->so) sharded_optim_step(L->so);
-    else optim_step(&L->opt, lm_params(L->m), lm_grads(L->m), lm_stream(L->m));
-}
-
-// The trainable elements of the table inside [lo, hi): the formula, counted apart from the
-// layers so that the allocator's optim bytes are checked against something independent.
-static size_t trainable_in(const trainer_t* t, size_t lo, size_t hi) {
-    const replica_t* x = &t->s.rep;
-    size_t n = 0;
-    for (int i = 0; i < x->lay->n; i++) {
-        const size_t a = x->table[i].offset, e = a + x->table[i].numel;
-        if (x->table[i].trainable && a < hi && lo < e) n += (e < hi ? e : hi) - (a > lo ? a : lo);
-    }
-    return n;
-}
-
-static size_t owned_elems(const trainer_t* t, const layer_t* L) {
-    const int W = t->s.c->world, r = t->s.c->rank;
-    size_t n = 0;
-    switch (L->kind) {
-    case RUN_DDP: return trainable_in(t, 0, t->total);
-    case RUN_ZERO1: {
-        size_t lo, hi;
-        zero_shard_range(t->total, W, r, &lo, &hi, NULL);
-        return trainable_in(t, lo, hi);
-    }
-    case RUN_ZERO2:
-    case RUN_ZERO3:  // per unit (zero3.h): rank r's piece of each, clipped to the unit
-        for (int u = 0; u < zero3_n_units(L->z3); u++) {
-            const zero3_unit_t b = zero3_unit(L->z3, u);
-            const size_t lo = b.begin + (size_t)r * b.piece, hi = lo + b.piece;
-            n += trainable_in(t, lo, hi < b.end ? hi : b.end);
-        }
-        return n;
-    case RUN_ZERO2S:
-        for (int k = 0; k < zero_n_buckets(L->z); k++) {
-            const zero_bucket_t b = zero_bucket(L->z, k);
-            n += trainable_in(t, b.begin + (size_t)r * b.piece, b.begin + (size_t)(r + 1) * b.piece);
-        }
-        return n;
-    default:
-        for (int i = 0; i < t->s.rep.lay->n; i++)
-            if (sharded_optim_owner(L->so, i) == r) n += t->s.rep.table[i].numel;
-        return n;
-    }
-}
-
-// A hash of flat elements x[0 .. n) that sit at flat index first, ADDED to h: the sum over the
-// elements of a mix (splitmix64's finaliser) of their index and their bits. Why a sum of
-// per-element terms: it does not depend on how the buffer is cut into pieces, so a run that
-// never holds the whole model (hashing unit by unit) gets the same value as one that does, and
-// the terms are independent, so the threads share the work (a serial byte-wise hash of a
-// 14 B-parameter model takes about a minute; this, a second or two).
-static unsigned long long hash_floats(unsigned long long h, const float* x, size_t first, size_t n) {
-    unsigned long long sum = 0;
-    const long long nn = (long long)n;
-#pragma omp parallel for schedule(static) reduction(+ : sum) if (nn > 65536)
-    for (long long i = 0; i < nn; i++) {
-        uint32_t bits;
-        memcpy(&bits, &x[i], sizeof bits);
-        unsigned long long z = ((unsigned long long)(first + (size_t)i) * 0x9E3779B97F4A7C15ull) ^ bits;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        sum += z ^ (z >> 31);
-    }
-    return h + sum;
-}
-
-// The hash of the layout's parameters without a host copy of the whole model: ZeRO-3 unit by
-// unit (gathered; the units tile [0, total)), else (ZeRO-2 too) the flat buffer in chunks (on
-// the CPU in place). Collective for ZeRO-3. Call before layer_destroy.
-static unsigned long long lean_params_hash(trainer_t* t, layer_t* L) {
-    unsigned long long h = 0;
-    if (L->z3 && zero3_level(L->z3) == 3) {
-        size_t most = 0;
-        for (int u = 0; u < zero3_n_units(L->z3); u++) {
-            const zero3_unit_t b = zero3_unit(L->z3, u);
-            if (b.end - b.begin > most) most = b.end - b.begin;
-        }
-        float* buf = malloc(most * sizeof(float));  // one unit, host
-        if (!buf) DIE("out of host memory: %zu bytes", most * sizeof(float));
-        for (int u = 0; u < zero3_n_units(L->z3); u++) {
-            const zero3_unit_t b = zero3_unit(L->z3, u);
-            zero3_gather_unit_host(L->z3, u, buf);
-            h = hash_floats(h, buf, b.begin, b.end - b.begin);
-        }
-        free(buf);
-        return h;
-    }
-    const float* params = lm_params(t->m);
-    // Host memory is hashed where it lies; device memory through a host chunk (CUDA copies).
-    if (lm_device(t->m) == DEV_CPU) return hash_floats(h, params, 0, t->total);
-    comm_stream_sync(t->s.c, lm_stream(t->m), "the last step");
-    const size_t chunk = (size_t)1 << 24;  // 64 MiB of host memory
-    float* buf = malloc(chunk * sizeof(float));
-    if (!buf) DIE("out of host memory");
-    for (size_t a = 0; a < t->total; a += chunk) {
-        const size_t n = t->total - a < chunk ? t->total - a : chunk;
-        CUDA_CHECK(cudaMemcpy(buf, params + a, n * sizeof(float), cudaMemcpyDeviceToHost));
-        h = hash_floats(h, buf, a, n);
-    }
-    free(buf);
-    return h;
 }
 
 #define NT MEM_NTAGS
@@ -379,7 +115,7 @@ static void watch_step(void* ctx, int k, const train_times_t* t) {
 static long long max3(long long a, long long b, long long c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 // The levels to run, in run order, from --zero, --zero2, --shard and --check-ddp; returns how many.
-static int parse_runs(const char* zero_s, const char* zero2_s, int course, int check, run_kind_t* runs, int* want) {
+static int parse_runs(const char* zero_s, const char* zero2_s, int course, int check, zl_kind_t* runs, int* want) {
     char buf[128], why[256];
     if (*zero_s && list_check_items("zero", zero_s, why, sizeof why) != 0) BAD("%s", why);
     if (strlen(zero_s) >= sizeof buf) BAD("--zero: longer than %zu characters", sizeof buf - 1);
@@ -390,22 +126,22 @@ static int parse_runs(const char* zero_s, const char* zero2_s, int course, int c
             BAD("--zero: '%s' is not a level (allowed: a comma list of 0, 1, 2, 3, or all)", tok);
         const int lv = tok[0] - '0';
         if (lv == 2 && !course) {  // the new ZeRO-2 and/or the older staging one (--zero2)
-            want[RUN_ZERO2] |= strcmp(zero2_s, "staging") != 0;
-            want[RUN_ZERO2S] |= strcmp(zero2_s, "units") != 0;
+            want[ZL_ZERO2] |= strcmp(zero2_s, "staging") != 0;
+            want[ZL_ZERO2S] |= strcmp(zero2_s, "units") != 0;
         } else {
-            want[lv == 0 ? RUN_DDP : lv == 1 ? (course ? RUN_COURSE : RUN_ZERO1) : lv == 2 ? RUN_COURSE : RUN_ZERO3] = 1;
+            want[lv == 0 ? ZL_DDP : lv == 1 ? (course ? ZL_COURSE : ZL_ZERO1) : lv == 2 ? ZL_COURSE : ZL_ZERO3] = 1;
         }
         any = 1;
     }
     if (!any) BAD("--zero: empty list (allowed: a comma list of 0, 1, 2, 3, or all)");
-    if (check) want[RUN_DDP] = 1;  // the reference, run first
-    for (int k = 0; k < N_RUN_KINDS; k++)
-        if (want[k]) runs[nruns++] = (run_kind_t)k;
+    if (check) want[ZL_DDP] = 1;  // the reference, run first
+    for (int k = 0; k < ZL_N; k++)
+        if (want[k]) runs[nruns++] = (zl_kind_t)k;
     return nruns;
 }
 
 // The largest rank's setup peak and its live bytes by tag at that moment, printed by rank 0.
-static void report_setup_peak(trainer_t* t, run_kind_t kind, result_t* R) {
+static void report_setup_peak(trainer_t* t, zl_kind_t kind, result_t* R) {
     const int r = t->s.c->rank;
     const mem_stats_t sm = mem_stats(lm_device(t->m));
     long long v[NT + 1];
@@ -422,7 +158,7 @@ static void report_setup_peak(trainer_t* t, run_kind_t kind, result_t* R) {
     const double MiB = 1048576.0;
     const int gpu_mem = lm_device(t->m) == DEV_CUDA;
     printf("  %-7s setup peak (rank %lld, %s): %.2f MiB = params %.2f + grads %.2f + optim %.2f + acts %.2f + workspace+other %.2f MiB (%s)\n",
-           run_names[kind], who, gpu_mem ? "device" : "host", v[NT] / MiB, v[MEM_PARAMS] / MiB, v[MEM_GRADS] / MiB,
+           zl_name(kind), who, gpu_mem ? "device" : "host", v[NT] / MiB, v[MEM_PARAMS] / MiB, v[MEM_GRADS] / MiB,
            v[MEM_OPTIM] / MiB, v[MEM_ACTS] / MiB, (v[MEM_WORKSPACE] + v[MEM_OTHER]) / MiB,
            !t->lean ? "whole model built first, shared by the runs"
            : gpu_mem ? "lean: built sharded" : "lean; the CPU model is built whole first");
@@ -430,7 +166,7 @@ static void report_setup_peak(trainer_t* t, run_kind_t kind, result_t* R) {
 }
 
 // The per-unit shard layout (zero3.h; zero2: of the gradient only), rank 0.
-static void print_units(const trainer_t* t, const layer_t* L) {
+static void print_units(const trainer_t* t, const zero_layer_t* L) {
     const replica_t* x = &t->s.rep;
     const int U = zero3_n_units(L->z3), W = t->s.c->world;
     size_t pad = 0;
@@ -444,16 +180,17 @@ static void print_units(const trainer_t* t, const layer_t* L) {
         }
     }
     printf("  %-7s %d units sharded %d ways: a shard of %zu elements a rank (unit padding %zu); %d piece boundar%s cut%s through a parameter\n",
-           run_names[L->kind], U, W, zero3_shard_elems(L->z3), pad, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
+           zl_name(L->kind), U, W, zero3_shard_elems(L->z3), pad, cuts, cuts == 1 ? "y" : "ies", cuts == 1 ? "s" : "");
 }
 
 // After a run: every rank's memory by tag, the optimizer state (and zero2/3's whole state)
 // against the formulas, the replicas' hash, the activations; the layer destroyed. Prints rank
 // 0's lines; returns 1 if a check failed. got (not lean): the parameters after the run.
-static int check_run(trainer_t* t, layer_t* L, result_t* R, const step_watch_t* w, size_t optim0, size_t acts_formula,
+static int check_run(trainer_t* t, zero_layer_t* L, result_t* R, const step_watch_t* w, size_t optim0, size_t acts_formula,
                      float* got) {
     const int W = t->s.c->world, r = t->s.c->rank;
-    const char* name = run_names[L->kind];
+    const zl_kind_t kind = L->kind;  // (L is destroyed below)
+    const char* name = zl_name(kind);
     comm_t* c = t->s.c;
     const size_t psi = param_count(t->s.rep.lay);
     const mem_stats_t ms = mem_stats(lm_device(t->m));
@@ -463,7 +200,7 @@ static int check_run(trainer_t* t, layer_t* L, result_t* R, const step_watch_t* 
     R->phase[r][1] = w->fb1, R->phase[r][2] = w->opt1, R->phase[r][3] = w->after1;
     R->phase[r][4] = w->fb > w->opt ? w->fb : w->opt, R->phase[r][5] = w->after;
     R->optim_meas[r] = (long long)(ms.live_by_tag[MEM_OPTIM] - optim0);
-    R->optim_formula[r] = (long long)(2 * sizeof(float) * owned_elems(t, L));
+    R->optim_formula[r] = (long long)(2 * sizeof(float) * zero_layer_owned(L));
     long long z3_ok[2] = {1, 1};  // zero2/3: grads are the shard alone; the working buffers exact
     size_t S = 0, work = 0;
     if (L->z3) {  // zero3: 16Psi/n with the padding: 4S params + 4S grads + 8 x owned trainable;
@@ -489,12 +226,12 @@ static int check_run(trainer_t* t, layer_t* L, result_t* R, const step_watch_t* 
     // Replicas bitwise identical (the layout's elements; padding is never a parameter).
     unsigned long long h;
     if (t->lean) {
-        h = lean_params_hash(t, L);
-        layer_destroy(t, L);
+        h = zero_layer_params_hash(L);
+        zero_layer_destroy(L, 0);
     } else {
-        layer_destroy(t, L);
+        zero_layer_destroy(L, 1);
         lm_get_params(t->m, got);
-        h = hash_floats(0, got, 0, t->total);
+        h = zero_hash_floats(0, got, 0, t->total);
     }
     long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
     comm_host_allreduce_i64(c, v, 2, COMM_MAX);
@@ -506,24 +243,24 @@ static int check_run(trainer_t* t, layer_t* L, result_t* R, const step_watch_t* 
         optim_sum += R->optim_meas[k];
     }
     // DDP: every rank holds all 8Ψ; sharded: every trainable element owned exactly once.
-    optim_ok &= optim_sum == (long long)(8 * psi) * (L->kind == RUN_DDP ? W : 1);
-    if (L->kind == RUN_ZERO3 || L->kind == RUN_ZERO2) {
+    optim_ok &= optim_sum == (long long)(8 * psi) * (kind == ZL_DDP ? W : 1);
+    if (kind == ZL_ZERO3 || kind == ZL_ZERO2) {
         int state_ok = 1;
         long long sum = 0;
         for (int k = 0; k < W; k++) {
             state_ok &= R->state_meas[k] == R->state_formula[k];
             sum += R->state_meas[k];
         }
-        if (r == 0 && L->kind == RUN_ZERO3)
+        if (r == 0 && kind == ZL_ZERO3)
             printf("  %-7s params + grads + optimizer state %s 16Psi/n on every rank (8 x shard + 8 x owned; %lld bytes over all ranks, 16Psi = %lld)\n",
                    name, state_ok ? "==" : "!=", sum, (long long)(16 * psi));
-        if (r == 0 && L->kind == RUN_ZERO2)
+        if (r == 0 && kind == ZL_ZERO2)
             printf("  %-7s params + grads + optimizer state %s 4Psi+12Psi/n on every rank (4 x padded flat %zu + 4 x shard + 8 x owned; %lld bytes over all ranks, 4Psi x n + 12Psi = %lld)\n",
                    name, state_ok ? "==" : "!=", t->P, sum, (long long)(4 * psi) * W + (long long)(12 * psi));
         if (r == 0)
             printf("  %-7s grads %s the shard on every rank (4 x %zu = %zu bytes, no whole-model gradient buffer); working buffers %s %zu bytes on every rank (workspace: %s)\n",
                    name, z3_ok[0] ? "==" : "!=", S, S * sizeof(float), z3_ok[1] ? "==" : "!=", work,
-                   L->kind == RUN_ZERO3 ? "2 parameter + 2 gradient buffers of the largest padded unit"
+                   kind == ZL_ZERO3 ? "2 parameter + 2 gradient buffers of the largest padded unit"
                                         : "2 gradient buffers of the largest padded unit + one piece");
         if (!state_ok || !z3_ok[0] || !z3_ok[1]) status = 1;
     }
@@ -560,7 +297,7 @@ static int check_against_ddp(const char* name, const float* got, const float* re
 
 // Rank 0's tables: timing (and the CSV rows), memory by tag beside the formulas (Ψ = the
 // parameter count), the peaks by phase.
-static void print_tables(const trainer_t* t, const run_kind_t* runs, int nruns, const result_t* res, int have_ddp,
+static void print_tables(const trainer_t* t, const zl_kind_t* runs, int nruns, const result_t* res, int have_ddp,
                          const char* model_label, double bucket_mb) {
     const train_flags_t* f = &t->s.f;
     const int W = t->s.c->world;
@@ -572,9 +309,9 @@ static void print_tables(const trainer_t* t, const run_kind_t* runs, int nruns, 
         const result_t* R = &res[ri];
         char ov[32] = "";
         if (ddp_ms > 0) snprintf(ov, sizeof ov, "%+.1f%%", 100.0 * (R->ms[0] / ddp_ms - 1.0));
-        printf("| %-6s | %16d | %9.2f | %14.2f | %11.2f | %8s |\n", run_names[runs[ri]], R->n_coll, R->ms[0], R->ms[1], R->ms[2], ov);
+        printf("| %-6s | %16d | %9.2f | %14.2f | %11.2f | %8s |\n", zl_name(runs[ri]), R->n_coll, R->ms[0], R->ms[1], R->ms[2], ov);
         if (csv) fprintf(csv, "%s,%d,%d,%d,%s,%s,%s,%g,%d,%.3f,%.3f,%.3f,%lld,%lld\n", model_label, f->context, f->batch, W,
-                         f->precision, comm_backend_name(t->s.backend), run_names[runs[ri]], bucket_mb, R->n_coll, R->ms[0],
+                         f->precision, comm_backend_name(t->s.backend), zl_name(runs[ri]), bucket_mb, R->n_coll, R->ms[0],
                          R->ms[1], R->ms[2], R->optim_meas[0], R->after[0][NT]);
     }
     if (csv) fclose(csv);
@@ -585,14 +322,14 @@ static void print_tables(const trainer_t* t, const run_kind_t* runs, int nruns, 
             const long long* a = res[ri].after[k];
             char fm[64];
             switch (runs[ri]) {
-            case RUN_DDP: snprintf(fm, sizeof fm, "16Psi = %.2f MiB", 4 * P4 / MiB); break;
-            case RUN_ZERO1: snprintf(fm, sizeof fm, "8Psi+8Psi/n = %.2f MiB", (2 * P4 + 2 * P4 / W) / MiB); break;
-            case RUN_ZERO2: snprintf(fm, sizeof fm, "4Psi+12Psi/n = %.2f MiB", (P4 + 3 * P4 / W) / MiB); break;
-            case RUN_ZERO2S: snprintf(fm, sizeof fm, "8Psi+12Psi/n = %.2f MiB", (2 * P4 + 3 * P4 / W) / MiB); break;
-            case RUN_ZERO3: snprintf(fm, sizeof fm, "16Psi/n = %.2f MiB", 4 * P4 / W / MiB); break;
+            case ZL_DDP: snprintf(fm, sizeof fm, "16Psi = %.2f MiB", 4 * P4 / MiB); break;
+            case ZL_ZERO1: snprintf(fm, sizeof fm, "8Psi+8Psi/n = %.2f MiB", (2 * P4 + 2 * P4 / W) / MiB); break;
+            case ZL_ZERO2: snprintf(fm, sizeof fm, "4Psi+12Psi/n = %.2f MiB", (P4 + 3 * P4 / W) / MiB); break;
+            case ZL_ZERO2S: snprintf(fm, sizeof fm, "8Psi+12Psi/n = %.2f MiB", (2 * P4 + 3 * P4 / W) / MiB); break;
+            case ZL_ZERO3: snprintf(fm, sizeof fm, "16Psi/n = %.2f MiB", 4 * P4 / W / MiB); break;
             default: snprintf(fm, sizeof fm, "8Psi+8Psi_r = %.2f MiB", (2 * P4 + (double)res[ri].optim_formula[k]) / MiB); break;
             }
-            printf("| %-6s | %4d | %6.2f | %5.2f | %5.2f | %4.2f | %15.2f | %4.2f | %13.2f | %15s |\n", run_names[runs[ri]], k,
+            printf("| %-6s | %4d | %6.2f | %5.2f | %5.2f | %4.2f | %15.2f | %4.2f | %13.2f | %15s |\n", zl_name(runs[ri]), k,
                    a[MEM_PARAMS] / MiB, a[MEM_GRADS] / MiB, a[MEM_OPTIM] / MiB, a[MEM_ACTS] / MiB,
                    (a[MEM_WORKSPACE] + a[MEM_OTHER]) / MiB, a[NT] / MiB, (a[MEM_PARAMS] + a[MEM_GRADS] + a[MEM_OPTIM]) / MiB, fm);
         }
@@ -612,7 +349,7 @@ static void print_tables(const trainer_t* t, const run_kind_t* runs, int nruns, 
     for (int ri = 0; ri < nruns; ri++)
         for (int k = 0; k < W; k++) {
             const long long* q = res[ri].phase[k];
-            printf("| %-6s | %4d | %10.2f | %29.2f | %22.2f | %18.2f | %17.2f | %23.2f |\n", run_names[runs[ri]], k, q[0] / MiB,
+            printf("| %-6s | %4d | %10.2f | %29.2f | %22.2f | %18.2f | %17.2f | %23.2f |\n", zl_name(runs[ri]), k, q[0] / MiB,
                    q[1] / MiB, q[2] / MiB, q[3] / MiB, q[4] / MiB, q[5] / MiB);
         }
     printf("(MiB, peaks by phase from the counting allocator, per rank: each the most live at once since the phase "
@@ -653,16 +390,16 @@ int main(int argc, char** argv) {
         char why[160];
         if (model_ckpt_parse(ckpt_s, &ckpt, why, sizeof why) != 0) BAD("--checkpoint: %s", why);
     }
-    run_kind_t runs[N_RUN_KINDS];
-    int want[N_RUN_KINDS] = {0};
+    zl_kind_t runs[ZL_N];
+    int want[ZL_N] = {0};
     const int nruns = parse_runs(zero_s, zero2_s, strcmp(shard_s, "course") == 0, check, runs, want);
-    if (want[RUN_ZERO2] && s->precision != MP_FP32)
+    if (want[ZL_ZERO2] && s->precision != MP_FP32)
         BAD("--zero 2 runs fp32 only: its gradients go through the model's windows, which are fp32 only (use --precision fp32, or --zero2 staging)");
-    if (want[RUN_ZERO3] && s->precision != MP_FP32)
+    if (want[ZL_ZERO3] && s->precision != MP_FP32)
         BAD("--zero 3 runs fp32 only: bf16 compute copies of the gathered units are not implemented (use --precision fp32, or levels 0-2)");
     // ZeRO-2/3's unit hooks hold one unit's parameters at a time (two working buffers): a
     // segment of K > 1 blocks would need K of them for its recompute (model_cpu.h).
-    if (ckpt > 1 && (want[RUN_ZERO2] || want[RUN_ZERO3]))
+    if (ckpt > 1 && (want[ZL_ZERO2] || want[ZL_ZERO3]))
         BAD("--checkpoint %s with --zero 2 or 3: %s (use --checkpoint block)", ckpt_s, MODEL_CKPT_HOOKS_REFUSAL);
     {  // handed over by 06's ddp_train (--zero/--shard): its notice, now that the flags are accepted
         const char* handoff = getenv("ZERO_TRAIN_HANDOFF");
@@ -673,7 +410,6 @@ int main(int argc, char** argv) {
     const int W = s->c->world, r = s->c->rank;
     if (W > 64) comm_refuse(s->c, "at most 64 ranks (got %d)", W);
     s->attn = strcmp(f.attention, "flash") == 0 ? flash_attention_impl() : NULL;
-    t.seed0 = f.seed;
     {  // the flat buffers padded so that they split into W equal, aligned shards
         param_layout_t lay = param_layout_make(&s->cfg);
         t.P = zero_padded_total(lay.total, W);
@@ -686,7 +422,7 @@ int main(int argc, char** argv) {
     lm_options_t o = lm_options(LM_CPU, 0, 0);
     o.ckpt = ckpt;
     o.flat_total = t.P;
-    o.flat = !t.lean ? LM_FLAT_WHOLE : runs[0] == RUN_ZERO3 ? LM_FLAT_NONE : runs[0] == RUN_ZERO2 ? LM_FLAT_PARAMS : LM_FLAT_PADDED;
+    o.flat = !t.lean ? LM_FLAT_WHOLE : runs[0] == ZL_ZERO3 ? LM_FLAT_NONE : runs[0] == ZL_ZERO2 ? LM_FLAT_PARAMS : LM_FLAT_PADDED;
     train_setup(s, o);
     t.m = s->rep.m;
     t.total = s->rep.lay->total;
@@ -745,22 +481,22 @@ int main(int argc, char** argv) {
         if (ri > 0) mem_reset_peak(dev);
         if (!t.lean) lm_set_params(t.m, init);
         const size_t optim0 = mem_stats(dev).live_by_tag[MEM_OPTIM];
-        layer_t L;
-        layer_create(&t, &L, runs[ri], bucket_mb);
-        R->n_coll = layer_collectives(&L);
+        zero_layer_t L;
+        zero_layer_create(&L, runs[ri], &s->rep, &s->opt, t.P, bucket_mb, f.seed);
+        R->n_coll = zero_layer_collectives(&L);
         report_setup_peak(&t, runs[ri], R);
         if (L.z3 && r == 0) print_units(&t, &L);
         // Every run's data from step 0 (the same global batches in every run).
-        const train_method_t meth = {&L, layer_hook, layer_finish, layer_update, NULL};
-        step_watch_t w = {run_names[runs[ri]], r == 0 && check, 0, 0, 0, 0, 0, 0};
+        const train_method_t meth = zero_layer_method(&L);
+        step_watch_t w = {zl_name(runs[ri]), r == 0 && check, 0, 0, 0, 0, 0, 0};
         train_run(s, &meth, f.warmup, f.steps, 1, watch_step, &w, R->ms);
         status |= check_run(&t, &L, R, &w, optim0, acts_formula, got);
         if (check && r == 0) {
-            if (runs[ri] == RUN_DDP) memcpy(ref, got, t.total * sizeof(float));
-            else status |= check_against_ddp(run_names[runs[ri]], got, ref, t.total);
+            if (runs[ri] == ZL_DDP) memcpy(ref, got, t.total * sizeof(float));
+            else status |= check_against_ddp(zl_name(runs[ri]), got, ref, t.total);
         }
     }
-    if (r == 0) print_tables(&t, runs, nruns, res, want[RUN_DDP], model_label, bucket_mb);
+    if (r == 0) print_tables(&t, runs, nruns, res, want[ZL_DDP], model_label, bucket_mb);
     long long st_all = status;
     comm_host_allreduce_i64(s->c, &st_all, 1, COMM_MAX);
     train_teardown(s);
