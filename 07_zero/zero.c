@@ -200,7 +200,7 @@ void zero_destroy(zero_t* z) {
     if (!z) return;
     comm_waitall(z->c, z->reqs, z->nb);
     comm_stream_close(z);
-    if (z->compute) CUDA_CHECK(cudaStreamSynchronize(z->compute));  // the optimizer may still run
+    comm_stream_sync(z->c, z->compute, "ZeRO's last step");  // the optimizer may still run (MPI: nothing to wait for)
     optim_free(&z->opt);
     mem_free(z->gshard);
     free(z->p);
