@@ -268,7 +268,7 @@ static void comm_after_compute(zero3_t* z) {
 
 // All-gather use i's unit into pbuf[i mod 2], unless that buffer holds it already.
 static void start_gather(zero3_t* z, int i) {
-    // STUDENT-BEGIN(07.zero3_gather): all-gather use i's unit (use_unit) from every rank's piece at pshard + q into pbuf[i mod 2], unless held[] says the buffer has it: NCCL on the comm stream after comm_after_compute (the buffer's last user), detached, then ag_done[k] recorded; MPI a request in ag_req[k] (the old one waited first); set held[k], count ag_calls and ag_bytes | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: use_unit comm_after_compute | needs: 07.zero3_plan 07.zero3_reduce_scatter 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
+    // STUDENT-BEGIN(07.zero3_gather): all-gather use i's unit (use_unit) from every rank's piece at pshard + q into pbuf[i mod 2], unless held[] says the buffer has it: NCCL on the comm stream after comm_after_compute (the buffer's last user), detached, then ag_done[k] recorded; MPI a request in ag_req[k] (the old one waited first; started does either); set held[k], count ag_calls and ag_bytes | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: use_unit comm_after_compute started | needs: 07.zero3_plan 07.zero3_reduce_scatter 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
     const int k = i % 2, u = use_unit(z, i);
     if (z->held[k] == u) return;
     const zero3_unit_t* un = &z->u[u];
@@ -328,7 +328,7 @@ void zero3_before_bwd(void* zz, int u) {
 }
 
 void zero3_after_bwd(void* zz, int u) {
-    // STUDENT-BEGIN(07.zero3_reduce_scatter): after unit u's backward (check_unit against bwd_next): reduce-scatter (avg) its gradient buffer gbuf[k], k = (U-1-u) mod 2, in pieces of un->piece into gshard + q: NCCL on the comm stream after comm_after_compute, detached, then rs_done[k] recorded; MPI a request in rs_req[k]; rs_pending[k] = 1, count rs_calls and rs_bytes, bwd_next = u - 1 | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: comm_after_compute | needs: 07.zero3_plan 07.zero3_gather 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
+    // STUDENT-BEGIN(07.zero3_reduce_scatter): after unit u's backward (check_unit against bwd_next): reduce-scatter (avg) its gradient buffer gbuf[k], k = (U-1-u) mod 2, in pieces of un->piece into gshard + q: NCCL on the comm stream after comm_after_compute, detached, then rs_done[k] recorded; MPI a request in rs_req[k] (started does either); rs_pending[k] = 1, count rs_calls and rs_bytes, bwd_next = u - 1 | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: comm_after_compute started | needs: 07.zero3_plan 07.zero3_gather 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
     zero3_t* z = zz;
     check_unit(u, z->bwd_next, "after_bwd");
     const int j = z->U - 1 - u, k = j % 2;
