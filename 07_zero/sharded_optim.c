@@ -63,15 +63,10 @@ static void grow_state(optim_t* o, cudaStream_t stream) {
     float* bufs[2] = {o->m, o->v};
     for (int k = 0; k < 2; k++) {
         float* nb = mem_alloc(o->dev, bytes, MEM_OPTIM);
-        if (o->dev == DEV_CUDA) {
-            if (old) CUDA_CHECK(cudaMemcpyAsync(nb, bufs[k], old * 4, cudaMemcpyDeviceToDevice, stream));
-            CUDA_CHECK(cudaMemsetAsync(nb + old, 0, (n - old) * 4, stream));
-            // the old buffer may still be read by the copy just enqueued
-            if (bufs[k]) CUDA_CHECK(cudaStreamSynchronize(stream));
-        } else {
-            if (old) memcpy(nb, bufs[k], old * 4);
-            memset(nb + old, 0, (n - old) * 4);
-        }
+        mem_copy_async(o->dev, nb, bufs[k], old * 4, stream);
+        mem_zero_async(o->dev, nb + old, (n - old) * 4, stream);
+        // the old buffer may still be read by the copy just enqueued (the GPU's; the host's is done)
+        if (bufs[k] && o->dev == DEV_CUDA) CUDA_CHECK(cudaStreamSynchronize(stream));
         mem_free(bufs[k]);
         bufs[k] = nb;
     }
@@ -132,8 +127,7 @@ struct sharded_optim {
     comm_t* c;
     float *params, *grads;  // the flat buffers
     size_t total;
-    int gpu;
-    cudaStream_t stream;
+    cudaStream_t stream;  // NCCL: the compute stream; NULL on MPI
     int average;
     int n, cap;
     param_ref_t* p;  // (n) every group's parameters, in the order added
@@ -156,12 +150,11 @@ sharded_optim_t* sharded_optim_create(comm_t* c, const param_ref_t* table, int n
     s->params = params;
     s->grads = grads;
     s->total = total;
-    s->gpu = c->backend == COMM_NCCL;
-    s->stream = s->gpu ? stream : NULL;
+    s->stream = c->backend == COMM_NCCL ? stream : NULL;  // MPI has no streams
     s->average = average_grads;
     s->load = calloc((size_t)c->world, sizeof(size_t));
     if (!s->load) DIE("out of host memory");
-    optim_init(&s->opt, kind, cfg, s->gpu ? DEV_CUDA : DEV_CPU);
+    optim_init(&s->opt, kind, cfg, comm_device_kind(c));
     sharded_optim_add_group(s, table, n);
     return s;
 }

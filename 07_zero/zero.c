@@ -18,8 +18,8 @@ struct zero {
     int n;
     float *params, *grads;  // (P) the padded flat buffers
     size_t total, P, S;
-    int gpu;
-    cudaStream_t compute, comm_stream;  // NCCL; comm_stream for level 2 only
+    device_t dev;                       // where params and grads live (the backend's)
+    cudaStream_t compute, comm_stream;  // NCCL (NULL on MPI); comm_stream for level 2 only
 
     int nb;
     zero_bucket_t* b;  // (nb)
@@ -101,6 +101,26 @@ static void add_owned(zero_t* z, size_t lo, size_t hi, size_t g_base) {
     }
 }
 
+// ZeRO-2 on NCCL: the reduce-scatters on a stream of their own, started as each bucket's
+// gradients are written (events), so that the backward goes on meanwhile. The one place the
+// backends differ in kind: MPI has no streams (its requests are waited in zero_finish_grads), and
+// ZeRO-1's single bucket runs on the compute stream; comm_stream stays NULL for both.
+static void comm_stream_open(zero_t* z) {
+    if (!z->compute) return;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&z->comm_stream, cudaStreamNonBlocking));
+    z->ready = xcalloc((size_t)z->nb, sizeof(cudaEvent_t));
+    for (int k = 0; k < z->nb; k++) CUDA_CHECK(cudaEventCreateWithFlags(&z->ready[k], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&z->done, cudaEventDisableTiming));
+}
+static void comm_stream_close(zero_t* z) {
+    if (!z->comm_stream) return;
+    CUDA_CHECK(cudaStreamSynchronize(z->comm_stream));
+    for (int k = 0; k < z->nb; k++) CUDA_CHECK(cudaEventDestroy(z->ready[k]));
+    CUDA_CHECK(cudaEventDestroy(z->done));
+    CUDA_CHECK(cudaStreamDestroy(z->comm_stream));
+    free(z->ready);
+}
+
 zero_t* zero_create(comm_t* c, int level, const param_ref_t* table, int n, float* params,
                     float* grads, size_t total, double bucket_mb, const adamw_config_t* cfg,
                     cudaStream_t compute_stream) {
@@ -123,8 +143,8 @@ zero_t* zero_create(comm_t* c, int level, const param_ref_t* table, int n, float
     size_t sb, se;
     zero_shard_range(total, W, r, &sb, &se, &z->P);
     z->S = se - sb;
-    z->gpu = c->backend == COMM_NCCL;
-    z->compute = z->gpu ? compute_stream : NULL;
+    z->dev = comm_device_kind(c);
+    z->compute = c->backend == COMM_NCCL ? compute_stream : NULL;  // MPI has no streams
 
     // The plan.
     if (level == 1) {
@@ -158,27 +178,19 @@ zero_t* zero_create(comm_t* c, int level, const param_ref_t* table, int n, float
 
     // What this rank owns: shard r (level 1, gradient in place), or its piece of every bucket
     // (level 2, gradient in the compact buffer).
-    optim_init(&z->opt, OPT_ADAMW, cfg, z->gpu ? DEV_CUDA : DEV_CPU);
+    optim_init(&z->opt, OPT_ADAMW, cfg, z->dev);
     if (level == 1) {
         add_owned(z, sb, se, sb);
     } else {
-        z->gshard = mem_alloc(z->gpu ? DEV_CUDA : DEV_CPU, z->S * sizeof(float), MEM_GRADS);
+        z->gshard = mem_alloc(z->dev, z->S * sizeof(float), MEM_GRADS);
         for (int k = 0; k < z->nb; k++) {
             const size_t lo = z->b[k].begin + (size_t)r * z->b[k].piece;
             add_owned(z, lo, lo + z->b[k].piece, z->b[k].q);
         }
     }
-    if (z->gpu) {
-        if (level == 2) {
-            CUDA_CHECK(cudaMemsetAsync(z->gshard, 0, z->S * sizeof(float), z->compute));
-            CUDA_CHECK(cudaStreamCreateWithFlags(&z->comm_stream, cudaStreamNonBlocking));
-            z->ready = xcalloc((size_t)z->nb, sizeof(cudaEvent_t));
-            for (int k = 0; k < z->nb; k++)
-                CUDA_CHECK(cudaEventCreateWithFlags(&z->ready[k], cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&z->done, cudaEventDisableTiming));
-        }
-    } else if (level == 2) {
-        memset(z->gshard, 0, z->S * sizeof(float));
+    if (level == 2) {
+        mem_zero_async(z->dev, z->gshard, z->S * sizeof(float), z->compute);
+        comm_stream_open(z);
     }
     reset_step(z);
     return z;
@@ -187,14 +199,8 @@ zero_t* zero_create(comm_t* c, int level, const param_ref_t* table, int n, float
 void zero_destroy(zero_t* z) {
     if (!z) return;
     comm_waitall(z->c, z->reqs, z->nb);
-    if (z->gpu && z->level == 2) {
-        CUDA_CHECK(cudaStreamSynchronize(z->comm_stream));
-        for (int k = 0; k < z->nb; k++) CUDA_CHECK(cudaEventDestroy(z->ready[k]));
-        CUDA_CHECK(cudaEventDestroy(z->done));
-        CUDA_CHECK(cudaStreamDestroy(z->comm_stream));
-        free(z->ready);
-    }
-    if (z->gpu) CUDA_CHECK(cudaStreamSynchronize(z->compute));  // the optimizer may still run
+    comm_stream_close(z);
+    comm_stream_sync(z->c, z->compute, "ZeRO's last step");  // the optimizer may still run (MPI: nothing to wait for)
     optim_free(&z->opt);
     mem_free(z->gshard);
     free(z->p);
@@ -216,7 +222,7 @@ static void start_bucket(zero_t* z, int k) {
     const float* send = z->grads + bk->begin;
     // ZeRO-1: in place (rank r's average lands where its shard is); ZeRO-2: the kept piece.
     float* recv = z->level == 1 ? z->grads + bk->begin + (size_t)z->c->rank * bk->piece : z->gshard + bk->q;
-    if (z->level == 1 || !z->gpu) {
+    if (!z->comm_stream) {
         // ZeRO-1, and ZeRO-2 on MPI: on the compute stream (NCCL), or a non-blocking MPI
         // request waited in zero_finish_grads.
         z->reqs[k] = comm_ireduce_scatter(z->c, send, recv, bk->piece, COMM_F32, COMM_AVG, z->compute);
@@ -256,14 +262,13 @@ void zero_finish_grads(zero_t* z) {
     for (int i = z->n - 1; i >= 0; i--)
         if (z->p[i].trainable && !z->fired[i]) {
             float* g = z->grads + z->p[i].offset;
-            if (z->gpu) CUDA_CHECK(cudaMemsetAsync(g, 0, z->p[i].numel * sizeof(float), z->compute));
-            else memset(g, 0, z->p[i].numel * sizeof(float));
+            mem_zero_async(z->dev, g, z->p[i].numel * sizeof(float), z->compute);
             param_final(z, i);
         }
     // ZeRO-1's one bucket, and any bucket with no trainable member (padding, frozen only).
     for (int k = 0; k < z->nb; k++)
         if (!z->started[k]) start_bucket(z, k);
-    if (z->gpu && z->level == 2) {  // the optimizer (on the compute stream) after the pieces
+    if (z->comm_stream) {  // the optimizer (on the compute stream) after the pieces
         CUDA_CHECK(cudaEventRecord(z->done, z->comm_stream));
         CUDA_CHECK(cudaStreamWaitEvent(z->compute, z->done, 0));
     }

@@ -21,8 +21,8 @@ struct zero3 {
     int U;
     zero3_unit_t* u;     // (U) the plan
     size_t S, W;         // shard elements; working-buffer elements (the largest n·c_u)
-    int gpu;
-    cudaStream_t compute, comm_stream;
+    device_t dev;                        // where every buffer lives (the backend's)
+    cudaStream_t compute, comm_stream;   // NCCL; NULL on MPI
     zero3_window_fn set_window;
     void* model;
 
@@ -66,13 +66,52 @@ static void* xcalloc(size_t n, size_t size) {
     return q;
 }
 
-static void zeros(zero3_t* z, float* dst, size_t n) {
-    if (z->gpu) CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(float), z->compute));
-    else memset(dst, 0, n * sizeof(float));
-}
+static void zeros(zero3_t* z, float* dst, size_t n) { mem_zero_async(z->dev, dst, n * sizeof(float), z->compute); }
 static void copy(zero3_t* z, float* dst, const float* src, size_t n) {  // same memory kind
-    if (z->gpu) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, z->compute));
-    else memcpy(dst, src, n * sizeof(float));
+    mem_copy_async(z->dev, dst, src, n * sizeof(float), z->compute);
+}
+
+// ---- the one place the backends differ in kind: NCCL runs collectives on streams, MPI has none.
+// NCCL: the collectives on the communication stream (made here), ordered against the compute
+// stream by events; nothing on the host waits inside a step. MPI: non-blocking requests, kept
+// and waited where the data is needed. comm_stream is NULL on MPI, and it says which.
+static void streams_open(zero3_t* z) {
+    if (!z->compute) return;  // MPI
+    CUDA_CHECK(cudaStreamCreateWithFlags(&z->comm_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&z->ev_mark, cudaEventDisableTiming));
+    for (int k = 0; k < 2; k++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&z->ag_done[k], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&z->rs_done[k], cudaEventDisableTiming));
+    }
+}
+static void streams_close(zero3_t* z) {
+    comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");  // (MPI: nothing to wait for)
+    comm_stream_sync(z->c, z->compute, "ZeRO-3's last step");
+    if (!z->comm_stream) return;  // MPI
+    CUDA_CHECK(cudaEventDestroy(z->ev_mark));
+    for (int k = 0; k < 2; k++) {
+        CUDA_CHECK(cudaEventDestroy(z->ag_done[k]));
+        CUDA_CHECK(cudaEventDestroy(z->rs_done[k]));
+    }
+    CUDA_CHECK(cudaStreamDestroy(z->comm_stream));
+}
+// A collective just started (req, enqueued on stream `on`). NCCL: let go (its stream keeps it in
+// order) and, with ev, an event recorded behind it for wait_coll. MPI: the request kept in *slot
+// for wait_coll, or (slot NULL) waited now.
+static void started(zero3_t* z, comm_req_t* req, cudaStream_t on, cudaEvent_t ev, comm_req_t** slot) {
+    if (!z->comm_stream) {  // MPI
+        if (slot) *slot = req;
+        else comm_wait(z->c, req);
+        return;
+    }
+    comm_detach(z->c, req);
+    if (ev) CUDA_CHECK(cudaEventRecord(ev, on));
+}
+// Its result needed by what comes next: NCCL: the compute stream waits for ev (the host does
+// not; harmless if ev was not re-recorded); MPI: *slot waited.
+static void wait_coll(zero3_t* z, cudaEvent_t ev, comm_req_t** slot) {
+    if (z->comm_stream) CUDA_CHECK(cudaStreamWaitEvent(z->compute, ev, 0));
+    else comm_wait(z->c, *slot), *slot = NULL;
 }
 
 // Where the shard's first values come from: a full flat buffer in the shard's memory kind
@@ -108,12 +147,12 @@ static zero3_t* create(comm_t* c, const param_ref_t* table, int n, const size_t*
         if ((size_t)c->world * z->u[k].piece > z->W) z->W = (size_t)c->world * z->u[k].piece;
         if (z->u[k].piece > max_piece) max_piece = z->u[k].piece;
     }
-    z->gpu = c->backend == COMM_NCCL;
-    z->compute = z->gpu ? compute_stream : NULL;
+    z->dev = comm_device_kind(c);
+    z->compute = c->backend == COMM_NCCL ? compute_stream : NULL;  // MPI has no streams
     z->set_window = set_window;
     z->model = model;
     z->bwd_next = -1;
-    const device_t dev = z->gpu ? DEV_CUDA : DEV_CPU;
+    const device_t dev = z->dev;
     // Level 2 has no parameter shard and no parameter working buffers (the parameters are the
     // caller's flat buffer); one piece-sized buffer instead, the step's all-gather input.
     if (z->level == 3) z->pshard = mem_alloc(dev, z->S * sizeof(float), MEM_PARAMS);
@@ -124,14 +163,7 @@ static zero3_t* create(comm_t* c, const param_ref_t* table, int n, const size_t*
         z->gbuf[k] = mem_alloc(dev, z->W * sizeof(float), MEM_WORKSPACE);
         z->held[k] = -1;
     }
-    if (z->gpu) {
-        CUDA_CHECK(cudaStreamCreateWithFlags(&z->comm_stream, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreateWithFlags(&z->ev_mark, cudaEventDisableTiming));
-        for (int k = 0; k < 2; k++) {
-            CUDA_CHECK(cudaEventCreateWithFlags(&z->ag_done[k], cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&z->rs_done[k], cudaEventDisableTiming));
-        }
-    }
+    streams_open(z);
     // The shard: rank r's piece of every unit (zeros past the unit's end); the gradient
     // buffers zeroed once (their tails past a unit are reduced and never read).
     const int r = c->rank;
@@ -142,7 +174,7 @@ static zero3_t* create(comm_t* c, const param_ref_t* table, int n, const size_t*
     // memory of the largest piece, never of a unit or the model). Plain malloc: a synchronous
     // copy from it, once per unit at setup, costs nothing that matters.
     float* stage = NULL;
-    if (src.fn && z->gpu) stage = xcalloc(max_piece, sizeof(float));
+    if (src.fn && dev == DEV_CUDA) stage = xcalloc(max_piece, sizeof(float));
     optim_init(&z->opt, OPT_ADAMW, cfg, dev);
     for (int k = 0; k < U; k++) {
         const zero3_unit_t* un = &z->u[k];
@@ -153,7 +185,7 @@ static zero3_t* create(comm_t* c, const param_ref_t* table, int n, const size_t*
             // nothing to copy: the parameters stay where they are
         } else if (lo < hi && src.full) {
             copy(z, z->pshard + un->q, src.full + lo, hi - lo);
-        } else if (lo < hi && !z->gpu) {
+        } else if (lo < hi && !stage) {  // host memory: made in place
             src.fn(src.ctx, z->pshard + un->q, lo, hi);
         } else if (lo < hi) {
             src.fn(src.ctx, stage, lo, hi);
@@ -175,7 +207,7 @@ static zero3_t* create(comm_t* c, const param_ref_t* table, int n, const size_t*
         }
     }
     free(stage);
-    if (z->gpu) comm_stream_sync(c, z->compute, "ZeRO-3's shard copy");  // the init buffer may go now
+    comm_stream_sync(c, z->compute, "ZeRO-3's shard copy");  // the init buffer may go now (MPI: nothing to wait for)
     return z;
 }
 
@@ -208,16 +240,7 @@ void zero3_destroy(zero3_t* z) {
         comm_wait(z->c, z->ag_req[k]);
         comm_wait(z->c, z->rs_req[k]);
     }
-    if (z->gpu) {
-        comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");
-        comm_stream_sync(z->c, z->compute, "ZeRO-3's last step");
-        CUDA_CHECK(cudaEventDestroy(z->ev_mark));
-        for (int k = 0; k < 2; k++) {
-            CUDA_CHECK(cudaEventDestroy(z->ag_done[k]));
-            CUDA_CHECK(cudaEventDestroy(z->rs_done[k]));
-        }
-        CUDA_CHECK(cudaStreamDestroy(z->comm_stream));
-    }
+    streams_close(z);
     optim_free(&z->opt);
     mem_free(z->pshard);
     mem_free(z->sbuf);
@@ -236,27 +259,25 @@ static int n_uses(const zero3_t* z) { return 2 * z->U - 1; }
 static int use_unit(const zero3_t* z, int i) { return i < z->U ? i : 2 * z->U - 2 - i; }
 
 // NCCL: the communication stream waits until the compute stream has done everything enqueued
-// so far (the last users of a buffer, the optimizer's update of the shard).
+// so far (the last users of a buffer, the optimizer's update of the shard). MPI: in order already.
 static void comm_after_compute(zero3_t* z) {
+    if (!z->comm_stream) return;
     CUDA_CHECK(cudaEventRecord(z->ev_mark, z->compute));
     CUDA_CHECK(cudaStreamWaitEvent(z->comm_stream, z->ev_mark, 0));
 }
 
 // All-gather use i's unit into pbuf[i mod 2], unless that buffer holds it already.
 static void start_gather(zero3_t* z, int i) {
-    // STUDENT-BEGIN(07.zero3_gather): all-gather use i's unit (use_unit) from every rank's piece at pshard + q into pbuf[i mod 2], unless held[] says the buffer has it: NCCL on the comm stream after comm_after_compute (the buffer's last user), detached, then ag_done[k] recorded; MPI a request in ag_req[k] (the old one waited first); set held[k], count ag_calls and ag_bytes | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: use_unit comm_after_compute | needs: 07.zero3_plan 07.zero3_reduce_scatter 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
+    // STUDENT-BEGIN(07.zero3_gather): all-gather use i's unit (use_unit) from every rank's piece at pshard + q into pbuf[i mod 2], unless held[] says the buffer has it: NCCL on the comm stream after comm_after_compute (the buffer's last user), detached, then ag_done[k] recorded; MPI a request in ag_req[k] (the old one waited first; started does either); set held[k], count ag_calls and ag_bytes | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: use_unit comm_after_compute started | needs: 07.zero3_plan 07.zero3_reduce_scatter 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
     const int k = i % 2, u = use_unit(z, i);
     if (z->held[k] == u) return;
     const zero3_unit_t* un = &z->u[u];
     const float* mine = z->pshard + un->q;
-    if (z->gpu) {
-        comm_after_compute(z);  // use i-2, the buffer's last user, was enqueued before this hook
-        comm_detach(z->c, comm_iallgather(z->c, mine, z->pbuf[k], un->piece, COMM_F32, z->comm_stream));
-        CUDA_CHECK(cudaEventRecord(z->ag_done[k], z->comm_stream));
-    } else {
-        comm_wait(z->c, z->ag_req[k]);  // (already waited by its use; NULL then)
-        z->ag_req[k] = comm_iallgather(z->c, mine, z->pbuf[k], un->piece, COMM_F32, NULL);
-    }
+    comm_after_compute(z);          // NCCL: use i-2, the buffer's last user, was enqueued before this hook
+    comm_wait(z->c, z->ag_req[k]);  // MPI: the buffer's last request (already waited by its use; NULL then)
+    z->ag_req[k] = NULL;
+    started(z, comm_iallgather(z->c, mine, z->pbuf[k], un->piece, COMM_F32, z->comm_stream), z->comm_stream,
+            z->ag_done[k], &z->ag_req[k]);
     z->held[k] = u;
     z->st.ag_calls++;
     z->st.ag_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
@@ -268,8 +289,7 @@ static void begin_use(zero3_t* z, int i) {
     if (i == 0) start_gather(z, 0);
     if (i + 1 < n_uses(z)) start_gather(z, i + 1);
     const int k = i % 2;
-    if (z->gpu) CUDA_CHECK(cudaStreamWaitEvent(z->compute, z->ag_done[k], 0));  // harmless if not re-recorded
-    else comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
+    wait_coll(z, z->ag_done[k], &z->ag_req[k]);
 }
 
 static void check_unit(int u, int want, const char* hook) {
@@ -299,8 +319,7 @@ void zero3_before_bwd(void* zz, int u) {
     // two units ago must be done before the backward overwrites it.
     const int j = z->U - 1 - u, k = j % 2;
     if (z->rs_pending[k]) {
-        if (z->gpu) CUDA_CHECK(cudaStreamWaitEvent(z->compute, z->rs_done[k], 0));
-        else comm_wait(z->c, z->rs_req[k]), z->rs_req[k] = NULL;
+        wait_coll(z, z->rs_done[k], &z->rs_req[k]);
         z->rs_pending[k] = 0;
     }
     const zero3_unit_t* un = &z->u[u];
@@ -309,20 +328,15 @@ void zero3_before_bwd(void* zz, int u) {
 }
 
 void zero3_after_bwd(void* zz, int u) {
-    // STUDENT-BEGIN(07.zero3_reduce_scatter): after unit u's backward (check_unit against bwd_next): reduce-scatter (avg) its gradient buffer gbuf[k], k = (U-1-u) mod 2, in pieces of un->piece into gshard + q: NCCL on the comm stream after comm_after_compute, detached, then rs_done[k] recorded; MPI a request in rs_req[k]; rs_pending[k] = 1, count rs_calls and rs_bytes, bwd_next = u - 1 | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: comm_after_compute | needs: 07.zero3_plan 07.zero3_gather 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
+    // STUDENT-BEGIN(07.zero3_reduce_scatter): after unit u's backward (check_unit against bwd_next): reduce-scatter (avg) its gradient buffer gbuf[k], k = (U-1-u) mod 2, in pieces of un->piece into gshard + q: NCCL on the comm stream after comm_after_compute, detached, then rs_done[k] recorded; MPI a request in rs_req[k] (started does either); rs_pending[k] = 1, count rs_calls and rs_bytes, bwd_next = u - 1 | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: comm_after_compute started | needs: 07.zero3_plan 07.zero3_gather 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
     zero3_t* z = zz;
     check_unit(u, z->bwd_next, "after_bwd");
     const int j = z->U - 1 - u, k = j % 2;
     const zero3_unit_t* un = &z->u[u];
     // The unit's whole gradient (padded to n pieces), averaged; rank r keeps piece r.
-    if (z->gpu) {
-        comm_after_compute(z);  // the kernels that wrote this unit's gradient
-        comm_detach(z->c, comm_ireduce_scatter(z->c, z->gbuf[k], z->gshard + un->q, un->piece, COMM_F32, COMM_AVG,
-                                               z->comm_stream));
-        CUDA_CHECK(cudaEventRecord(z->rs_done[k], z->comm_stream));
-    } else {
-        z->rs_req[k] = comm_ireduce_scatter(z->c, z->gbuf[k], z->gshard + un->q, un->piece, COMM_F32, COMM_AVG, NULL);
-    }
+    comm_after_compute(z);  // NCCL: the kernels that wrote this unit's gradient
+    started(z, comm_ireduce_scatter(z->c, z->gbuf[k], z->gshard + un->q, un->piece, COMM_F32, COMM_AVG, z->comm_stream),
+            z->comm_stream, z->rs_done[k], &z->rs_req[k]);
     z->rs_pending[k] = 1;
     z->st.rs_calls++;
     z->st.rs_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
@@ -334,8 +348,7 @@ void zero3_finish_grads(zero3_t* z) {
     if (z->bwd_next != -1) DIE("zero3_finish_grads: the backward stopped before unit 0 (next %d)", z->bwd_next);
     for (int k = 0; k < 2; k++) {
         if (!z->rs_pending[k]) continue;
-        if (z->gpu) CUDA_CHECK(cudaStreamWaitEvent(z->compute, z->rs_done[k], 0));  // the optimizer after it
-        else comm_wait(z->c, z->rs_req[k]), z->rs_req[k] = NULL;
+        wait_coll(z, z->rs_done[k], &z->rs_req[k]);  // the optimizer after it
         z->rs_pending[k] = 0;
     }
     z->bwd_next = -1;  // no backward until the next forward ends
@@ -360,8 +373,7 @@ static void gather_flat(zero3_t* z) {
         const size_t mine = lo < hi ? hi - lo : 0;
         if (mine) copy(z, z->sbuf, z->flat + lo, mine);
         if (mine < un->piece) zeros(z, z->sbuf + mine, un->piece - mine);
-        if (z->gpu) comm_detach(z->c, comm_iallgather(z->c, z->sbuf, z->gbuf[0], un->piece, COMM_F32, z->compute));
-        else comm_allgather(z->c, z->sbuf, z->gbuf[0], un->piece, COMM_F32, NULL);
+        started(z, comm_iallgather(z->c, z->sbuf, z->gbuf[0], un->piece, COMM_F32, z->compute), z->compute, NULL, NULL);
         copy(z, z->flat + un->begin, z->gbuf[0], un->end - un->begin);
         z->st.ag_calls++;
         z->st.ag_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
@@ -382,7 +394,7 @@ void zero3_step(zero3_t* z) {
 
 void zero3_gather_params(zero3_t* z, float* out) {
     if (z->level == 2) DIE("zero3_gather_params: ZeRO-2 keeps the parameters whole (read the flat buffer)");
-    if (z->gpu) comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");
+    comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");  // (MPI: nothing to wait for)
     for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
     for (int u = 0; u < z->U; u++) {
         const zero3_unit_t* un = &z->u[u];
@@ -390,20 +402,20 @@ void zero3_gather_params(zero3_t* z, float* out) {
         comm_allgather(z->c, z->pshard + un->q, z->pbuf[0], un->piece, COMM_F32, z->compute);
         copy(z, out + un->begin, z->pbuf[0], un->end - un->begin);
     }
-    if (z->gpu) comm_stream_sync(z->c, z->compute, "ZeRO-3's parameter gather");
+    comm_stream_sync(z->c, z->compute, "ZeRO-3's parameter gather");
     z->held[0] = z->held[1] = -1;
 }
 
 void zero3_gather_unit_host(zero3_t* z, int u, float* host) {
     if (u < 0 || u >= z->U) DIE("zero3_gather_unit_host: unit %d outside [0, %d)", u, z->U);
     if (z->level == 2) DIE("zero3_gather_unit_host: ZeRO-2 keeps the parameters whole (read the flat buffer)");
-    if (z->gpu) comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");
+    comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");  // (MPI: nothing to wait for)
     for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
     const zero3_unit_t* un = &z->u[u];
     // Into working buffer 0 (blocking), then its [begin, end) to the host.
     comm_allgather(z->c, z->pshard + un->q, z->pbuf[0], un->piece, COMM_F32, z->compute);
     const size_t bytes = (un->end - un->begin) * sizeof(float);
-    if (z->gpu) {
+    if (z->dev == DEV_CUDA) {  // device memory to the host
         CUDA_CHECK(cudaMemcpyAsync(host, z->pbuf[0], bytes, cudaMemcpyDeviceToHost, z->compute));
         comm_stream_sync(z->c, z->compute, "ZeRO-3's unit gather");
     } else {

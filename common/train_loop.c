@@ -60,7 +60,7 @@ void train_flags_check(const train_flags_t* f, int layers, train_setup_t* s) {
 }
 
 void train_setup(train_setup_t* s, lm_options_t o) {
-    s->c = comm_init(s->backend, comm_timeout_flag(s->f.comm_timeout));
+    if (!s->c) train_setup_comm(s);
     o.B = s->f.batch;
     o.T = s->f.context;
     o.precision = s->precision;
@@ -297,3 +297,4 @@ int train_hashes_agree(comm_t* c, unsigned long long h, int group, int ngroups) 
     free(v);
     return same;
 }
+void train_setup_comm(train_setup_t* s) { s->c = comm_init(s->backend, comm_timeout_flag(s->f.comm_timeout)); }

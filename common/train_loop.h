@@ -137,6 +137,9 @@ double train_step_accum(comm_t* c, lm_t* m, const train_method_t* method, int A,
 // Collective: 1 if every rank of each group holds the same hash h (group: this rank's, 0 ..
 // ngroups-1; one group: the replicas are bitwise the same), else 0.
 int train_hashes_agree(comm_t* c, unsigned long long h, int group, int ngroups);
+// The communicator alone (train_setup then makes only the replica): for a program whose model
+// options depend on the world size (stage 07's buffers padded to n equal shards).
+void train_setup_comm(train_setup_t* s);
 
 #ifdef __cplusplus
 }
