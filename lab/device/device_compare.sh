@@ -16,7 +16,7 @@ L=results/device/compare
 mkdir -p "$O" "$L"
 export NCCL_NVLS_ENABLE=0 SETUP_SKIP=1
 NEW=${NEW:-build}
-OLD_SRC=${OLD_SRC:?set OLD_SRC to the earlier revision's source directory}
+OLD_SRC=${OLD_SRC:?set OLD_SRC to the source directory of the earlier revision}
 OLD=$OLD_SRC/build
 . lab/device/device_lib.sh  # step
 if [ -z "${OLD_BUILT:-}" ]; then
