@@ -52,6 +52,7 @@ for p in $parts; do
     ARGS=(--data results/device/compare_data/lic.bin --backend nccl --precision bf16 --model small --context 256 --batch 16
           --steps 120 --eval-every 0 --log-every 20 --comm-timeout 120)
     both train1 120 09_train/train scripts/mpirun.sh 1
+    ARGS+=(--dp)
     both train2 120 09_train/train scripts/mpirun.sh 2 ;;
   *) echo "device_compare.sh: unknown part '$p' (ddp, zero, pp, train)" >&2; exit 2 ;;
   esac
