@@ -407,6 +407,18 @@ static void run_cuda(const args_t* a, result_t* r) {
 }
 
 // ---------------------------------------------------------------- CPU reference
+// Peak of the host's acts-tagged bytes while the benchmark runs (an allocator observer).
+typedef struct {
+    size_t live, peak;
+} acts_peak_t;
+static void acts_peak_obs(void* ctx, device_t dev, mem_tag_t tag, long long delta, size_t live_after) {
+    (void)live_after;
+    acts_peak_t* p = ctx;
+    if (dev != DEV_CPU || tag != MEM_ACTS) return;
+    p->live = (size_t)((long long)p->live + delta);
+    if (p->live > p->peak) p->peak = p->live;
+}
+
 static void run_cpu(const args_t* a, result_t* r) {
     // STUDENT-BEGIN(01.run_cpu): the CPU benchmark loop: warm-up steps, then time forward / backward / optimizer per step with time_now_s(), mean and std per phase (stats_compute), peak memory | see 01_benchmarking/README.md §Timing done right | test: test_01 benchmark/cpu_*
     snprintf(r->gpu, sizeof r->gpu, "cpu");
@@ -518,7 +530,7 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
         {"nvtx", CLI_FLAG, &a.nvtx, "0", "NVTX ranges: warm-up, steps, forward, backward, optimizer, attention parts", NULL},
         {"profile", CLI_FLAG, &a.profile, "0", "CUPTI kernel summary of the timed steps, by phase and NVTX region; naive attention by part", NULL},
         {"checkpoint", CLI_STR, &a.checkpoint, "",
-         "activation checkpointing (not given: none, and no checkpoint column): none, block (keep each block's input), every-K (keep every K-th block's input); the rest is recomputed in the backward", NULL},
+         "activation checkpointing (not given: none, and no checkpoint column): none, block (keep each block's input), every-K (keep every K-th block's input), nested (binary recursive: 2 + floor(log2 L) block inputs, --device cpu only); the rest is recomputed in the backward", NULL},
         {"memory", CLI_FLAG, &a.memory, "0", "memory by phase and tag, and the memory timeline (CSV, PNG)", NULL},
         {"out", CLI_STR, &a.out, "results/01_benchmarking", "results directory", NULL},
         {"csv", CLI_STR, &a.csv, "benchmark.csv", "CSV file in --out that the row is appended to", NULL},
@@ -543,6 +555,7 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     const int cpu = strcmp(a.device, "cpu") == 0;
     if (cpu && strcmp(a.precision, "fp32") != 0) fail("--device cpu runs the fp32 reference only (got --precision %s)", a.precision);
     if (cpu && (a.profile || a.nvtx)) fail("--profile and --nvtx need --device cuda");
+    if (!cpu && a.ckpt == MODEL_CKPT_NESTED) fail("--checkpoint nested: %s", MODEL_GPU_NESTED_REFUSAL);
     if (cpu) check_cpu_size(&a);
     if (!cpu && gpu_count() == 0) fail("--device cuda needs a CUDA GPU: %s (use --device cpu --model tiny)", gpu_absent_reason());
     if (a.profile && !profiler_available()) fail("--profile: the CUPTI profiler is not available in this build or on this machine");
@@ -556,8 +569,11 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
 
     result_t r;
     memset(&r, 0, sizeof r);
+    acts_peak_t ap = {0, 0};
+    if (cpu) mem_set_observer(acts_peak_obs, &ap);
     if (cpu) run_cpu(&a, &r);
     else run_cuda(&a, &r);
+    if (cpu) mem_set_observer(NULL, NULL);
 
     table_t* t = table_new("Transformer LM benchmark (ms: mean and std over the timed steps)", ncols(&a), headers(&a));
     fill_row(t, &a, &r);
@@ -566,5 +582,15 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     append_results(&a, t);
     table_free(t);
     print_memory(&a);
+    if (cpu && a.ckpt_col) {
+        // The activations the policy keeps: the allocator's peak of the acts tag over the run
+        // against model_cpu_acts_bytes (the formula of model_cpu.h).
+        const size_t want = model_cpu_acts_bytes(&a.cfg, a.batch, a.context, a.ckpt);
+        const int L = a.cfg.n_layers;
+        printf("activations (host, acts tag) with checkpoint %s: peak %zu bytes measured, %zu by the formula "
+               "(%d residual slices, %d blocks of internals, %ld block forwards per step)%s\n",
+               a.ckpt_name, ap.peak, want, model_ckpt_res_slices(L, a.ckpt), model_ckpt_slots(L, a.ckpt),
+               model_ckpt_block_forwards(L, a.ckpt), ap.peak == want ? "" : ": MISMATCH");
+    }
     return 0;
 }

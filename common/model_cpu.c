@@ -58,6 +58,10 @@ int model_ckpt_parse(const char* s, int* k, char* err, size_t errlen) {
     long v = -1;
     if (s && strcmp(s, "none") == 0) v = 0;
     else if (s && strcmp(s, "block") == 0) v = 1;
+    else if (s && strcmp(s, "nested") == 0) {
+        *k = MODEL_CKPT_NESTED;
+        return 0;
+    }
     else if (s && strncmp(s, "every-", 6) == 0 && s[6] >= '0' && s[6] <= '9') {
         v = strtol(s + 6, &end, 10);
         if (*end || v < 1 || v > 1000000) v = -1;
@@ -71,7 +75,8 @@ int model_ckpt_parse(const char* s, int* k, char* err, size_t errlen) {
 }
 
 const char* model_ckpt_name(int k, char* buf, size_t len) {
-    if (k <= 0) snprintf(buf, len, "none");
+    if (k == MODEL_CKPT_NESTED) snprintf(buf, len, "nested");
+    else if (k <= 0) snprintf(buf, len, "none");
     else if (k == 1) snprintf(buf, len, "block");
     else snprintf(buf, len, "every-%d", k);
     return buf;
@@ -83,7 +88,8 @@ void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uin
 
 void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt) {
     char err[160];
-    if (ckpt < 0) fail("checkpoint policy %d: must be 0 (none) or K >= 1 (every-K)", ckpt);
+    if (ckpt < 0 && ckpt != MODEL_CKPT_NESTED)
+        fail("checkpoint policy %d: must be 0 (none), K >= 1 (every-K) or MODEL_CKPT_NESTED", ckpt);
     if (model_config_check(c, err, sizeof err) != 0) fail("model config: %s", err);
     if (B < 1) fail("batch size is %d, must be >= 1", B);
     if (T < 1) fail("sequence length is %d, must be >= 1", T);
@@ -109,7 +115,8 @@ void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T
     memset(m->adam_m, 0, P * sizeof(float));
     memset(m->adam_v, 0, P * sizeof(float));
 
-    // Per-block buffers: L slots without checkpointing, one segment's (min(K, L)) with it.
+    // Per-block buffers: L slots without checkpointing, one segment's (min(K, L)) with every-K,
+    // one with nested.
     const size_t L = (size_t)model_ckpt_slots(c->n_layers, ckpt), C = (size_t)c->d_model, F = (size_t)c->d_ff;
     const size_t V = (size_t)c->vocab, NH = (size_t)c->n_heads, HS = C / NH;
     const size_t BT = (size_t)B * T;

@@ -88,6 +88,7 @@ typedef struct {
     model_window_t gwin;        // where the gradients are written (set by the hooks)
     model_unit_hooks_t hooks;   // called at unit boundaries when any is non-NULL
     int ckpt;                   // activation checkpointing: K (0 none; model_cpu_create_ckpt)
+    long block_fwds;            // block forwards run so far (a counter the checkpointing tests read)
 } model_cpu_t;
 
 // Checks the config (fail(): one line, exit 2 on a bad one, on B < 1, T < 1 or T > context),
@@ -114,16 +115,36 @@ void model_cpu_destroy(model_cpu_t* m);
 // after_bwd(1 + l) after its backward; the gradients are the bits of `none` under the same
 // hooks (07_zero/test_zero.c). every-K (K > 1) with hooks is refused (MODEL_CKPT_HOOKS_REFUSAL:
 // a segment's recompute would need K units' parameters at once, or a second gather of each).
+// Policy `nested` (K = MODEL_CKPT_NESTED): binary recursive checkpointing, the least memory.
+// The forward keeps only the input of block 0 and the output of block L-1. The backward of
+// blocks [lo, hi) given the input of lo: one block -> recompute it and backprop through it;
+// else recompute blocks lo .. mid-1 (mid = lo + ceil(n/2), n = hi - lo) from that input into a
+// new residual slice, which then holds the input of mid; recurse on [mid, hi) from it, drop it,
+// recurse on [lo, mid) from the same input as before. The lower half reuses its parent's input,
+// so only the upper halves push a slice: at most D(L) = floor(log2 L) pushed at once.
+// Memory: 2 + floor(log2 L) residual slices (input, output, stack) and ONE block of internals
+// (shared by every recompute). Compute: model_ckpt_block_forwards, L + R(L) block forwards with
+// R(1) = 1, R(n) = ceil(n/2) + R(ceil(n/2)) + R(floor(n/2)); for L a power of two
+// 2L + (L/2)·log2 L (every-K: 2L). Same operations on the same inputs: the bits of `none`.
+// Unit hooks refused as every-K's are: the recompute of [lo, mid) in the backward of block
+// hi-1 reads the parameters of blocks other than the one whose window is open.
 // Not with the split backward (one clear DIE); the range functions (stage 08) run without it.
-#define MODEL_CKPT_CHOICES "none|block|every-K (K >= 1)"
+#define MODEL_CKPT_NESTED (-1)
+#define MODEL_CKPT_CHOICES "none|block|every-K (K >= 1)|nested"
 #define MODEL_CKPT_HOOKS_REFUSAL \
-    "activation checkpointing with unit hooks (ZeRO-2/3) supports block or none only: every-K (K > 1) would need K units' parameters gathered at once"
-// "none" -> 0, "block" -> 1, "every-K" -> K. 0, or -1 with why in err (naming the choices).
+    "activation checkpointing with unit hooks (ZeRO-2/3) supports block or none only: every-K (K > 1) would need K units' parameters gathered at once, nested those of half the blocks"
+// "none" -> 0, "block" -> 1, "every-K" -> K, "nested" -> MODEL_CKPT_NESTED. 0, or -1 with why
+// in err (naming the choices).
 int model_ckpt_parse(const char* s, int* k, char* err, size_t errlen);
-const char* model_ckpt_name(int k, char* buf, size_t len);  // "none", "block", "every-4"
-int model_ckpt_segments(int nL, int K);    // S = ceil(nL/K) (nL for K = 0)
-int model_ckpt_slots(int nL, int K);       // blocks of internals kept: min(K, nL) (nL for 0)
-int model_ckpt_res_slices(int nL, int K);  // residual slices: S + slots (nL + 1 for 0)
+const char* model_ckpt_name(int k, char* buf, size_t len);  // "none", "block", "every-4", "nested"
+int model_ckpt_hooks_ok(int k);            // 1 for none and block: the policies unit hooks allow
+int model_ckpt_segments(int nL, int K);    // S = ceil(nL/K) (nL for K = 0, 1 for nested)
+int model_ckpt_slots(int nL, int K);       // blocks of internals kept: min(K, nL) (nL for 0, 1 for nested)
+int model_ckpt_res_slices(int nL, int K);  // residual slices: S + slots (nL + 1 for 0, 2 + floor(log2 nL) nested)
+int model_ckpt_depth(int nL);              // nested: most stack slices live at once, floor(log2 nL)
+// Block forwards of one forward + backward, the recompute's included (one that stops before
+// the W2 product counts as one): nL for none, 2·nL for every-K, nL + R(nL) for nested.
+long model_ckpt_block_forwards(int nL, int K);
 // model_cpu_create with a checkpointing policy (allocates only what the policy keeps).
 void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt);
 double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt);
@@ -255,7 +276,7 @@ int model_n_units(const model_config_t* c);                                  // 
 model_range_t model_unit_range(const model_config_t* c, int u);              // as a range
 void model_unit_span(const param_layout_t* lay, const model_config_t* c, int u, size_t* begin, size_t* end);
 // hooks NULL: back to the default (no hooks, both windows cleared). Hooks on a model made with
-// every-K (K > 1) checkpointing: fail() with MODEL_CKPT_HOOKS_REFUSAL (one line, exit 2).
+// every-K (K > 1) or nested checkpointing: fail() with MODEL_CKPT_HOOKS_REFUSAL (one line, exit 2).
 void model_cpu_set_unit_hooks(model_cpu_t* m, const model_unit_hooks_t* hooks);
 
 #ifdef __cplusplus

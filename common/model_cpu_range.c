@@ -147,7 +147,9 @@ void model_cpu_set_unit_hooks(model_cpu_t* m, const model_unit_hooks_t* hooks) {
     memset(&m->hooks, 0, sizeof m->hooks);
     memset(&m->pwin, 0, sizeof m->pwin);
     memset(&m->gwin, 0, sizeof m->gwin);
-    if (hooks && m->ckpt > 1) fail("%s (this model was made with every-%d)", MODEL_CKPT_HOOKS_REFUSAL, m->ckpt);
+    char kn[24];
+    if (hooks && !model_ckpt_hooks_ok(m->ckpt))
+        fail("%s (this model was made with %s)", MODEL_CKPT_HOOKS_REFUSAL, model_ckpt_name(m->ckpt, kn, sizeof kn));
     if (hooks) m->hooks = *hooks;
 }
 
@@ -215,11 +217,37 @@ static void check_tokens(const int32_t* x, int N, int V, const char* what) {
 // (the checkpoints, S = ceil(nL/K) segments), slice S the range's output, slices S+1 ..
 // S+Kc-1 the inputs of blocks 1..Kc-1 inside the segment being computed (Kc = min(K, nL));
 // the other per-block buffers hold Kc slots, one per block of that segment. K = 0: nL slots,
-// res[li] the input of block li (as always).
-int model_ckpt_segments(int nL, int K) { return K > 0 ? (nL + K - 1) / K : nL; }
-int model_ckpt_slots(int nL, int K) { return K > 0 && K < nL ? K : nL; }
+// res[li] the input of block li (as always). Nested (K = MODEL_CKPT_NESTED): res slice 0 the
+// range's input, slice 1 its output, slices 2 .. 1 + floor(log2 nL) the recursion's stack (the
+// input of each upper half being backpropagated); one slot of internals.
+int model_ckpt_hooks_ok(int k) { return k == 0 || k == 1; }
+int model_ckpt_depth(int nL) {
+    int d = 0;
+    while (nL >= 2) nL /= 2, d++;
+    return d;
+}
+int model_ckpt_segments(int nL, int K) {
+    if (K == MODEL_CKPT_NESTED) return 1;
+    return K > 0 ? (nL + K - 1) / K : nL;
+}
+int model_ckpt_slots(int nL, int K) {
+    if (K == MODEL_CKPT_NESTED) return nL < 1 ? nL : 1;
+    return K > 0 && K < nL ? K : nL;
+}
 int model_ckpt_res_slices(int nL, int K) {
+    if (K == MODEL_CKPT_NESTED) return 2 + model_ckpt_depth(nL);
     return K > 0 ? model_ckpt_segments(nL, K) + model_ckpt_slots(nL, K) : nL + 1;
+}
+// Block forwards the nested backward runs over n blocks: recompute the lower ceil(n/2) to the
+// middle, then both halves; one block is one (partial) recompute.
+static long nested_recomputes(int n) {
+    if (n <= 1) return n;
+    const int up = n / 2, low = n - up;
+    return low + nested_recomputes(up) + nested_recomputes(low);
+}
+long model_ckpt_block_forwards(int nL, int K) {
+    if (K == MODEL_CKPT_NESTED) return nL + nested_recomputes(nL);
+    return K > 0 ? 2L * nL : nL;
 }
 
 // One block's activations: where block li of the range reads its input, keeps its internals
@@ -230,21 +258,16 @@ typedef struct {
 
 static float* range_out(const model_cpu_range_acts_t* s, size_t NC) {
     const int nL = s->r.l1 - s->r.l0;
+    if (s->ckpt == MODEL_CKPT_NESTED) return s->a.res + NC;
     return s->a.res + (size_t)(s->ckpt > 0 ? model_ckpt_segments(nL, s->ckpt) : nL) * NC;
 }
 
-static cblk_t cpu_block(const model_config_t* c, const model_cpu_range_acts_t* s, int li, int B, int T) {
-    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, N = B * T, nL = s->r.l1 - s->r.l0;
+// Internals in slot `slot`, input in res slice xi, output in res slice oi.
+static cblk_t blk_at(const model_config_t* c, const model_cpu_range_acts_t* s, size_t slot, size_t xi, size_t oi,
+                     int B, int T) {
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, N = B * T;
     const size_t NC = (size_t)N * C;
     const model_cpu_acts_t* a = &s->a;
-    const int K = s->ckpt;
-    size_t slot = (size_t)li, xi = (size_t)li, oi = (size_t)li + 1;
-    if (K > 0) {
-        const int S = model_ckpt_segments(nL, K), j = li % K, sg = li / K;
-        slot = (size_t)j;
-        xi = j == 0 ? (size_t)sg : (size_t)(S + j);                 // checkpoint or interior
-        oi = li == nL - 1 ? (size_t)S : j == K - 1 ? (size_t)sg + 1 : (size_t)(S + 1 + j);
-    }
     cblk_t p;
     p.x = a->res + xi * NC;                                  // (B, T, C) block input
     p.ln1 = a->ln1 + slot * NC;                              // (B, T, C)
@@ -261,10 +284,26 @@ static cblk_t cpu_block(const model_config_t* c, const model_cpu_range_acts_t* s
     return p;
 }
 
+// Block li of the range in the forward, none or every-K (nested: blk_at with its own slices).
+static cblk_t cpu_block(const model_config_t* c, const model_cpu_range_acts_t* s, int li, int B, int T) {
+    const int nL = s->r.l1 - s->r.l0;
+    const int K = s->ckpt;
+    size_t slot = (size_t)li, xi = (size_t)li, oi = (size_t)li + 1;
+    if (K > 0) {
+        const int S = model_ckpt_segments(nL, K), j = li % K, sg = li / K;
+        slot = (size_t)j;
+        xi = j == 0 ? (size_t)sg : (size_t)(S + j);                 // checkpoint or interior
+        oi = li == nL - 1 ? (size_t)S : j == K - 1 ? (size_t)sg + 1 : (size_t)(S + 1 + j);
+    }
+    return blk_at(c, s, slot, xi, oi, B, T);
+}
+
 // Block l's forward over p (out NULL: the recompute of a segment's last block, whose output
-// is already saved, stops before the W2 product).
+// is already saved, stops before the W2 product). out may be x itself (nested's recompute
+// advances one residual slice in place): x is last read by the attention's skip, before W2.
 static void block_forward(model_cpu_t* m, int l, const cblk_t* p, int B, int T) {
     const model_config_t* c = &m->c;
+    m->block_fwds++;
     const int C = c->d_model, F = c->d_ff, NH = c->n_heads, HS = C / NH, N = B * T;
     const size_t NC = (size_t)N * C;
     // Attention block: x_mid = x + Wo · Attn(RoPE(q), RoPE(k), v), q|k|v = Wqkv · RMSNorm1(x)
@@ -309,11 +348,14 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
     // Else a->res[0] (B, T, C) holds the input the caller received from the stage before.
     // Checkpointing with unit hooks: block (K = 1) only (model_cpu.h; set_unit_hooks refuses
     // the rest with one line, this is the safety net for a caller that set them by hand).
-    if (s->ckpt > 1 && hooked(m)) DIE("model_cpu_range: %s", MODEL_CKPT_HOOKS_REFUSAL);
+    if (!model_ckpt_hooks_ok(s->ckpt) && hooked(m)) DIE("model_cpu_range: %s", MODEL_CKPT_HOOKS_REFUSAL);
     for (int li = 0; li < nL; li++) {
         const int l = r->l0 + li;  // block index in the model (parameters)
         unit_hook(m, m->hooks.before_fwd, 1 + l);
-        const cblk_t p = cpu_block(c, s, li, B, T);
+        // nested: block 0 reads the input (slice 0) and writes slice 1, the others advance
+        // slice 1 in place; it ends as the output.
+        const cblk_t p = s->ckpt == MODEL_CKPT_NESTED ? blk_at(c, s, 0, li == 0 ? 0 : 1, 1, B, T)
+                                                      : cpu_block(c, s, li, B, T);
         block_forward(m, l, &p, B, T);
     }
     if (!r->head || !targets) return NAN;
@@ -435,6 +477,30 @@ static void block_backward(model_cpu_t* m, model_cpu_range_acts_t* s, gw_t* gp,
     ready(gp, PK_LN1, l);
 }
 
+// Nested checkpointing's backward of blocks [lo, hi) of the range (model_cpu.h "nested"):
+// their input is in res slice xi, slices sp and up are free; sc->dres holds the gradient of
+// block hi-1's output on entry and of block lo's input on exit. No unit hooks (refused).
+static void nested_backward(model_cpu_t* m, model_cpu_range_acts_t* s, gw_t* g, int lo, int hi, int xi, int sp) {
+    const model_config_t* c = &m->c;
+    const int B = s->cur_B, T = s->cur_T, l0 = s->r.l0;
+    if (hi - lo == 1) {  // recompute the block's internals (not its output: W2 not run), backprop
+        cblk_t p = blk_at(c, s, 0, (size_t)xi, (size_t)xi, B, T);
+        p.out = NULL;
+        block_forward(m, l0 + lo, &p, B, T);
+        block_backward(m, s, g, 0, lo, &p);
+        return;
+    }
+    // The lower half takes the extra block: it reuses this range's input, the upper half
+    // pushes one slice, so the stack grows only by floor(log2 n).
+    const int mid = lo + (hi - lo + 1) / 2;
+    for (int li = lo; li < mid; li++) {  // input of mid into slice sp (in place after the first)
+        const cblk_t p = blk_at(c, s, 0, (size_t)(li == lo ? xi : sp), (size_t)sp, B, T);
+        block_forward(m, l0 + li, &p, B, T);
+    }
+    nested_backward(m, s, g, mid, hi, sp, sp + 1);
+    nested_backward(m, s, g, lo, mid, xi, sp);
+}
+
 // The backward of model_cpu_backward over the range, fused (split = 0) or as the input pass
 // (split = 1: every linear layer computes only its input gradient and saves its dy for W).
 static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* k, int split) {
@@ -484,10 +550,12 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
         memcpy(sc->dres, s->dy, NC * sizeof(float));  // the gradient the next stage sent back
     }
 
-    if (s->ckpt > 0 && split)
+    if (s->ckpt != 0 && split)
         DIE("model_cpu_range: activation checkpointing and the split backward do not go together");
-    if (s->ckpt > 1 && hooked(m)) DIE("model_cpu_range: %s", MODEL_CKPT_HOOKS_REFUSAL);
-    if (s->ckpt == 0) {
+    if (!model_ckpt_hooks_ok(s->ckpt) && hooked(m)) DIE("model_cpu_range: %s", MODEL_CKPT_HOOKS_REFUSAL);
+    if (s->ckpt == MODEL_CKPT_NESTED) {
+        if (nL > 0) nested_backward(m, s, &g, 0, nL, 0, 2);
+    } else if (s->ckpt == 0) {
         for (int li = nL - 1; li >= 0; li--) {
             const cblk_t p = cpu_block(c, s, li, B, T);
             bwd_unit_begin(m, k, 1 + r->l0 + li);
@@ -548,7 +616,7 @@ void model_cpu_range_backward_input(model_cpu_t* m, model_cpu_range_acts_t* s, c
 
 void model_cpu_range_backward_weight(model_cpu_t* m, model_cpu_range_acts_t* s, const model_cpu_grad_sink_t* sink) {
     if (!s->split) DIE("model_cpu_range_backward_weight: the activations were created without split = 1");
-    if (s->ckpt > 0) DIE("model_cpu_range: activation checkpointing and the split backward do not go together");
+    if (s->ckpt != 0) DIE("model_cpu_range: activation checkpointing and the split backward do not go together");
     if (hooked(m)) DIE("model_cpu_range: unit hooks (ZeRO-3) and the split backward do not go together");
     const model_config_t* c = &m->c;
     const model_range_t* r = &s->r;

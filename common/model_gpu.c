@@ -111,6 +111,10 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
             return NULL;
         }
     }
+    if (ckpt == MODEL_CKPT_NESTED) {  // the CPU model has it (model_cpu.h); this one not yet
+        set_err(err, errlen, "%s", MODEL_GPU_NESTED_REFUSAL);
+        return NULL;
+    }
     if (ckpt < 0) {
         set_err(err, errlen, "checkpoint policy %d: must be 0 (none) or K >= 1 (every-K)", ckpt);
         return NULL;

@@ -48,7 +48,10 @@ void model_gpu_destroy(model_gpu_t* m);
 // are bit-for-bit those of K = 0 (01_benchmarking/test_checkpoint.c). With unit hooks
 // (ZeRO-2/3) `block` only, the recompute of block l inside unit 1 + l's backward window
 // (model_cpu.h "activation checkpointing"; every-K refused with MODEL_CKPT_HOOKS_REFUSAL); the
-// range pass (model_gpu_create_ranges) has no checkpointing.
+// range pass (model_gpu_create_ranges) has no checkpointing. `nested` (MODEL_CKPT_NESTED) is
+// the CPU model's only: refused here (NULL, MODEL_GPU_NESTED_REFUSAL in err).
+#define MODEL_GPU_NESTED_REFUSAL \
+    "checkpoint policy nested runs on the CPU model only (--device cpu); the GPU model takes none, block or every-K"
 model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, int ckpt, char* err,
                                    size_t errlen);
