@@ -64,6 +64,44 @@ Test(benchmark, checkpoint_flag_is_checked_and_gets_its_column) {
     fclose(f);
 }
 
+// --checkpoint nested: runs on the CPU and prints the measured activation peak beside the
+// formula (equal); on the GPU it is refused in one line before anything starts (no GPU needed).
+Test(benchmark, checkpoint_nested_on_the_cpu_and_refused_on_the_gpu) {
+    char args[1024];
+    snprintf(args, sizeof args, "--device cpu --model tiny --context 16 --batch 2 --warmup 0 --steps 1 --checkpoint nested --out %s/bench_nested",
+             test_tmpdir());
+    cr_assert_eq(bench(args), 0, "%s", out);
+    const char* line = strstr(out, "activations (host, acts tag) with checkpoint nested: peak ");
+    cr_assert_not_null(line, "%s", out);
+    size_t measured = 0, formula = 1;
+    cr_assert_eq(sscanf(line, "activations (host, acts tag) with checkpoint nested: peak %zu bytes measured, %zu by the formula",
+                        &measured, &formula), 2, "%s", line);
+    cr_assert(measured == formula && measured > 0 && !strstr(out, "MISMATCH"), "%s", line);
+    cr_assert(strstr(out, "| nested"), "no nested row:\n%s", out);
+    const int st = bench("--model tiny --checkpoint nested");
+    ASSERT_REFUSED(st, out, "benchmark", "--checkpoint nested", "CPU model only");
+}
+
+// The checkpointing memory table (build/01_benchmarking/ckpt_memory): every measured peak and
+// forward count equals its formula and every policy gives the bits of none (exit 0), nested
+// keeps the fewest bytes; a bad --layers is one line.
+Test(benchmark, ckpt_memory_table_matches_its_formulas) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/01_benchmarking/ckpt_memory --layers 3,5 --out %s/ckm", build_dir(), test_tmpdir());
+    cr_assert_eq(run_capture(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "|   5 | nested  |               4 |           1 |"), "%s", out);
+    cr_assert(!strstr(out, "| NO"), "%s", out);
+    char csv[1024];
+    snprintf(csv, sizeof csv, "%s/ckm/checkpoint_memory.csv", test_tmpdir());
+    cr_assert_eq(count_lines(csv), 1 + 4 + 4, "a header and 4 rows (none, block, every-2, nested) at each L in %s", csv);
+    snprintf(cmd, sizeof cmd, "%s/01_benchmarking/ckpt_memory --layers 3,,5", build_dir());
+    const int st = run_capture(cmd, out, sizeof out);
+    ASSERT_REFUSED(st, out, "ckpt_memory", "--layers");
+    snprintf(cmd, sizeof cmd, "%s/01_benchmarking/ckpt_memory --layers 0", build_dir());
+    const int st2 = run_capture(cmd, out, sizeof out);
+    ASSERT_REFUSED(st2, out, "ckpt_memory", "--layers", "from 1 to 64");
+}
+
 Test(benchmark, cpu_reference_row_is_appended_to_csv_and_json) {
     char dir[512], csv[600], json[600];
     snprintf(dir, sizeof dir, "%s/bench_cpu", test_tmpdir());
