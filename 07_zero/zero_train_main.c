@@ -367,7 +367,7 @@ int main(int argc, char** argv) {
     opts[nopts++] = (cli_opt_t){"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, 3, or all", NULL};
     opts[nopts++] = (cli_opt_t){"zero2", CLI_CHOICE, &zero2_s, "units", "which ZeRO-2 level 2 runs: units (zero3.h's engine: no flat gradient buffer, fp32), staging (zero.h's, run zero2s: the backward writes the flat 4Psi gradient buffer), or both", "units|staging|both"};
     opts[nopts++] = (cli_opt_t){"shard", CLI_CHOICE, &shard_s, "zero", "zero: ZeRO proper; course: the course's sharded optimizer in place of levels 1 and 2 (3 stays ZeRO-3)", "zero|course"};
-    opts[nopts++] = (cli_opt_t){"checkpoint", CLI_STR, &ckpt_s, "none", "activation checkpointing: none, block, or every-K (K >= 1); with --zero 2 or 3 (unit hooks) none or block only", NULL};
+    opts[nopts++] = (cli_opt_t){"checkpoint", CLI_STR, &ckpt_s, "none", "activation checkpointing: none, block, every-K (K >= 1) or nested (CPU only); with --zero 2 or 3 (unit hooks) none or block only", NULL};
     opts[nopts++] = (cli_opt_t){"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "bucket cap in MiB (DDP's buckets, ZeRO-2's buckets)", NULL};
     opts[nopts++] = (cli_opt_t){"check-ddp", CLI_INT, &check, "0", "1: run ddp too and compare every run's parameters with its own (rtol 1e-4, atol 1e-5)", NULL};
     opts[nopts++] = (cli_opt_t){"keep-full", CLI_INT, &keep_full, "0", "1: even for one level, build the whole model first, pad it, keep a host copy of the initial parameters (what several levels or --check-ddp 1 always do); 0: one level is built sharded, so its setup peak is its own footprint (the memory wall)", NULL};
@@ -399,7 +399,7 @@ int main(int argc, char** argv) {
         BAD("--zero 3 runs fp32 only: bf16 compute copies of the gathered units are not implemented (use --precision fp32, or levels 0-2)");
     // ZeRO-2/3's unit hooks hold one unit's parameters at a time (two working buffers): a
     // segment of K > 1 blocks would need K of them for its recompute (model_cpu.h).
-    if (ckpt > 1 && (want[ZL_ZERO2] || want[ZL_ZERO3]))
+    if (!model_ckpt_hooks_ok(ckpt) && (want[ZL_ZERO2] || want[ZL_ZERO3]))  // every-K (K > 1), nested
         BAD("--checkpoint %s with --zero 2 or 3: %s (use --checkpoint block)", ckpt_s, MODEL_CKPT_HOOKS_REFUSAL);
     {  // handed over by 06's ddp_train (--zero/--shard): its notice, now that the flags are accepted
         const char* handoff = getenv("ZERO_TRAIN_HANDOFF");

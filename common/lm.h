@@ -48,7 +48,7 @@ typedef struct {
     model_precision_t precision;  // MP_BF16: the GPU only
     const attention_impl_t* attn; // NULL: the built-in attention; a plug-in: the GPU only
     uint64_t seed;                // parameters from model_init_params(seed)
-    int ckpt;                     // activation checkpointing K (model_cpu.h): 0 none, 1 block, K
+    int ckpt;                     // activation checkpointing K (model_cpu.h): 0 none, 1 block, K every-K, MODEL_CKPT_NESTED (CPU)
     lm_flat_t flat;
     size_t flat_total;            // LM_FLAT_PADDED / LM_FLAT_PARAMS: the buffers' length
     int ranges;                   // 1: a pipeline rank (runs range passes only; the GPU holds
