@@ -480,13 +480,14 @@ Test(zero_train_mpi, checkpoint_block_equals_none_zero3_zero2_2_3_ranks) {
     cr_assert_eq(count(g_out, "activations on every rank == the acts formula (checkpoint block"), 4, "%s", g_out);
 }
 
-// What is not supported is refused in one line, exit 2: every-K (K > 1) with the unit hooks of
-// ZeRO-2/3 (a segment's recompute would need K units gathered at once), a bad policy. Without
+// What is not supported is refused in one line, exit 2: every-K (K > 1) or nested with the unit
+// hooks of ZeRO-2/3 (a recompute would need several units gathered at once), a bad policy. Without
 // hooks (DDP, ZeRO-1, the staging ZeRO-2) every-K runs, and the acts follow its formula.
 Test(zero_train_mpi, checkpoint_every_k_refused_with_unit_hooks) {
     const char* cases[][2] = {
         {"--zero 3 --checkpoint every-2", "supports block or none only"},
         {"--zero 2 --checkpoint every-3", "supports block or none only"},
+        {"--zero 3 --checkpoint nested", "--checkpoint nested with --zero 2 or 3"},
         {"--zero all --checkpoint every-2", "--checkpoint every-2 with --zero 2 or 3"},
         {"--zero 3 --checkpoint half", "--checkpoint: checkpoint policy 'half' is not one of"},
         {"--zero 1 --checkpoint every-0", "--checkpoint"},
