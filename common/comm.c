@@ -404,8 +404,8 @@ comm_t* comm_init(comm_backend_t backend, double timeout_s) {
     MPI_CHECK(MPI_Comm_size(im->node, &c->local_world));
     g_main_thread = pthread_self();
     g_main_thread_set = 1;
-    rec_init(c);
     c->world_rank = c->rank;
+    rec_init(c);
 
     if (backend == COMM_NCCL) comm_nccl_init(c);
     return c;
