@@ -69,8 +69,9 @@ static const char* hash_of(int size, char* buf, size_t len) {
 }
 
 // The same all-reduce on a group of n and on a world of n: the same bits (the data depends on
-// the group rank only). Groups of 2 (halves of 4, parity of 3) against a world of 2, a group of
-// 4 in reverse order against a world of 4 (its rank k holds what world rank k holds).
+// the group rank only). Groups of 2 (halves of 4, parity of 3) against a world of 2, groups of 3
+// (parity of 6) against a world of 3, a group of 4 in reverse order against a world of 4 (its
+// rank k holds what world rank k holds).
 Test(groups_mpi, a_group_of_n_gives_the_bits_of_a_world_of_n) {
     char w2[32], w4[32], h[32];
     assert_all_right(run(2, "--split none"), "world of 2");
@@ -79,6 +80,11 @@ Test(groups_mpi, a_group_of_n_gives_the_bits_of_a_world_of_n) {
     cr_assert(hash_of(2, h, sizeof h) && strcmp(h, w2) == 0, "a half of 4 differs from a world of 2 (%s):\n%s", w2, g_out);
     assert_all_right(run(3, "--split parity --name even"), "parity of 3");
     cr_assert(hash_of(2, h, sizeof h) && strcmp(h, w2) == 0, "the even ranks of 3 differ from a world of 2 (%s):\n%s", w2, g_out);
+    char w3[32];
+    assert_all_right(run(3, "--split none --rank-order 1"), "world of 3");
+    cr_assert(hash_of(3, w3, sizeof w3), "%s", g_out);
+    assert_all_right(run(6, "--split parity --rank-order 1"), "parity of 6");
+    cr_assert(hash_of(3, h, sizeof h) && strcmp(h, w3) == 0, "a parity group of 6 differs from a world of 3 (%s):\n%s", w3, g_out);
     assert_all_right(run(4, "--split none"), "world of 4");
     cr_assert(hash_of(4, w4, sizeof w4), "%s", g_out);
     assert_all_right(run(4, "--split reverse"), "reverse of 4");
