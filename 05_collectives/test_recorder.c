@@ -121,3 +121,29 @@ Test(recorder, several_silent_ranks_are_all_named) {
                            "entered it (last: no operation yet); rank 2 never entered it (last: no operation yet)");
     for (int k = 0; k < 3; k++) free(r[k]);
 }
+
+// A group's rings (comm_split): the line names the group's operation and each rank by its
+// group rank and its world rank.
+Test(recorder, a_group_line_names_the_group_and_both_ranks) {
+    comm_rec_ring_t* r0 = ring(0);
+    comm_rec_ring_t* r1 = ring(1);
+    comm_rec_set_group(r0, "dp", 2);
+    comm_rec_set_group(r1, "dp", 6);
+    comm_rec_done(r1, comm_rec_begin(r1, COMM_REC_ALLGATHER, 1024, -1, 10 * S), 11 * S);
+    comm_rec_done(r0, comm_rec_begin(r0, COMM_REC_ALLGATHER, 1024, -1, 10 * S), 11 * S);
+    const int64_t pos = comm_rec_begin(r0, COMM_REC_ALLREDUCE, 4 << 20, -1, 12 * S);
+    const comm_rec_ring_t* rings[2] = {r0, r1};
+    char line[512];
+    int n = comm_rec_blame(line, sizeof line, rings, 2, 0, pos, 5, 2, 17 * S);
+    cr_assert_eq(n, 1, "%s", line);
+    cr_assert_str_eq(line, "comm: deadline 5 s passed in dp all-reduce #2 (4.0 MiB) on dp rank 0 (world rank 2): "
+                           "dp rank 1 (world rank 6) never entered it (last: dp all-gather #1, done 6.0 s ago)");
+    // point to point inside the group: the peer by both ranks
+    const int64_t rv = comm_rec_begin(r0, COMM_REC_RECV, 64, 1, 13 * S);
+    comm_rec_begin(r1, COMM_REC_ALLREDUCE, 4 << 20, -1, 12 * S);
+    comm_rec_blame(line, sizeof line, rings, 2, 0, rv, 5, 2, 17 * S);
+    cr_assert(strstr(line, "in dp receive #1 from dp rank 1 (world rank 6) (64 B) on dp rank 0 (world rank 2): "
+                           "dp rank 1 (world rank 6) never entered the matching send"), "%s", line);
+    free(r0);
+    free(r1);
+}

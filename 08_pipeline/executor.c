@@ -297,28 +297,27 @@ int pp_exec_last_times(const pp_exec_t* x, const double** start, const double** 
     return x->n_times;
 }
 
+// The replica sum runs on the stage's data-parallel group (the grid's "dp" axis: its rank d is
+// replica d). Why an all-gather and a sum here rather than comm_allreduce: the result must be
+// the sum in replica order, ((g0 + g1) + g2) + ..., on every backend and layout. The MPI
+// backend's blocking all-reduce is that sum only on its shared-memory path (one node, COMM_SHM
+// on); on 3+ ranks otherwise MPI (and NCCL's rings and trees always) add in an order of their
+// own, so the bits would depend on where the job runs. The all-gather moves what the
+// point-to-point exchange before it moved (D - 1 slices in, the own slice out to D - 1 peers).
 double pp_exec_dp_allreduce(pp_exec_t* x, int D) {
     if (D <= 1) return 0;
-    comm_t* c = x->cfg.c;
-    const int p = x->p, r = x->cfg.rank, me = x->cfg.world_base / p;
-    if (D * p > c->world) fail("executor: %d replicas x %d stages need %d ranks, the world has %d", D, p, D * p, c->world);
+    comm_t* dp = x->cfg.dp;
+    const int p = x->p, me = x->cfg.world_base / p;
+    if (!dp || dp->world != D || dp->rank != me)
+        fail("executor: the gradient sum over %d replicas needs this stage's data-parallel group of %d ranks "
+             "(the grid {%d, %d}'s \"dp\" axis, in which this rank is replica %d)", D, D, D, p, me);
     const double t0 = time_now_s();
     float* G = x->cfg.m->grads;
     for (int ch = 0; ch < x->v; ch++) {
         const size_t b = x->span_b[ch], n = x->span_e[ch] - b;
-        float* all = malloc((size_t)D * n * sizeof(float));  // (D, n) every replica's slice
-        comm_req_t** rq = calloc((size_t)2 * D, sizeof(comm_req_t*));
-        if (!all || !rq) DIE("out of host memory");
-        memcpy(all + (size_t)me * n, G + b, n * sizeof(float));
-        int k = 0;
-        comm_group_start(c);
-        for (int d = 0; d < D; d++) {
-            if (d == me) continue;
-            rq[k++] = comm_isend(c, G + b, n, COMM_F32, d * p + r, NULL);
-            rq[k++] = comm_irecv(c, all + (size_t)d * n, n, COMM_F32, d * p + r, NULL);
-        }
-        comm_group_end(c);
-        comm_waitall(c, rq, k);
+        float* all = malloc((size_t)D * n * sizeof(float) + sizeof(float));  // (D, n) every replica's slice
+        if (!all) DIE("out of host memory");
+        comm_allgather(dp, G + b, all, n, COMM_F32, NULL);
         // The sum in replica order 0, 1, ..., D-1 on every replica: the same bits everywhere.
         for (size_t i = 0; i < n; i++) {
             float acc = all[i];
@@ -326,7 +325,6 @@ double pp_exec_dp_allreduce(pp_exec_t* x, int D) {
             G[b + i] = acc;
         }
         free(all);
-        free(rq);
     }
     return time_now_s() - t0;
 }

@@ -41,6 +41,8 @@ typedef struct {
                                   // head on stage p·v − 1)
     int Bmb, T;                   // rows of one micro-batch, sequence length
     int die_after;                // failure test: _exit after this many actions (-1: never)
+    comm_t* dp;                   // 2D: this stage's data-parallel group (the "dp" axis of the
+                                  // grid {D, p}, common/grid.h: group rank = replica d); NULL: D = 1
 } pp_exec_config_t;
 
 // Host-clock accounting of one step (seconds).
@@ -93,8 +95,10 @@ double pp_exec_forward(pp_exec_t* x, const schedule_t* fwd, const int32_t* input
 int pp_exec_last_times(const pp_exec_t* x, const double** start, const double** end, double* t0);
 
 // 2D (pipeline x data parallel): sums this rank's gradient slices over the D replicas of its
-// stage (world ranks d·p + rank). Each replica sends its slices to every other and adds the D
-// copies in replica order, so every replica ends with the same bits. Returns seconds taken.
+// stage (world ranks d·p + rank): an all-reduce on cfg.dp (whose size must be D), done as an
+// all-gather of the slices and a sum in replica order 0, 1, ..., D-1 on every replica, so every
+// replica ends with the same bits, and the same bits on any backend or layout (why not
+// comm_allreduce: see executor.c). Returns seconds taken.
 double pp_exec_dp_allreduce(pp_exec_t* x, int D);
 
 // AdamW (model_cpu_adamw_step's semantics: t = ++m->adam_t) over this rank's slices only.

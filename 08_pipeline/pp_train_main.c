@@ -57,6 +57,7 @@
 #include "common/cli.h"
 #include "common/comm.h"
 #include "common/data.h"
+#include "common/grid.h"
 #include "common/lm.h"
 #include "common/alloc.h"
 #include "common/train_loop.h"
@@ -321,7 +322,10 @@ int main(int argc, char** argv) {
     model_range_t* ranges = malloc((size_t)v * sizeof(model_range_t));
     if (!ranges) DIE("out of host memory");
     for (int ch = 0; ch < v; ch++) ranges[ch] = partition_range(&part, sched_stage(&sched, r, ch));
-    pp_runner_config_t rc = {c, &sched, r, d * p, &cfg, seed, ranges, Bmb, T, -1};
+    // 2D: the grid {D, p} (world rank d·p + r, the pipeline axis fastest); the replica sum runs
+    // on its "dp" group, the D replicas of this rank's stage.
+    grid_t* grid = D > 1 ? grid_create(c, (const int[]){D, p}, (const char* const[]){"dp", "pp"}, 2) : NULL;
+    pp_runner_config_t rc = {c, &sched, r, d * p, &cfg, seed, ranges, Bmb, T, -1, grid ? grid->group[0] : NULL};
     if (wr == die_rank) rc.die_after = sched.n_actions[r] / 2;
     pp_runner_t* run = pp_runner_create(&rc);
     lm_t* lm = pp_runner_model(run);
@@ -442,6 +446,7 @@ int main(int argc, char** argv) {
     long long st_all = status;
     comm_host_allreduce_i64(c, &st_all, 1, COMM_MAX);
     pp_runner_destroy(run);
+    grid_destroy(grid);
     partition_free(&part);
     schedule_free(&sched);
     data_close(&data);

@@ -92,7 +92,7 @@ pp_runner_t* pp_runner_create(const pp_runner_config_t* k) {
         r->ops = &gpu_ops;
     } else {
         const pp_exec_config_t ec = {k->c, k->sched, k->rank, k->world_base, lm_cpu(r->m), k->ranges, k->Bmb, k->T,
-                                     k->die_after};
+                                     k->die_after, k->dp};
         r->x = pp_exec_create(&ec);
         r->ops = &cpu_ops;
     }

@@ -22,6 +22,7 @@ typedef struct {
     const model_range_t* ranges;  // [v] as pp_exec_config_t
     int Bmb, T;
     int die_after;                // -1: never
+    comm_t* dp;                   // the CPU executor's data-parallel group (pp_exec_config_t.dp)
 } pp_runner_config_t;
 
 typedef struct pp_runner pp_runner_t;

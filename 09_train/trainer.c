@@ -122,7 +122,10 @@ static void gpu_pp_destroy(void* x) { pp_exec_gpu_destroy(x); }
 static pp_ops_t pp_exec_make(trainer_t* t) {
     model_cpu_t* mc = lm_cpu(t->lm);
     if (mc) {
-        const pp_exec_config_t ec = {t->c, &t->sched, t->pr, t->d * t->pp, mc, t->ranges, t->B, t->T, -1};
+        // D > 1: the grid {D, pp} (world rank d·pp + pr); the replicas of a stage are its "dp" group.
+        if (t->D > 1) t->grid = grid_create(t->c, (const int[]){t->D, t->pp}, (const char* const[]){"dp", "pp"}, 2);
+        const pp_exec_config_t ec = {t->c, &t->sched, t->pr, t->d * t->pp, mc, t->ranges, t->B, t->T, -1,
+                                     t->grid ? t->grid->group[0] : NULL};
         return (pp_ops_t){pp_exec_create(&ec), cpu_pp_step, cpu_pp_fwd, cpu_pp_span, cpu_pp_destroy};
     }
     const pp_exec_gpu_config_t gc = {t->c, &t->sched, t->pr, lm_gpu(t->lm), t->ranges, t->B, t->T, -1};
@@ -443,6 +446,8 @@ void trainer_free(trainer_t* t) {
     }
     if (t->opt == &t->own) optim_free(&t->own);
     if (t->px.x) t->px.destroy(t->px.x);
+    grid_destroy(t->grid);
+    t->grid = NULL;
     if (t->pp) {
         partition_free(&t->part);
         schedule_free(&t->sched);

@@ -16,6 +16,7 @@
 #include "09_train/checkpoint.h"
 #include "09_train/lr_clip.h"
 #include "common/comm.h"
+#include "common/grid.h"
 #include "common/lm.h"
 #include "common/param_table.h"
 #include "common/tokens.h"
@@ -69,6 +70,7 @@ typedef struct {
     model_range_t* ranges;  // [v] this rank's chunks
     size_t *stb, *ste;    // [S] flat span of every stage
     pp_ops_t px;          // the executor
+    grid_t* grid;         // --pp with D > 1: the grid {D, pp}; the replica sum runs on its "dp" group
     // the step under way
     int64_t step, kill_step;  // its number (0-based); --die-at-step
     double lr, clip, gnorm;   // its learning rate; --clip; the norm before clipping

@@ -124,7 +124,7 @@ static void watchdog_arm_pos(comm_t* c, const char* what, double seconds, int64_
         pthread_detach(g_wd.thread);
         g_wd.started = 1;
     }
-    g_wd.rank = c ? c->rank : 0;
+    g_wd.rank = c ? c->world_rank : 0;
     g_wd.what = what;
     g_wd.seconds = seconds;
     g_wd.last_tick = comm_now_s();
@@ -201,7 +201,7 @@ void comm_deadline(comm_t* c, int64_t pos) {
     grace = grace < 0.2 ? 0.2 : grace > 1.0 ? 1.0 : grace;
     const int64_t g_ns = (int64_t)(grace * 1e9);
     int speak = 1;
-    if (im->rec_shared) {
+    if (im->rec_claim) {  // the node's claim (a group's rings use their world's: comm_split)
         speak = 0;
         for (;;) {
             if (__atomic_load_n(im->rec_claim, __ATOMIC_ACQUIRE) != 0) break;
@@ -277,6 +277,7 @@ static void rec_init(comm_t* c) {
         im->rec_n = 1;
     }
     comm_rec_reset(im->rec, c->rank);
+    if (c->name[0]) comm_rec_set_group(im->rec, c->name, c->world_rank);
 }
 
 static void rec_destroy(comm_t* c) {
@@ -297,8 +298,10 @@ static void rec_destroy(comm_t* c) {
 // ------------------------------------------------------------------ fatal
 void comm_fatal(comm_t* c, int status, const char* fmt, ...) {
     va_list ap;
+    char who[64] = "rank 0";
+    if (c) comm_rank_label(c, who, sizeof who);
     fflush(stdout);
-    fprintf(stderr, "rank %d: ", c ? c->rank : 0);
+    fprintf(stderr, "%s: ", who);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -401,6 +404,7 @@ comm_t* comm_init(comm_backend_t backend, double timeout_s) {
     MPI_CHECK(MPI_Comm_size(im->node, &c->local_world));
     g_main_thread = pthread_self();
     g_main_thread_set = 1;
+    c->world_rank = c->rank;
     rec_init(c);
 
     if (backend == COMM_NCCL) comm_nccl_init(c);
@@ -409,6 +413,7 @@ comm_t* comm_init(comm_backend_t backend, double timeout_s) {
 
 void comm_destroy(comm_t* c, int finalize_mpi) {
     if (!c) return;
+    const int group = c->impl->is_group;
     if (c->backend == COMM_NCCL) comm_nccl_destroy(c);
     comm_shm_destroy(c);
     rec_destroy(c);
@@ -416,11 +421,79 @@ void comm_destroy(comm_t* c, int finalize_mpi) {
     MPI_CHECK(MPI_Comm_free(&c->impl->world));
     free(c->impl);
     free(c);
-    if (finalize_mpi) {
+    if (finalize_mpi && !group) {
         int fin = 0;
         MPI_Finalized(&fin);
         if (!fin) MPI_Finalize();
     }
+}
+
+// ------------------------------------------------------------------ groups
+const char* comm_rank_label(const comm_t* c, char* buf, size_t len) {
+    if (c->name[0]) snprintf(buf, len, "%s rank %d (world rank %d)", c->name, c->rank, c->world_rank);
+    else snprintf(buf, len, "rank %d", c->rank);
+    return buf;
+}
+
+static int group_name_ok(const char* name) {
+    if (!name || !*name || strlen(name) >= sizeof ((comm_t*)0)->name) return 0;
+    for (const char* p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+            return 0;
+    return 1;
+}
+
+// A group is built like the world (comm_init) on the communicator MPI_Comm_split returns:
+//   node:  its members on this rank's node. Which ranks share a node is the parent's node
+//          split (the world's: comm_init), named by the lowest job rank of that node part,
+//          so the group follows however the world was split into nodes.
+//   recorder: rings of its own (operations are numbered per communicator), in a window over
+//          the group's node part; the speaker's claim stays the world's (one line per node,
+//          whichever communicator's deadline passes first).
+//   shm all-reduce: group-aware as it stands: comm_shm.c sets its window up on first use over
+//          impl->node and impl->world, which are the group's, so each group reduces in ITS
+//          rank order through a window of its own, and two groups never share a barrier.
+comm_t* comm_split(comm_t* p, int color, int key, const char* name) {
+    if (!group_name_ok(name))
+        comm_fatal(p, 1, "comm_split: group name '%s': expected 1-15 letters, digits, '-' or '_'", name ? name : "(null)");
+    comm_impl_t* pim = p->impl;
+    int node_id = p->world_rank;
+    const int64_t pos = comm_rec_start(p, COMM_REC_SPLIT, 0, -1);
+    ARM_OP(p, "a split of the communicator");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &node_id, 1, MPI_INT, MPI_MIN, pim->node));
+    MPI_Comm nc = MPI_COMM_NULL, node = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(pim->world, color < 0 ? MPI_UNDEFINED : color, key, &nc));
+    if (nc != MPI_COMM_NULL) {
+        int r = 0;
+        MPI_CHECK(MPI_Comm_rank(nc, &r));
+        MPI_CHECK(MPI_Comm_split(nc, node_id, r, &node));
+    }
+    comm_watchdog_disarm(p);
+    comm_rec_end(p, pos);
+    comm_t* g = NULL;
+    if (nc != MPI_COMM_NULL) {
+        g = calloc(1, sizeof *g);
+        comm_impl_t* im = calloc(1, sizeof *im);
+        if (!g || !im) DIE("comm: out of host memory");
+        g->impl = im;
+        im->is_group = 1;
+        g->backend = p->backend;
+        g->timeout_s = p->timeout_s;
+        g->device = p->device;
+        g->world_rank = p->world_rank;
+        snprintf(g->name, sizeof g->name, "%s", name);
+        im->world = nc;
+        MPI_CHECK(MPI_Comm_set_errhandler(im->world, MPI_ERRORS_RETURN));
+        MPI_CHECK(MPI_Comm_rank(im->world, &g->rank));
+        MPI_CHECK(MPI_Comm_size(im->world, &g->world));
+        im->node = node;
+        MPI_CHECK(MPI_Comm_rank(im->node, &g->local_rank));
+        MPI_CHECK(MPI_Comm_size(im->node, &g->local_world));
+        rec_init(g);
+        if (pim->rec_claim) im->rec_claim = pim->rec_claim;  // its own window's stays unused
+    }
+    if (p->backend == COMM_NCCL) comm_nccl_split(p, g, color, key);
+    return g;
 }
 
 device_t comm_device_kind(const comm_t* c) { return c->backend == COMM_NCCL ? DEV_CUDA : DEV_CPU; }

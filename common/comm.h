@@ -63,12 +63,15 @@ typedef enum { COMM_SUM = 0, COMM_AVG, COMM_MAX, COMM_MIN } comm_op_t;
 
 typedef struct comm_impl comm_impl_t;
 typedef struct {
-    int rank, world;              // this process in the job, and the job's size
-    int local_rank, local_world;  // on this node (shared-memory split)
+    int rank, world;              // this process in the communicator, and its size (a group's
+                                  // own: comm_split)
+    int local_rank, local_world;  // on this node (shared-memory split; a group's: its members here)
     int device;                   // CUDA device of this rank (NCCL), -1 for MPI
     comm_backend_t backend;
     double timeout_s;             // deadline of every wait
     comm_impl_t* impl;
+    int world_rank;               // this process in the whole job (== rank for the world)
+    char name[16];                // a group's name ("dp", "tp"; comm_split), "" for the world
 } comm_t;
 
 typedef struct comm_req comm_req_t;  // a pending non-blocking operation
@@ -87,7 +90,24 @@ double comm_timeout_from_env(void);
 // GPU per rank), NCCL not built in. Never returns NULL.
 comm_t* comm_init(comm_backend_t backend, double timeout_s);
 // Frees the backend; MPI_Finalize when `finalize_mpi` (the last communicator of the program).
+// A group (comm_split) is freed the same way (collective over the group), before the
+// communicator it was split from, and never finalizes MPI (finalize_mpi is ignored for it).
 void comm_destroy(comm_t* c, int finalize_mpi);
+
+// ---- groups ---------------------------------------------------------------------------------
+// Collective over c: the ranks that pass the same color (>= 0) form a new communicator, ranked
+// by key (ties: by rank in c); color < 0 joins no group and returns NULL. A group is a
+// communicator like the world: every operation, deadline and refusal below works on it with
+// the group's ranks (rank, world: in the group; world_rank: in the job). Its deadline line
+// names it and both ranks ("dp rank 1 (world rank 3)"); comm_fatal's line too. `name`: up to
+// 15 characters, letters, digits, '-' or '_' ("dp", "tp", "pp").
+// MPI: MPI_Comm_split; the shared-memory all-reduce and the flight recorder get windows of
+// the group's own (over its members on each node). NCCL: ncclCommSplit of c's communicator,
+// non-blocking like the world's and settled under the deadline; the group has its own stream.
+// Groups of groups work the same way (split a group).
+comm_t* comm_split(comm_t* c, int color, int key, const char* name);
+// "dp rank 1 (world rank 3)" for a group, "rank 3" for the world: how lines name this rank.
+const char* comm_rank_label(const comm_t* c, char* buf, size_t len);
 
 // Memory of the backend's kind (host for MPI, device for NCCL) from common/alloc.h.
 void* comm_alloc(const comm_t* c, size_t bytes, mem_tag_t tag);

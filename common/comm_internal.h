@@ -19,6 +19,7 @@ struct comm_impl {
     int in_group;          // NCCL: between comm_group_start and comm_group_end
     comm_req_t* group_reqs;  // NCCL: requests made in the open group (event recorded at its end)
     int aborted;
+    int is_group;          // made by comm_split (its destroy never finalizes MPI)
     comm_shm_t* shm;       // MPI: the shared-memory all-reduce's window (comm_shm.c), or NULL
     int shm_state;         // MPI: 0 not yet decided, 1 in use, -1 off (COMM_SHM=0, several nodes)
 #if HAVE_NCCL
@@ -98,6 +99,9 @@ void comm_shm_destroy(comm_t* c);
 
 // comm_nccl.c (each dies with a clear line where NCCL is not built in)
 void comm_nccl_init(comm_t* c);
+// comm_split's NCCL half, called by every rank of the parent p: ncclCommSplit into g (NULL:
+// this rank joins no group), settled under the deadline; g gets a stream of its own.
+void comm_nccl_split(comm_t* p, comm_t* g, int color, int key);
 void comm_nccl_destroy(comm_t* c);
 void comm_nccl_abort(comm_t* c);
 // Enqueues one operation; returns a request whose event is recorded (or will be, at the

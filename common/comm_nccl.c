@@ -112,6 +112,27 @@ void comm_nccl_init(comm_t* c) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
 }
 
+// ncclCommSplit is collective over the parent (ranks that join no group pass
+// NCCL_SPLIT_NOCOLOR). Non-blocking like the world's: the call returns ncclInProgress and the
+// new communicator is polled (settle) under the deadline, in the group's recorder as its
+// initialisation; then the parent is settled too (it took part in the split).
+void comm_nccl_split(comm_t* p, comm_t* g, int color, int key) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t nc = NULL;
+    const int64_t pos = g ? comm_rec_start(g, COMM_REC_INIT, 0, -1) : 0;
+    const ncclResult_t r = ncclCommSplit(p->impl->nccl, g ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &cfg);
+    if (g) {
+        g->impl->nccl = nc;
+        settle(g, r, pos, "the NCCL split");
+        comm_rec_end(g, pos);
+        CUDA_CHECK(cudaStreamCreateWithFlags(&g->impl->stream, cudaStreamNonBlocking));
+    } else if (r != ncclSuccess && r != ncclInProgress) {
+        NCCL_CHECK(r);
+    }
+    settle(p, ncclInProgress, p->impl->rec_last, "the NCCL split");
+}
+
 void comm_nccl_destroy(comm_t* c) {
     comm_impl_t* im = c->impl;
     comm_stream_sync(c, im->stream, "the last operations before shutdown");
@@ -220,6 +241,10 @@ void comm_nccl_settle(comm_t* c, int nccl_result, const char* what) {
     no_nccl();
 }
 
+void comm_nccl_split(comm_t* p, comm_t* g, int color, int key) {
+    (void)p; (void)g; (void)color; (void)key;
+    no_nccl();
+}
 void comm_nccl_abort(comm_t* c) { (void)c; }
 void* comm_nccl_handle(const comm_t* c) { (void)c; return NULL; }
 comm_req_t* comm_nccl_op(comm_t* c, char kind, const void* s, void* r, size_t count,

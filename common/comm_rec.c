@@ -9,7 +9,7 @@
 
 static const char* const g_names[COMM_REC_NOPS] = {
     "all-reduce", "broadcast", "reduce-scatter", "all-gather", "barrier", "host all-reduce",
-    "host broadcast", "NCCL initialisation", "NCCL shutdown", "send", "receive",
+    "host broadcast", "NCCL initialisation", "NCCL shutdown", "split", "send", "receive",
 };
 
 const char* comm_rec_op_name(comm_rec_op_t op) {
@@ -25,7 +25,13 @@ int64_t comm_rec_now_ns(void) {
 void comm_rec_reset(comm_rec_ring_t* r, int rank) {
     memset(r, 0, sizeof *r);
     r->rank = rank;
+    r->world_rank = rank;
     r->used = 1;
+}
+
+void comm_rec_set_group(comm_rec_ring_t* r, const char* name, int world_rank) {
+    r->world_rank = world_rank;
+    snprintf(r->name, sizeof r->name, "%s", name ? name : "");
 }
 
 static int is_p2p(int op) { return op == COMM_REC_SEND || op == COMM_REC_RECV; }
@@ -108,11 +114,32 @@ static void put_bytes(buf_t* b, int64_t bytes) {
     else put(b, "%.*f %s", v < 10 ? 1 : 0, v, unit[u]);
 }
 
-// "all-reduce #3", "send #2 to rank 1", "receive #1 from rank 0"; with_bytes: " (4.0 KiB)".
-static void put_op(buf_t* b, const comm_rec_entry_t* e, int with_bytes) {
+// A rank of the communicator of `r` (the ring of that rank, or of any rank of the same
+// communicator when `own` is 0): "rank 3" on the world, "dp rank 1 (world rank 3)" on a group
+// (the world rank only where that rank's own ring is at hand).
+static void put_rank(buf_t* b, const comm_rec_ring_t* r, int rank, int own) {
+    if (!r || !r->name[0]) {
+        put(b, "rank %d", rank);
+        return;
+    }
+    put(b, "%s rank %d", r->name, rank);
+    if (own) put(b, " (world rank %d)", r->world_rank);
+}
+
+static const comm_rec_ring_t* ring_of(const comm_rec_ring_t* const* rings, int nrings, int rank);
+
+// "all-reduce #3", "send #2 to rank 1", "receive #1 from rank 0"; on a group "dp all-reduce
+// #3", "dp send #2 to dp rank 1 (world rank 5)"; with_bytes: " (4.0 KiB)". r: the ring the
+// entry belongs to; rings: the node's (to find a peer's world rank), may be NULL.
+static void put_op(buf_t* b, const comm_rec_ring_t* r, const comm_rec_entry_t* e, int with_bytes,
+                   const comm_rec_ring_t* const* rings, int nrings) {
+    if (r && r->name[0]) put(b, "%s ", r->name);
     put(b, "%s #%lld", comm_rec_op_name((comm_rec_op_t)e->op), (long long)e->num);
-    if (e->op == COMM_REC_SEND) put(b, " to rank %d", e->peer);
-    if (e->op == COMM_REC_RECV) put(b, " from rank %d", e->peer);
+    if (e->op == COMM_REC_SEND || e->op == COMM_REC_RECV) {
+        const comm_rec_ring_t* p = rings ? ring_of(rings, nrings, e->peer) : NULL;
+        put(b, e->op == COMM_REC_SEND ? " to " : " from ");
+        put_rank(b, p ? p : r, e->peer, p != NULL);
+    }
     if (with_bytes && e->bytes > 0) {
         put(b, " (");
         put_bytes(b, e->bytes);
@@ -130,7 +157,7 @@ static void put_last(buf_t* b, const comm_rec_ring_t* r, int64_t now_ns) {
         return;
     }
     put(b, " (last: ");
-    put_op(b, &e, 0);
+    put_op(b, r, &e, 0, NULL, 0);
     if (e.t_done_ns) put(b, ", done %.1f s ago)", ago(now_ns, e.t_done_ns));
     else put(b, ", started %.1f s ago, not finished)", ago(now_ns, e.t_start_ns));
 }
@@ -152,7 +179,8 @@ static int never_entered(buf_t* b, const comm_rec_entry_t* e, int me_rank,
         const int64_t* ctr = e->op == COMM_REC_SEND ? p->recvd : p->sent;
         if (__atomic_load_n(&ctr[me_rank], __ATOMIC_ACQUIRE) >= e->num) return 0;
         if (b) {
-            put(b, "rank %d never entered the matching %s", e->peer, e->op == COMM_REC_SEND ? "receive" : "send");
+            put_rank(b, p, e->peer, 1);
+            put(b, " never entered the matching %s", e->op == COMM_REC_SEND ? "receive" : "send");
             put_last(b, p, now_ns);
         }
         return 1;
@@ -162,7 +190,9 @@ static int never_entered(buf_t* b, const comm_rec_entry_t* e, int me_rank,
         if (!r || !r->used || r->rank == me_rank) continue;
         if (__atomic_load_n(&r->colls, __ATOMIC_ACQUIRE) >= e->num) continue;
         if (b) {
-            put(b, "%srank %d never entered it", n ? "; " : "", r->rank);
+            put(b, "%s", n ? "; " : "");
+            put_rank(b, r, r->rank, 1);
+            put(b, " never entered it");
             put_last(b, r, now_ns);
         }
         n++;
@@ -188,7 +218,9 @@ int comm_rec_blame(char* out, size_t outlen, const comm_rec_ring_t* const* rings
     if (!have) have = comm_rec_get(mine, newest, &st);
     put(&b, "comm: deadline %g s passed", timeout_s);
     if (!have) {
-        put(&b, " on rank %d before its first operation", me_rank);
+        put(&b, " on ");
+        put_rank(&b, mine, me_rank, 1);
+        put(&b, " before its first operation");
         return 0;
     }
     // The first unfinished operation from the stuck one on that a rank of this node never
@@ -198,15 +230,19 @@ int comm_rec_blame(char* out, size_t outlen, const comm_rec_ring_t* const* rings
         if (!comm_rec_get(mine, p, &e) || (p != st.pos && e.t_done_ns)) continue;
         if (never_entered(NULL, &e, me_rank, rings, nrings, now_ns) == 0) continue;
         put(&b, " in ");
-        put_op(&b, &e, 1);
-        put(&b, " on rank %d: ", me_rank);
+        put_op(&b, mine, &e, 1, rings, nrings);
+        put(&b, " on ");
+        put_rank(&b, mine, me_rank, 1);
+        put(&b, ": ");
         const int n = never_entered(&b, &e, me_rank, rings, nrings, now_ns);
         if (world > nrings) put(&b, "; the ranks of other nodes were not seen");
         return n;
     }
     put(&b, " in ");
-    put_op(&b, &st, 1);
-    put(&b, " on rank %d: ", me_rank);
+    put_op(&b, mine, &st, 1, rings, nrings);
+    put(&b, " on ");
+    put_rank(&b, mine, me_rank, 1);
+    put(&b, ": ");
     // Everyone entered it: name the ranks that stopped answering inside an operation.
     int n = 0;
     for (int i = 0; i < nrings; i++) {
@@ -216,8 +252,10 @@ int comm_rec_blame(char* out, size_t outlen, const comm_rec_ring_t* const* rings
         if (!comm_rec_get(r, __atomic_load_n(&r->pos, __ATOMIC_ACQUIRE), &e) || e.t_done_ns) continue;
         const int64_t alive = __atomic_load_n(&r->alive_ns, __ATOMIC_RELAXED);
         if (now_ns - alive < STALE_NS) continue;
-        put(&b, "%srank %d stopped answering inside ", n ? "; " : "", r->rank);
-        put_op(&b, &e, 0);
+        put(&b, "%s", n ? "; " : "");
+        put_rank(&b, r, r->rank, 1);
+        put(&b, " stopped answering inside ");
+        put_op(&b, r, &e, 0, rings, nrings);
         put(&b, " (started %.1f s ago, no sign of life for %.1f s)", ago(now_ns, e.t_start_ns), ago(now_ns, alive));
         n++;
     }

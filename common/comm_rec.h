@@ -36,6 +36,7 @@ typedef enum {
     COMM_REC_HOST_BCAST,
     COMM_REC_INIT,      // NCCL initialisation
     COMM_REC_SHUTDOWN,  // NCCL finalisation
+    COMM_REC_SPLIT,     // comm_split (on the communicator split)
     COMM_REC_SEND,      // point to point from here on
     COMM_REC_RECV,
     COMM_REC_NOPS
@@ -51,6 +52,8 @@ typedef struct {
 
 typedef struct {
     int32_t rank, used;     // used: this slot belongs to a live communicator
+    int32_t world_rank, pad_;  // the rank in the job (a group's ring: rank is the group rank)
+    char name[16];          // the group's name (comm_split), "" for the world
     int64_t pos;            // entries recorded so far (the newest is pos)
     int64_t colls;          // collectives entered
     int64_t alive_ns;       // last sign of life: a poll of a wait, a tick of the watchdog
@@ -62,7 +65,10 @@ typedef struct {
 const char* comm_rec_op_name(comm_rec_op_t op);  // "all-reduce", "send", ...
 int64_t comm_rec_now_ns(void);                   // CLOCK_MONOTONIC
 
-void comm_rec_reset(comm_rec_ring_t* r, int rank);
+void comm_rec_reset(comm_rec_ring_t* r, int rank);  // a world's ring: world_rank = rank, no name
+// A group's ring: its name and this rank in the job; the line then says "dp rank 1 (world
+// rank 3)" and "dp all-reduce #2" where the world's says "rank 3" and "all-reduce #2".
+void comm_rec_set_group(comm_rec_ring_t* r, const char* name, int world_rank);
 // Records the start of an operation; returns its position (for comm_rec_done).
 int64_t comm_rec_begin(comm_rec_ring_t* r, comm_rec_op_t op, size_t bytes, int peer, int64_t now_ns);
 // Marks entry `pos` done (nothing if it has left the ring); upto: every entry <= pos.
