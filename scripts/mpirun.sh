@@ -49,11 +49,13 @@ elif [ -n "${MPIRUN_EMULATE_NODES:-}" ] && [[ "$MPIRUN_EMULATE_NODES" =~ ^[1-9][
   emulate=$MPIRUN_EMULATE_NODES
 fi
 net=()
+# NCCL's network settings reach every rank when set (across machines: the interface that joins them).
+for v in NCCL_SOCKET_IFNAME NCCL_IB_DISABLE; do [ -n "${!v:-}" ] && net+=(-x "$v"); done
 if [ -n "$emulate" ]; then
   export CS336_EMULATE_NODES=$emulate
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1}
-  net=(--mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo
-       -x CS336_EMULATE_NODES -x NCCL_SOCKET_IFNAME -x NCCL_IB_DISABLE)
+  net=(--mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -x CS336_EMULATE_NODES
+       -x NCCL_SOCKET_IFNAME -x NCCL_IB_DISABLE)
 fi
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun.sh: mpirun not found (scripts/setup.sh installs OpenMPI)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -16,7 +16,7 @@ set -u
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
 pass=0; fail=0; bad=0
-run() {  # env-value binary filter
+suite() {  # MPIRUN_EMULATE_NODES value, binary, Criterion filter
   local emu=$1 bin=$2 filter=$3 log
   log=$(MPIRUN_EMULATE_NODES=$emu "$B/$bin" --filter "$filter" --jobs "${TEST_JOBS:-2}" 2>&1)
   local rc=$? syn
@@ -32,10 +32,10 @@ run() {  # env-value binary filter
   fi
 }
 t0=$(date +%s)
-run "" 05_collectives/test_05 'emulated_mpi/*'
-run 2 05_collectives/test_05 'collectives_mpi/@(every_operation_*|shm_off_*|a_dead_rank_*|bench_runs_*)'
-run 2 06_ddp/test_06 'ddp_train_mpi/@(naive|flat|overlap|bucketed)*'
-run 2 06_ddp/test_06 'ddp_2_ranks/*'
-run 2 07_zero/test_07 'zero_train_mpi/@(every_level_equals_ddp|zero2_on_units_equals_ddp|sharded_construction_equals)*'
+suite "" 05_collectives/test_05 'emulated_mpi/*'
+suite 2 05_collectives/test_05 'collectives_mpi/@(every_operation_*|shm_off_*|a_dead_rank_*|bench_runs_*)'
+suite 2 06_ddp/test_06 'ddp_train_mpi/@(naive|flat|overlap|bucketed)*'
+suite 2 06_ddp/test_06 'ddp_2_ranks/*'
+suite 2 07_zero/test_07 'zero_train_mpi/@(every_level_equals_ddp|zero2_on_units_equals_ddp|sharded_construction_equals)*'
 echo "$pass passed, $fail failed ($(( $(date +%s) - t0 )) s)"
 [ "$bad" -eq 0 ] && [ "$fail" -eq 0 ]
