@@ -44,10 +44,10 @@ static ncclRedOp_t nccl_op(comm_op_t op) {
     DIE("comm: unknown reduction %d", (int)op);
 }
 
-// A set-up error the user can fix: one line from the first rank of each node, exit 2 on all
+// A set-up error the user can fix: one line from the first rank of each machine, exit 2 on all
 // (the others wait a moment so that the line is out before mpirun tears the job down).
 static void setup_error(comm_t* c, const char* msg) {
-    if (c->local_rank == 0) {
+    if (c->impl->host_rank == 0) {
         fflush(stdout);
         fprintf(stderr, "%s: error: %s\n", progname(), msg);
         fflush(stderr);
