@@ -133,3 +133,22 @@ Test(emulated_mpi, a_silent_rank_is_named_once_by_its_node) {
     check_hang(3, "t05emu3", "on rank 2: rank 3 never entered");
     check_hang(1, "t05emu1", "on rank 0: rank 1 never entered");
 }
+
+// ---- GPU: NCCL across emulated nodes (2+ GPUs). Each emulated node has its own NCCL_HOSTID,
+// so NCCL must connect the nodes through its network transport (sockets on lo), never through
+// NVLink/PCIe peer access or shared memory as it would on one host.
+Test(emulated_nccl, every_operation_across_2_emulated_nodes) {
+    NEED_GPU_RANKS();  // 2 ranks, or TEST_GPU_RANKS (even)
+    const int np = test_gpu_ranks();
+    if (np % 2) cr_skip_test("TEST_GPU_RANKS=%d: 2 emulated nodes need an even number of ranks", np);
+    int st = run_job("", "--emulate-nodes 2", np, "--backend nccl --counts 0,1,7,1000,65537,1000003", NULL);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, " 0 wrong") && !strstr(g_out, "WRONG"), "%s", g_out);
+    cr_assert(strstr(g_out, "comm: node 1 of 2 (emulated)"), "%s", g_out);
+    // NCCL's own log of a short job: the host id taken from the environment, the network between nodes
+    st = run_job("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV", "--emulate-nodes 2", np, "--backend nccl --counts 1", NULL);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "NCCL_HOSTID set by environment to cs336-emulated-node-1"), "%s", g_out);
+    cr_assert(strstr(g_out, "via NET/Socket"), "no connection through NCCL's socket transport:\n%s", g_out);
+    if (np == 2) cr_assert(!strstr(g_out, "via P2P") && !strstr(g_out, "via SHM"), "one rank a node, yet:\n%s", g_out);
+}
