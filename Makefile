@@ -308,6 +308,12 @@ tests-only: all
 test-gpu: all
 	@BUILD=$(BUILD) scripts/test_gpu.sh --multi "$(foreach s,$(filter $(STAGES_MPI),$(STAGE_DIRS)),$($(s)_TBIN))" $(TEST_BINS)
 
+# The distributed tests of stages 05-08 with their jobs on 2 emulated nodes (scripts/test_emulated.sh;
+# about 150 s on 2 cores; not part of `make test`).
+.PHONY: test-emulated
+test-emulated: deps build-05 build-06 build-07 build-08
+	@BUILD=$(BUILD) scripts/test_emulated.sh
+
 test-common: deps $(COMMON_TEST_BIN) $(COMMON_PROGS)
 	@BUILD=$(BUILD) scripts/run_tests.sh $(COMMON_TEST_BIN)
 

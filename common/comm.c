@@ -372,6 +372,103 @@ static int mpi_count(size_t count, const char* what) {
     return (int)count;
 }
 
+// ------------------------------------------------------------------ nodes
+// CS336_EMULATE_NODES (comm.h "Nodes"): 0 when unset or empty, else N >= 1 dividing the world.
+static int emulated_nodes(int world) {
+    const char* s = getenv("CS336_EMULATE_NODES");
+    if (!s || !*s) return 0;
+    char* end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > world || world % v != 0)
+        comm_bad_input("CS336_EMULATE_NODES=%s: expected a node count that divides the job's %d ranks", s, world);
+    return (int)v;
+}
+
+// Ranks list of a node for its report: runs of 3 or more as a-b, e.g. "0-3,8,9".
+static void put_ranks(char* out, size_t cap, const int* node_of, int world, int node) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int r = 0; r < world && n + 32 < cap; r++) {
+        if (node_of[r] != node) continue;
+        int e = r;
+        while (e + 1 < world && node_of[e + 1] == node) e++;
+        if (e - r >= 2) {
+            n += (size_t)snprintf(out + n, cap - n, "%s%d-%d", n ? "," : "", r, e);
+            r = e;
+        } else {
+            n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? "," : "", r);
+        }
+    }
+}
+
+// Which ranks share a node. The machine's ranks come from MPI's shared-memory split; under
+// CS336_EMULATE_NODES=N the world is cut into N contiguous blocks of world/N ranks, each a node
+// of its own (its ranks share the flight recorder's window; nothing is shared across blocks, and
+// the shared-memory all-reduce, which needs the whole job on one node, is off). A block must lie
+// on one machine. The GPU of a rank stays its place on the machine (impl->host_rank). Rank 0
+// prints one line per node under emulation or COMM_VERBOSE=1.
+static void node_split(comm_t* c) {
+    comm_impl_t* im = c->impl;
+    MPI_Comm host;
+    MPI_CHECK(MPI_Comm_split_type(im->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &host));
+    MPI_CHECK(MPI_Comm_rank(host, &im->host_rank));
+    MPI_CHECK(MPI_Comm_size(host, &im->host_world));
+    im->emulated_nodes = emulated_nodes(c->world);
+    if (im->emulated_nodes) {
+        const int per = c->world / im->emulated_nodes;
+        MPI_CHECK(MPI_Comm_split(host, c->rank / per, c->rank, &im->node));
+        MPI_CHECK(MPI_Comm_free(&host));
+        int whole = 0, mine = 0;
+        MPI_CHECK(MPI_Comm_size(im->node, &mine));
+        mine = mine == per;
+        MPI_CHECK(MPI_Allreduce(&mine, &whole, 1, MPI_INT, MPI_MIN, im->world));
+        if (!whole)
+            comm_bad_input("CS336_EMULATE_NODES=%d: a block of %d ranks spans machines; give a count whose blocks "
+                           "each lie on one machine", im->emulated_nodes, per);
+    } else {
+        im->node = host;
+    }
+    MPI_CHECK(MPI_Comm_rank(im->node, &c->local_rank));
+    MPI_CHECK(MPI_Comm_size(im->node, &c->local_world));
+
+    const char* v = getenv("COMM_VERBOSE");
+    if (!im->emulated_nodes && !(v && *v && strcmp(v, "0") != 0)) return;
+    // Every rank's node: the world rank of the node's first rank, numbered in order of it.
+    int first = c->rank;
+    MPI_CHECK(MPI_Bcast(&first, 1, MPI_INT, 0, im->node));
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    int len = 0;
+    MPI_CHECK(MPI_Get_processor_name(name, &len));
+    int* firsts = c->rank == 0 ? malloc(sizeof(int) * (size_t)c->world) : NULL;
+    char* names = c->rank == 0 ? malloc((size_t)MPI_MAX_PROCESSOR_NAME * (size_t)c->world) : NULL;
+    if (c->rank == 0 && (!firsts || !names)) DIE("comm: out of host memory");
+    MPI_CHECK(MPI_Gather(&first, 1, MPI_INT, firsts, 1, MPI_INT, 0, im->world));
+    MPI_CHECK(MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, im->world));
+    if (c->rank != 0) return;
+    int nodes = 0;
+    for (int r = 0; r < c->world; r++) {
+        if (firsts[r] == r) {
+            for (int q = r; q < c->world; q++)
+                if (firsts[q] == r) firsts[q] = -1 - nodes;  // node index, negative while numbering
+            nodes++;
+        }
+    }
+    for (int r = 0; r < c->world; r++) firsts[r] = -1 - firsts[r];
+    fflush(stdout);
+    for (int k = 0; k < nodes; k++) {
+        char ranks[512];
+        put_ranks(ranks, sizeof ranks, firsts, c->world, k);
+        int r0 = 0;
+        while (firsts[r0] != k) r0++;
+        fprintf(stderr, "comm: node %d of %d%s: ranks %s on %s\n", k, nodes, im->emulated_nodes ? " (emulated)" : "",
+                ranks, names + (size_t)r0 * MPI_MAX_PROCESSOR_NAME);
+    }
+    fflush(stderr);
+    free(firsts);
+    free(names);
+}
+
 // ------------------------------------------------------------------ init
 static int g_mpi_started_here = 0;
 
@@ -398,10 +495,7 @@ comm_t* comm_init(comm_backend_t backend, double timeout_s) {
     MPI_CHECK(MPI_Comm_set_errhandler(im->world, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(im->world, &c->rank));
     MPI_CHECK(MPI_Comm_size(im->world, &c->world));
-    MPI_CHECK(MPI_Comm_split_type(im->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
-                                  &im->node));
-    MPI_CHECK(MPI_Comm_rank(im->node, &c->local_rank));
-    MPI_CHECK(MPI_Comm_size(im->node, &c->local_world));
+    node_split(c);
     g_main_thread = pthread_self();
     g_main_thread_set = 1;
     c->world_rank = c->rank;

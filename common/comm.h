@@ -39,6 +39,17 @@
 //   continued by mpirun's teardown finds the claim taken; besides, time a rank spends stopped
 //   does not count against its own deadline (a poll more than COMM_CLOCK_GAP_S late moves it).
 //
+// Nodes (comm.c node_split): local_rank/local_world come from MPI's shared-memory split (the
+// ranks of one machine). CS336_EMULATE_NODES=N makes the job believe it runs on N nodes: ranks
+// in contiguous blocks of world/N (N must divide the world, else one line, exit 2; a block must
+// lie on one machine). Each block is a node for the flight recorder (its own window and one
+// deadline line per node) and for the shared-memory all-reduce (off: the job spans nodes); a
+// rank's GPU is still its place on its machine, and NCCL_HOSTID (unless set) is made distinct
+// per emulated node so that NCCL treats the other blocks as remote hosts. scripts/mpirun.sh
+// --emulate-nodes N sets it and sends MPI's traffic over TCP on the loopback interface. Under
+// emulation, or with COMM_VERBOSE=1, rank 0 prints one line per node on stderr at start:
+//     comm: node 1 of 2 (emulated): ranks 2,3 on <host>
+//
 // MPI backend, all ranks on one node: the blocking fp32/fp64 all-reduce goes through a shared-
 // memory window (common/comm_shm.c; bitwise identical on every rank, reduced in rank order).
 // COMM_SHM=0 turns it off (MPI's collectives); COMM_SHM_CHUNK (bytes, default 1M) sets its chunk.

@@ -14,7 +14,9 @@ typedef struct comm_shm comm_shm_t;
 
 struct comm_impl {
     MPI_Comm world;        // a duplicate of MPI_COMM_WORLD, errors returned (not fatal)
-    MPI_Comm node;         // ranks on this node (shared-memory split)
+    MPI_Comm node;         // ranks on this node (shared-memory split, or an emulated node)
+    int host_rank, host_world;  // this rank's place among the ranks of its machine (its GPU)
+    int emulated_nodes;    // CS336_EMULATE_NODES (0: off; comm.c node_split)
     cudaStream_t stream;   // NCCL: the communicator's own stream
     int in_group;          // NCCL: between comm_group_start and comm_group_end
     comm_req_t* group_reqs;  // NCCL: requests made in the open group (event recorded at its end)

@@ -44,10 +44,10 @@ static ncclRedOp_t nccl_op(comm_op_t op) {
     DIE("comm: unknown reduction %d", (int)op);
 }
 
-// A set-up error the user can fix: one line from the first rank of each node, exit 2 on all
+// A set-up error the user can fix: one line from the first rank of each machine, exit 2 on all
 // (the others wait a moment so that the line is out before mpirun tears the job down).
 static void setup_error(comm_t* c, const char* msg) {
-    if (c->local_rank == 0) {
+    if (c->impl->host_rank == 0) {
         fflush(stdout);
         fprintf(stderr, "%s: error: %s\n", progname(), msg);
         fflush(stderr);
@@ -91,15 +91,23 @@ void comm_nccl_init(comm_t* c) {
                  gpu_absent_reason());
         setup_error(c, msg);
     }
-    if (c->local_world > ngpu) {
+    if (im->host_world > ngpu) {
         snprintf(msg, sizeof msg,
                  "%d ranks on this node but %d GPU%s: the NCCL backend needs one GPU per rank "
                  "(run at most %d ranks per node, or use --backend mpi)",
-                 c->local_world, ngpu, ngpu == 1 ? "" : "s", ngpu);
+                 im->host_world, ngpu, ngpu == 1 ? "" : "s", ngpu);
         setup_error(c, msg);
     }
-    c->device = c->local_rank;
+    c->device = im->host_rank;  // the rank's place on its machine (an emulated node is part of one)
     CUDA_CHECK(cudaSetDevice(c->device));  // before any other CUDA call of this rank
+    // Emulated nodes: NCCL tells hosts apart by a hash of the hostname, or of NCCL_HOSTID when
+    // set, computed once per process at its first use; a distinct id per emulated node makes
+    // NCCL treat the other nodes' ranks as remote (its network transport, over NCCL_SOCKET_IFNAME).
+    if (im->emulated_nodes && !getenv("NCCL_HOSTID")) {
+        char id[64];
+        snprintf(id, sizeof id, "cs336-emulated-node-%d", c->rank / (c->world / im->emulated_nodes));
+        if (setenv("NCCL_HOSTID", id, 1) != 0) DIE("comm: cannot set NCCL_HOSTID");
+    }
 
     ncclUniqueId id;
     if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make test-emulated`: the distributed tests of stages 05-08 with their jobs on emulated nodes
+# (common/comm.h "Nodes"): scripts/mpirun.sh takes MPIRUN_EMULATE_NODES=2 as --emulate-nodes 2
+# for every job of an even number of ranks (2 ranks: two nodes of one; 4 ranks: two of two;
+# other sizes run as one node), so MPI's traffic between the halves goes over TCP on lo.
+#   05: every operation of the communicator on 1-4 ranks, MPI's collectives with the shared-
+#       memory path off, a dead rank, the benchmark's own check; and stage 05's emulated_mpi
+#       tests (the node report, refusals, a hostfile, one deadline line per emulated node);
+#   06: the trainer at 2-4 ranks equals one process, every DDP variant; the toy DDP at 2 ranks;
+#   07: every ZeRO level equals DDP, ZeRO-2 on units, sharded construction, at 2-4 ranks;
+#   08: the pipeline trainer (every schedule at p = 2-4, pipeline x data parallel at 4 ranks).
+# Left out on purpose: tests that count lines of a job's whole output (the node report adds
+# lines; a deadline line comes once per node, not once per job) and the shared-memory
+# all-reduce's tests (the path is off when a job spans nodes).
+# Prints each binary's summary and a total "N passed, N failed"; non-zero exit if any failed.
+set -u
+cd "$(dirname "$0")/.."
+B=${BUILD:-build}
+pass=0; fail=0; bad=0
+suite() {  # MPIRUN_EMULATE_NODES value, binary, Criterion filter
+  local emu=$1 bin=$2 filter=$3 log
+  log=$(MPIRUN_EMULATE_NODES=$emu "$B/$bin" --filter "$filter" --jobs "${TEST_JOBS:-2}" 2>&1)
+  local rc=$? syn
+  syn=$(grep -E '^\[====\] Synthesis' <<<"$log" | tail -1)
+  local p f c
+  p=$(sed -nE 's/.*Passing: ([0-9]+).*/\1/p' <<<"$syn"); f=$(sed -nE 's/.*Failing: ([0-9]+).*/\1/p' <<<"$syn")
+  c=$(sed -nE 's/.*Crashing: ([0-9]+).*/\1/p' <<<"$syn")
+  pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0} + ${c:-0}))
+  if [ "$rc" -ne 0 ] || [ -z "$syn" ] || [ "${p:-0}" -eq 0 ]; then
+    bad=1; echo "✗ $bin $filter (emulated nodes: ${emu:-set by the tests})"; grep -E '^\[(FAIL|----)\]' <<<"$log" | head -60
+  else
+    echo "✓ $bin $filter: ${p} passed (emulated nodes: ${emu:-set by the tests})"
+  fi
+}
+t0=$(date +%s)
+suite "" 05_collectives/test_05 'emulated_mpi/*'
+suite 2 05_collectives/test_05 'collectives_mpi/@(every_operation_*|shm_off_*|a_dead_rank_*|bench_runs_*)'
+suite 2 06_ddp/test_06 'ddp_train_mpi/@(naive|flat|overlap|bucketed)*'
+suite 2 06_ddp/test_06 'ddp_2_ranks/*'
+suite 2 07_zero/test_07 'zero_train_mpi/@(every_level_equals_ddp|zero2_on_units_equals_ddp|sharded_construction_equals)*'
+suite 2 08_pipeline/test_08 'pp_train_mpi/*'
+echo "$pass passed, $fail failed ($(( $(date +%s) - t0 )) s)"
+[ "$bad" -eq 0 ] && [ "$fail" -eq 0 ]
