@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "01_benchmarking/acts_peak.h"
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/cli.h"
@@ -25,16 +26,6 @@
 
 enum { MAX_L = 64, B = 2, T = 64 };
 
-typedef struct {
-    size_t live, peak;
-} acts_peak_t;
-static void acts_obs(void* ctx, device_t dev, mem_tag_t tag, long long delta, size_t live_after) {
-    (void)live_after;
-    acts_peak_t* p = ctx;
-    if (dev != DEV_CPU || tag != MEM_ACTS) return;
-    p->live = (size_t)((long long)p->live + delta);
-    if (p->live > p->peak) p->peak = p->live;
-}
 
 typedef struct {
     size_t acts_peak;
@@ -46,7 +37,7 @@ typedef struct {
 static run_t run(const model_config_t* c, int k) {
     run_t o;
     acts_peak_t ap = {0, 0};
-    mem_set_observer(acts_obs, &ap);
+    mem_set_observer(acts_peak_observe, &ap);
     model_cpu_t m;
     model_cpu_create_ckpt(&m, c, B, T, 1, k);
     int32_t in[B * T], tg[B * T];

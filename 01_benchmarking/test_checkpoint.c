@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "01_benchmarking/acts_peak.h"
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/model.h"
@@ -260,16 +261,6 @@ static model_config_t cfg_with_layers(int L) {
     return c;
 }
 
-typedef struct {
-    size_t live, peak;
-} acts_peak_t;
-static void acts_obs(void* ctx, device_t dev, mem_tag_t tag, long long delta, size_t live_after) {
-    (void)live_after;
-    acts_peak_t* p = ctx;
-    if (dev != DEV_CPU || tag != MEM_ACTS) return;
-    p->live = (size_t)((long long)p->live + delta);
-    if (p->live > p->peak) p->peak = p->live;
-}
 
 typedef struct {
     float loss;
@@ -281,7 +272,7 @@ typedef struct {
 
 static void nest_run(const model_config_t* c, int k, nest_run_t* o) {
     acts_peak_t ap = {0, 0};
-    mem_set_observer(acts_obs, &ap);
+    mem_set_observer(acts_peak_observe, &ap);
     model_cpu_t m;
     model_cpu_create_ckpt(&m, c, CK_B, CK_T, 7, k);
     const size_t n = (size_t)CK_B * CK_T;

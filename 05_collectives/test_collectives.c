@@ -16,15 +16,10 @@ static char g_out[1 << 16];
 // Runs `<env> scripts/mpirun.sh np <prog> <args>` and returns its exit status; the output is
 // in g_out. `env`: variable assignments for the job ("" for none).
 static int mpi_run_env(const char* env, int np, const char* prog, const char* args, double* seconds) {
-    char cmd[1024];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/05_collectives/%s %s", env, np,
              build_dir(), prog, args);
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    int st = run_capture(cmd, g_out, sizeof g_out);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    if (seconds) *seconds = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    return st;
+    return run_capture_timed(cmd, g_out, sizeof g_out, seconds);
 }
 static int mpi_run(int np, const char* prog, const char* args, double* seconds) {
     return mpi_run_env("", np, prog, args, seconds);

@@ -18,12 +18,7 @@ static int run_job(const char* env, const char* flags, int np, const char* args,
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s MPIRUN_TIMEOUT=120 scripts/mpirun.sh %s %d %s/05_collectives/collectives_check %s",
              env, flags, np, build_dir(), args);
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    const int st = run_capture(cmd, g_out, sizeof g_out);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    if (seconds) *seconds = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    return st;
+    return run_capture_timed(cmd, g_out, sizeof g_out, seconds);
 }
 
 static int count(const char* what) {

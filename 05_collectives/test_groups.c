@@ -17,12 +17,7 @@ static int run_env(const char* env, int np, const char* args, double* seconds) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/05_collectives/groups_check %s", env, np,
              build_dir(), args);
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    int st = run_capture(cmd, g_out, sizeof g_out);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    if (seconds) *seconds = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    return st;
+    return run_capture_timed(cmd, g_out, sizeof g_out, seconds);
 }
 static int run(int np, const char* args) { return run_env("", np, args, NULL); }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,6 +73,15 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
         if (d > m) m = d;
     }
     return m;
+}
+
+int run_capture_timed(const char* cmd, char* out, size_t outlen, double* seconds) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    const int st = run_capture(cmd, out, outlen);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (seconds) *seconds = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    return st;
 }
 
 int run_capture(const char* cmd, char* out, size_t outlen) {

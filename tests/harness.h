@@ -43,6 +43,8 @@ int test_gpu_ranks(void);
 // Runs `cmd` with /bin/sh, stdout and stderr together into out (truncated to outlen - 1).
 // Returns the exit status (0-255), or 128 + signal number if it was killed.
 int run_capture(const char* cmd, char* out, size_t outlen);
+// The same, and *seconds (if not NULL) set to how long the command took (wall clock).
+int run_capture_timed(const char* cmd, char* out, size_t outlen, double* seconds);
 // Bad input refused as every program promises: exit status 2 and the whole output (stdout and
 // stderr of every rank together) is ONE line "<prog>: error: ..." that holds every needle (a
 // NULL-terminated list). 1 or 0.
