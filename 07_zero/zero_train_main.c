@@ -233,9 +233,7 @@ static int check_run(trainer_t* t, zero_layer_t* L, result_t* R, const step_watc
         lm_get_params(t->m, got);
         h = zero_hash_floats(0, got, 0, t->total);
     }
-    long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
-    comm_host_allreduce_i64(c, v, 2, COMM_MAX);
-    const int same = v[0] == -v[1];
+    const int same = train_hashes_agree(c, h, 0, 1);
     int optim_ok = 1;
     long long optim_sum = 0;
     for (int k = 0; k < W; k++) {

@@ -42,7 +42,6 @@
 // barrier (pp_exec_gpu_align_start), so the ranks line up to within that barrier's skew.
 // With --dp > 1, replica 0's pipeline only.
 //   scripts/mpirun.sh 4 build/08_pipeline/pp_train --layers 8 --batch 8 --micro-batches 8 --timeline /tmp/tl
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -399,19 +398,10 @@ int main(int argc, char** argv) {
     lm_get_params(lm, host);
     // Replicas of one stage must be bitwise identical (2D).
     if (D > 1) {
-        long long* h = calloc((size_t)2 * p, sizeof(long long));
-        if (!h) DIE("out of host memory");
-        // Max of h and of -h per pipeline rank: equal magnitudes iff every replica has the same.
-        const long long own = slices_hash(host, sb, se, v);
-        for (int q = 0; q < 2 * p; q++) h[q] = LLONG_MIN;
-        h[r] = own;
-        h[p + r] = -own;
-        comm_host_allreduce_i64(c, h, 2 * p, COMM_MAX);
-        int same = 1;
-        for (int q = 0; q < p; q++) same &= h[q] == -h[p + q];
+        // One group per pipeline rank: its D replicas must hold the same slices.
+        const int same = train_hashes_agree(c, (unsigned long long)slices_hash(host, sb, se, v), r, p);
         if (wr == 0) printf("replicas: %s\n", same ? "bitwise identical for every stage" : "DIFFERENT across replicas");
         if (!same) status = 1;
-        free(h);
     }
 
     if (check) {

@@ -49,11 +49,7 @@ void lm_destroy(lm_t* m) {
 lm_backend_t lm_backend(const lm_t* m) { return m->o.backend; }
 device_t lm_device(const lm_t* m) { return m->o.backend == LM_GPU ? DEV_CUDA : DEV_CPU; }
 cudaStream_t lm_stream(const lm_t* m) { return m->ops->stream(m); }
-const lm_options_t* lm_opts(const lm_t* m) { return &m->o; }
-const model_config_t* lm_config(const lm_t* m) { return &m->cfg; }
 const param_layout_t* lm_layout(const lm_t* m) { return m->ops->layout(m); }
-int lm_B(const lm_t* m) { return m->o.B; }
-int lm_T(const lm_t* m) { return m->o.T; }
 int lm_ckpt(const lm_t* m) { return m->o.ckpt; }
 
 float* lm_params(lm_t* m) { return m->ops->params(m); }

@@ -69,11 +69,7 @@ void lm_destroy(lm_t* m);  // NULL is fine
 lm_backend_t lm_backend(const lm_t* m);
 device_t lm_device(const lm_t* m);           // DEV_CPU or DEV_CUDA: where lm_params lives
 cudaStream_t lm_stream(const lm_t* m);       // the GPU model's stream; NULL on the CPU
-const lm_options_t* lm_opts(const lm_t* m);  // as created
-const model_config_t* lm_config(const lm_t* m);
 const param_layout_t* lm_layout(const lm_t* m);
-int lm_B(const lm_t* m);
-int lm_T(const lm_t* m);
 
 float* lm_params(lm_t* m);  // flat fp32 in lm_device memory (NULL without flat parameters)
 float* lm_grads(lm_t* m);   // flat fp32 gradients (NULL before the GPU's first backward, or none)

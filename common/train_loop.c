@@ -202,10 +202,7 @@ static unsigned long long params_hash(lm_t* m) {
 }
 
 int train_replicas_identical(train_setup_t* s) {
-    const unsigned long long h = params_hash(s->rep.m);
-    long long v[2] = {(long long)(h >> 1), -(long long)(h >> 1)};
-    comm_host_allreduce_i64(s->c, v, 2, COMM_MAX);
-    return v[0] == -v[1];
+    return train_hashes_agree(s->c, params_hash(s->rep.m), 0, 1);
 }
 
 int train_check_single(train_setup_t* s, int steps) {
