@@ -43,10 +43,10 @@ endif
 CUDA_OBJDIR ?= $(if $(SAN),$(patsubst %-san,%,$(BUILD)),$(BUILD))
 objs = $(patsubst %.c,$(BUILD)/%.c.o,$(filter %.c,$(1))) $(patsubst %.cu,$(CUDA_OBJDIR)/%.cu.o,$(filter %.cu,$(1)))
 
-STAGES_ALL := 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero 08_pipeline 09_train
-# Stages 05-08 stand on the communicator (common/comm*.c), which needs MPI: without it they are
+STAGES_ALL := 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero 08_pipeline 11_train
+# Stages 05-11 stand on the communicator (common/comm*.c), which needs MPI: without it they are
 # left out of the build (the dependency report says so).
-STAGES_MPI := 05_collectives 06_ddp 07_zero 08_pipeline 09_train
+STAGES_MPI := 05_collectives 06_ddp 07_zero 08_pipeline 11_train
 
 # ---------------------------------------------------------------- dependency detection
 have = $(if $(1),1,)
@@ -69,8 +69,8 @@ define DEPS_REPORT
 echo "$(call mark,$(HAVE_NVCC)) CUDA toolkit   $(if $(HAVE_NVCC),$(NVCC),not found: install the CUDA toolkit (nvcc) — required)"
 echo "$(call mark,$(HAVE_GPU)) GPU present    $(if $(HAVE_GPU),$(GPU_NAME),none: GPU tests will skip, GPU demos say so)"
 echo "$(call mark,$(HAVE_CUBLAS)) cuBLAS"
-echo "$(call mark,$(HAVE_NCCL)) NCCL           $(if $(HAVE_NCCL),,not found: the GPU backend of the communicator (stages 05-08) is left out)"
-echo "$(call mark,$(HAVE_MPI)) MPI            $(if $(HAVE_MPI),$(shell command -v mpicc 2>/dev/null),not found: stages 05-08 are not built (scripts/setup.sh installs OpenMPI))"
+echo "$(call mark,$(HAVE_NCCL)) NCCL           $(if $(HAVE_NCCL),,not found: the GPU backend of the communicator (stages 05-11) is left out)"
+echo "$(call mark,$(HAVE_MPI)) MPI            $(if $(HAVE_MPI),$(shell command -v mpicc 2>/dev/null),not found: stages 05-11 are not built (scripts/setup.sh installs OpenMPI))"
 echo "$(call mark,$(HAVE_CUPTI)) CUPTI          $(if $(HAVE_CUPTI),,not found: --profile is disabled)"
 echo "$(call mark,$(HAVE_CRITERION)) Criterion      $(if $(HAVE_CRITERION),$(or $(CRITERION_HOME),system),not found: tests are not built (scripts/setup.sh installs it, or set CRITERION_HOME))"
 echo "$(call mark,$(HAVE_GNUPLOT)) gnuplot        $(if $(HAVE_GNUPLOT),,not found: benchmarks write CSV but no PNG)"
@@ -109,7 +109,7 @@ CRIT_LDLIBS := -lcriterion
 
 # ---------------------------------------------------------------- common
 # What stands on the communicator needs MPI (comm*, the data-parallel replica, the training loop);
-# without it, it is left out with stages 05-08.
+# without it, it is left out with stages 05-11.
 COMMON_MPI  := common/comm% common/replica% common/train_loop%
 COMMON_SRC  := $(filter-out common/%_main.c $(if $(HAVE_MPI),,$(COMMON_MPI)),$(wildcard common/*.c) $(wildcard common/*.cu))
 COMMON_OBJ  := $(call objs,$(COMMON_SRC))
@@ -308,7 +308,7 @@ tests-only: all
 test-gpu: all
 	@BUILD=$(BUILD) scripts/test_gpu.sh --multi "$(foreach s,$(filter $(STAGES_MPI),$(STAGE_DIRS)),$($(s)_TBIN))" $(TEST_BINS)
 
-# The distributed tests of stages 05-08 with their jobs on 2 emulated nodes (scripts/test_emulated.sh;
+# The distributed tests of stages 05-11 with their jobs on 2 emulated nodes (scripts/test_emulated.sh;
 # about 150 s on 2 cores; not part of `make test`).
 .PHONY: test-emulated
 test-emulated: deps build-05 build-06 build-07 build-08

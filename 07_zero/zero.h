@@ -108,7 +108,7 @@ size_t zero_grad_shard_bytes(const zero_t* z);   // ZeRO-2's kept gradient (MEM_
 int zero_n_buckets(const zero_t* z);
 zero_bucket_t zero_bucket(const zero_t* z, int k);
 zero_stats_t zero_stats(const zero_t* z);
-// For a trainer that drives the step itself (a schedule, clipping, checkpoints: 09_train):
+// For a trainer that drives the step itself (a schedule, clipping, checkpoints: 11_train):
 // the optimizer (its ranges and moments), the learning rate of the next zero_step, and the
 // buffer the optimizer's gradient offsets index (level 1: the padded flat gradient, rank r's
 // average at [r·S, (r+1)·S) after zero_finish_grads; level 2: the compact S-element buffer).

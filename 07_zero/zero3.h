@@ -142,7 +142,7 @@ size_t zero3_state_bytes(const zero3_t* z);       // its optimizer state (MEM_OP
 size_t zero3_work_bytes(const zero3_t* z);        // its working buffers (MEM_WORKSPACE): level 3 four, level 2 above
 int zero3_level(const zero3_t* z);                // 3 (zero3_create*), 2 (zero3_create_zero2)
 zero3_stats_t zero3_stats(const zero3_t* z);
-// For a trainer that drives the step itself (clipping, a schedule, checkpoints: 09_train), as
+// For a trainer that drives the step itself (clipping, a schedule, checkpoints: 11_train), as
 // zero.h's: the optimizer (its ranges index the compact shard: unit u's piece at q_u), the
 // learning rate of the next zero3_step, and the averaged gradient shard (S elements) that the
 // optimizer's gradient offsets index, complete after zero3_finish_grads.

@@ -11,7 +11,7 @@
 //   zero2s  the older ZeRO-2 (zero.h): each bucket of the model's flat gradient buffer (4Ψ, the
 //           staging area) reduce-scattered in the backward, rank r's pieces kept: the same
 //           communication, but the flat gradient buffer stays, so it saves no memory over ZeRO-1
-//           (kept for the comparison; 09_train still uses it)
+//           (kept for the comparison; 11_train still uses it)
 //   zero3   parameters sharded too, per unit (embedding, each block, head): each unit
 //           all-gathered before its forward and its backward (the next one prefetched), its
 //           gradient reduce-scattered after its backward, AdamW on the shard (zero3.h); the

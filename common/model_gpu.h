@@ -127,7 +127,7 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
 // model allocates its own only if model_gpu_adamw is called.
 // (The caller keeps the padded length: the model itself only ever uses the layout's total.)
 // model_gpu_create_flat makes the buffers padded from the start (no transient second copy);
-// this one stays for callers that pad a model made by model_gpu_create (09_train).
+// this one stays for callers that pad a model made by model_gpu_create (11_train).
 int model_gpu_pad_flat(model_gpu_t* m, size_t total, char* err, size_t errlen);
 
 // One AdamW step t = 1, 2, ... over the flat buffer (one fused kernel; in bf16 it also

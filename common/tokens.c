@@ -67,9 +67,9 @@ int tokens_open(tokens_t* t, const char* path, char* err, size_t errlen) {
         off = (size_t)o;
     } else {
         int32_t h[TOKENS_BIN_HEADER];
-        if (len < sizeof h) { tokens_close(t); return ERR("%s: %zu bytes is shorter than the .bin header (1024 bytes); HINT: make token files with 09_train/tokenize", path, len); }
+        if (len < sizeof h) { tokens_close(t); return ERR("%s: %zu bytes is shorter than the .bin header (1024 bytes); HINT: make token files with 11_train/tokenize", path, len); }
         memcpy(h, b, sizeof h);
-        if (h[0] != TOKENS_BIN_MAGIC) { tokens_close(t); return ERR("%s: bad magic %d (an llm.c .bin starts with %d); HINT: make token files with 09_train/tokenize", path, h[0], TOKENS_BIN_MAGIC); }
+        if (h[0] != TOKENS_BIN_MAGIC) { tokens_close(t); return ERR("%s: bad magic %d (an llm.c .bin starts with %d); HINT: make token files with 11_train/tokenize", path, h[0], TOKENS_BIN_MAGIC); }
         if (h[1] != 1 && h[1] != 2) { tokens_close(t); return ERR("%s: unsupported .bin version %d (1: uint16, 2: uint32)", path, h[1]); }
         t->width = h[1] == 1 ? 2 : 4;
         if (h[2] < 0) { tokens_close(t); return ERR("%s: negative token count %d", path, h[2]); }

@@ -1,12 +1,12 @@
 // Token files for training, read by memory mapping, and the rank-aware sampler that cuts
-// training windows from them (stage 09's trainer; common/data.h is the simpler source the
+// training windows from them (stage 11's trainer; common/data.h is the simpler source the
 // benchmarks use, which reads a whole file into memory and draws independent positions).
 //
 // Files (the layouts of CS336 assignment 1 and of llm.c):
 //   .bin  llm.c: a header of 256 int32 (magic 20240520, version 1 = uint16 ids or 2 = uint32
 //         ids, token count), then the ids;
 //   .npy  a 1-D array of uint16 ('<u2') or int32 ('<i4') ids.
-// A byte-level corpus (vocab 256) is made from any text by 09_train/tokenize (a .bin, version 1).
+// A byte-level corpus (vocab 256) is made from any text by 11_train/tokenize (a .bin, version 1).
 //
 // Split: the first (1 − val_frac) of the tokens train, the rest is held out for evaluation.
 //

@@ -364,7 +364,7 @@ def step_editions():
                 bad(f"editions: 2026 tree: {r.id} is not a stub")
             if r.id in COMM_2025 and not solved:
                 bad(f"editions: 2026 tree: {r.id} (communication_accounting, not in 2026) is not given code")
-        # make grade there grades the 2026 edition by default: stage 09's leaderboard is not built
+        # make grade there grades the 2026 edition by default: stage 11's leaderboard is not built
         out_dir = os.path.join(tmp, "g26")
         rc, out = run([sys.executable, "scripts/grade.py", "--stages", "09", "--out", out_dir], cwd=dest)
         g = json.load(open(os.path.join(out_dir, "grade.json"))) if rc == 0 else {}

@@ -88,7 +88,7 @@ for s in "$@"; do
     step t08_nccl 150 "$B/08_pipeline/test_08" --jobs 1 --filter 'pp_train_nccl/*'
     step t06_gpu 60 "$B/06_ddp/test_06" --jobs 1 --filter 'ddp_train_nccl/*'
     step t07_gpu 60 "$B/07_zero/test_07" --jobs 1 --filter 'zero_train_nccl/*'
-    step t09_gpu 200 "$B/09_train/test_09" --jobs 1 --filter 'train_gpu/*'
+    step t09_gpu 200 "$B/11_train/test_11" --jobs 1 --filter 'train_gpu/*'
     ;;
   08bench)  # stage 08 on 2 GPUs: every schedule, m = 8, 16 (32: M32=1), measured bubble vs formula
     for m in 8 16 ${M32:+32}; do for sc in gpipe 1f1b interleaved zbh1; do
@@ -118,14 +118,14 @@ for s in "$@"; do
     # XL checkpoint writes and resumes vs dd (18ck; the resume asks for the step it holds, so it reads,
     # checks and stops: its time is the read's)
     mkdir -p results/09
-    [ -s results/09/lic.bin ] || "$B/09_train/tokenize" --in /usr/share/common-licenses --out results/09/lic.bin > "$L/tokenize.log" 2>&1
+    [ -s results/09/lic.bin ] || "$B/11_train/tokenize" --in /usr/share/common-licenses --out results/09/lic.bin > "$L/tokenize.log" 2>&1
     if [ $s != 18ck ]; then
-      step t09_pp 300 "$B/09_train/test_09" --jobs 1 --filter 'train_gpu/*pp2*'
+      step t09_pp 300 "$B/11_train/test_11" --jobs 1 --filter 'train_gpu/*pp2*'
       for opt in "--dp" "--zero 1" "--zero 2" "--zero 3" "--pp 2 --schedule 1f1b --micro-batches 8" \
                  "--pp 2 --schedule zbh1 --micro-batches 8"; do
         tag=$(echo "$opt" | tr -d ' -' | cut -c1-20)
         bpr=8; case $opt in --pp*) bpr=2 ;; esac  # 16 sequences a step in every run (pp: 8 micro-batches of 2)
-        step train2_$tag 120 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+        step train2_$tag 120 scripts/mpirun.sh 2 "$B/11_train/train" --data results/09/lic.bin --backend nccl \
           --precision fp32 --model small --context 256 --batch $bpr --steps 300 --eval-every 100 --log-every 50 \
           --peak-tflops 67 $opt --out results/09/gpu2_$tag
       done
@@ -134,9 +134,9 @@ for s in "$@"; do
     fi
     if [ $s != 18run ]; then
       for z in 1 3; do
-        step ckxl_z${z}_write 240 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+        step ckxl_z${z}_write 240 scripts/mpirun.sh 2 "$B/11_train/train" --data results/09/lic.bin --backend nccl \
           --model xl --context 128 --batch 1 --steps 2 --zero $z --ckpt-dir /tmp/ckxl$z --log-every 1
-        step ckxl_z${z}_resume 240 scripts/mpirun.sh 2 "$B/09_train/train" --data results/09/lic.bin --backend nccl \
+        step ckxl_z${z}_resume 240 scripts/mpirun.sh 2 "$B/11_train/train" --data results/09/lic.bin --backend nccl \
           --model xl --context 128 --batch 1 --steps 2 --zero $z --ckpt-dir /tmp/ckxl$z --resume --log-every 1
         du -sh /tmp/ckxl$z/* >> "$L/ckxl_sizes.txt" 2>&1; rm -rf /tmp/ckxl$z
       done

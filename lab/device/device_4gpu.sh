@@ -87,7 +87,7 @@ part() {
     run $p t05_nccl4 30 "$B/05_collectives/test_05" --jobs 1 --filter 'collectives_nccl/@(every_operation|a_dead_rank|bench_gpu_rows)*'
     run $p t06_nccl4 25 "$B/06_ddp/test_06" --jobs 1 --filter 'ddp_train_nccl/*'
     run $p t07_nccl4 35 "$B/07_zero/test_07" --jobs 1 --filter 'zero_train_nccl/@(every_level|zero3_alone)*'
-    run $p t09_ddp4 30 "$B/09_train/test_09" --jobs 1 --filter 'train_gpu/killed_2_gpus_ddp*'
+    run $p t09_ddp4 30 "$B/11_train/test_11" --jobs 1 --filter 'train_gpu/killed_2_gpus_ddp*'
     ;;
   coll4)  # the columns of 05_collectives/results/*/busbw_gpu.csv and allreduce.csv: 1 MiB .. 1 GiB
     run $p bench05_np4 45 scripts/mpirun.sh 4 "$B/05_collectives/allreduce_bench" $COLL --op all --iters 10 --warmup 3 --comm-timeout 30 --out $R/05 --tag gpu_np4

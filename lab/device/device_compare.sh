@@ -21,7 +21,7 @@ OLD=$OLD_SRC/build
 . lab/device/device_lib.sh  # step
 if [ -z "${OLD_BUILT:-}" ]; then
   step old_build 420 make -C "$OLD_SRC" -j"$(nproc)" build/06_ddp/ddp_train build/07_zero/zero_train \
-    build/08_pipeline/pp_train build/09_train/train build/09_train/tokenize
+    build/08_pipeline/pp_train build/11_train/train build/11_train/tokenize
 fi
 parts=${*:-ddp zero pp train}
 both() {  # both NAME SECONDS ARGS... (the program's path relative to a build dir first)
@@ -48,12 +48,12 @@ for p in $parts; do
     done ;;
   train)
     mkdir -p results/device/compare_data
-    "$NEW/09_train/tokenize" --in /usr/share/common-licenses --out results/device/compare_data/lic.bin > "$L/tokenize.log" 2>&1
+    "$NEW/11_train/tokenize" --in /usr/share/common-licenses --out results/device/compare_data/lic.bin > "$L/tokenize.log" 2>&1
     ARGS=(--data results/device/compare_data/lic.bin --backend nccl --precision bf16 --model small --context 256 --batch 16
           --steps 120 --eval-every 0 --log-every 20 --comm-timeout 120)
-    both train1 120 09_train/train scripts/mpirun.sh 1
+    both train1 120 11_train/train scripts/mpirun.sh 1
     ARGS+=(--dp)
-    both train2 120 09_train/train scripts/mpirun.sh 2 ;;
+    both train2 120 11_train/train scripts/mpirun.sh 2 ;;
   *) echo "device_compare.sh: unknown part '$p' (ddp, zero, pp, train)" >&2; exit 2 ;;
   esac
 done

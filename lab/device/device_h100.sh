@@ -240,9 +240,9 @@ for s in "$@"; do
     step roofline 120 "$B/04_flashattn_bwd/roofline" --out $R/roofline
     ;;
   train1)  # 600 steps of 16 x 256 tokens: a fixed budget of 2.46 M tokens
-    mkdir -p $R/train && "$B/09_train/tokenize" --in /usr/share/common-licenses --out $R/train/lic.bin > "$L/tokenize.log" 2>&1
+    mkdir -p $R/train && "$B/11_train/tokenize" --in /usr/share/common-licenses --out $R/train/lic.bin > "$L/tokenize.log" 2>&1
     for p in bf16 fp32; do
-      step train1_$p 150 "$B/09_train/train" --data $R/train/lic.bin --backend nccl --precision $p --model small \
+      step train1_$p 150 "$B/11_train/train" --data $R/train/lic.bin --backend nccl --precision $p --model small \
         --context 256 --batch 16 --steps 600 --eval-every 100 --log-every 50 --peak-tflops $([ $p = bf16 ] && echo 989 || echo 67) \
         --out $R/train/gpu1_$p
     done

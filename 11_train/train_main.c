@@ -1,9 +1,9 @@
 // train: the Transformer LM trained on a token file, with checkpoints that survive a killed job.
 //
-//   build/09_train/tokenize --in /usr/share/common-licenses --out results/09/lic.bin
-//   build/09_train/train --data results/09/lic.bin --steps 400 --out results/09/run          # 1 process
-//   scripts/mpirun.sh 2 build/09_train/train --data ... --dp --ckpt-dir ck --ckpt-every 50  # DDP (06)
-//   scripts/mpirun.sh 2 build/09_train/train --data ... --zero 2 --ckpt-dir ck --resume     # ZeRO-1/2/3 (07)
+//   build/11_train/tokenize --in /usr/share/common-licenses --out results/09/lic.bin
+//   build/11_train/train --data results/09/lic.bin --steps 400 --out results/09/run          # 1 process
+//   scripts/mpirun.sh 2 build/11_train/train --data ... --dp --ckpt-dir ck --ckpt-every 50  # DDP (06)
+//   scripts/mpirun.sh 2 build/11_train/train --data ... --zero 2 --ckpt-dir ck --resume     # ZeRO-1/2/3 (07)
 //
 // A step (letters: W ranks, B sequences a rank a micro-batch, A micro-batches, T context):
 //   for each of A micro-batches: this rank's B windows (common/tokens.h's sampler: the step's
@@ -35,9 +35,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "09_train/checkpoint.h"
-#include "09_train/lr_clip.h"
-#include "09_train/trainer.h"
+#include "11_train/checkpoint.h"
+#include "11_train/lr_clip.h"
+#include "11_train/trainer.h"
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/cli.h"
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     double peak_tflops = 0;
     double lr = 3e-3, min_lr = -1, clip = 1.0, wd = 0.1, val_frac = 0.1, bucket_mb = 25, timeout_s = 0;
     cli_opt_t opts[] = {
-        {"data", CLI_STR, &data, NULL, "token file: llm.c .bin or 1-D .npy (09_train/tokenize makes one from text)", NULL},
+        {"data", CLI_STR, &data, NULL, "token file: llm.c .bin or 1-D .npy (11_train/tokenize makes one from text)", NULL},
         {"val-frac", CLI_DOUBLE, &val_frac, "0.1", "the last fraction of the tokens is held out for evaluation", NULL},
         {"vocab", CLI_INT, &vocab, "0", "vocabulary size (0: 256 for byte tokens, else the largest id + 1)", NULL},
         {"model", CLI_CHOICE, &model_s, "tiny", "model size (the CPU trains tiny)", MODEL_SIZE_CHOICES},

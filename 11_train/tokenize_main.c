@@ -1,7 +1,7 @@
 // tokenize: byte-level token files (vocab 256) from any text, for people without a tokenizer.
 //
-//   build/09_train/tokenize --in /usr/share/common-licenses --out results/09/licenses.bin
-//   build/09_train/tokenize --in a.txt,b.txt --out corpus.bin
+//   build/11_train/tokenize --in /usr/share/common-licenses --out results/09/licenses.bin
+//   build/11_train/tokenize --in a.txt,b.txt --out corpus.bin
 //
 // --in is a comma list of files and directories (a directory: every regular file in it, sorted
 // by name, symbolic links that point to a file already read skipped, so a corpus has no

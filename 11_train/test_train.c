@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "09_train/checkpoint.h"
+#include "11_train/checkpoint.h"
 #include "common/timer.h"
 #include "tests/harness.h"
 
@@ -30,7 +30,7 @@ static const char* corpus(void) {
                          : "README.md,01_benchmarking/README.md,03_flashattn_fwd/README.md,04_flashattn_bwd/README.md,"
                            "05_collectives/README.md,06_ddp/README.md,07_zero/README.md,08_pipeline/README.md";
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s --out %s", build_dir(), in, path);
+    snprintf(cmd, sizeof cmd, "%s/11_train/tokenize --in %s --out %s", build_dir(), in, path);
     int st2 = run_capture(cmd, g_out, sizeof g_out);
     cr_assert_eq(st2, 0, "tokenize exited %d:\n%s", st2, g_out);
     return path;
@@ -46,7 +46,7 @@ __attribute__((format(printf, 2, 3))) static int train(int np, const char* fmt, 
     // A test that means the GPU model names `--backend nccl`; every other run is the CPU model on
     // the MPI backend on every machine (`auto` would pick NCCL and the GPU model where each rank
     // has a GPU, and the CPU model's bitwise comparisons are not the GPU model's).
-    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/09_train/train --data %s %s%s", np, build_dir(),
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/11_train/train --data %s %s%s", np, build_dir(),
              corpus(), strstr(args, "--backend") ? "" : "--backend mpi ", args);
     return run_capture(cmd, g_out, sizeof g_out);
 }
@@ -557,7 +557,7 @@ Test(train_flags, progress_line_only_on_a_real_terminal, .timeout = 60) {
     const char* args = "--steps 6 --context 16 --batch 4 --log-every 3 --eval-every 0";
     char cmd[2048];
     for (int with_term = 0; with_term <= 1; with_term++) {
-        snprintf(cmd, sizeof cmd, "%s script -qec \"%s/09_train/train --data %s %s\" /dev/null",
+        snprintf(cmd, sizeof cmd, "%s script -qec \"%s/11_train/train --data %s %s\" /dev/null",
                  with_term ? "TERM=xterm" : "env -u TERM", build_dir(), corpus(), args);
         const int st = run_capture(cmd, g_out, sizeof g_out);
         cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
@@ -622,7 +622,7 @@ Test(train_flags, bad_flags_are_one_line_and_exit_2, .timeout = 60) {
         ASSERT_REFUSED(st, g_out, "train", named[i][1]);
     }
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "scripts/mpirun.sh 1 %s/09_train/train --data /nonexistent.bin", build_dir());
+    snprintf(cmd, sizeof cmd, "scripts/mpirun.sh 1 %s/11_train/train --data /nonexistent.bin", build_dir());
     st = run_capture(cmd, g_out, sizeof g_out);
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "--data: /nonexistent.bin: cannot open"), "%s", g_out);

@@ -1,7 +1,7 @@
 // The trainer's state and step (trainer.h): the model through common/lm.h, the data-parallel
 // layer (06's DDP, 07's ZeRO-1/2/3) or the pipeline executor (08), the optimizer, the gradient
 // arithmetic, the evaluation, and the host views checkpoints take.
-#include "09_train/trainer.h"
+#include "11_train/trainer.h"
 
 #include <math.h>
 #include <signal.h>

@@ -18,7 +18,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "09_train/checkpoint.h"
+#include "11_train/checkpoint.h"
 #include "common/timer.h"
 #include "tests/harness.h"
 
@@ -35,7 +35,7 @@ static const char* corpus_copy(const char* name) {
                          ? "/usr/share/common-licenses"
                          : "README.md,05_collectives/README.md,06_ddp/README.md,07_zero/README.md,08_pipeline/README.md";
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s --out %s", build_dir(), in, path);
+    snprintf(cmd, sizeof cmd, "%s/11_train/tokenize --in %s --out %s", build_dir(), in, path);
     const int rc = run_capture(cmd, g_log, sizeof g_log);
     cr_assert_eq(rc, 0, "tokenize exited %d:\n%s", rc, g_log);
     return path;
@@ -50,14 +50,14 @@ __attribute__((format(printf, 3, 4))) static int train(int np, const char* data,
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/09_train/train --data %s %s", np, build_dir(), data, args);
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/11_train/train --data %s %s", np, build_dir(), data, args);
     return run_capture(cmd, g_log, sizeof g_log);
 }
 
 // One job started in the background (its output into `log`); returns the pid to wait for.
 static pid_t train_bg(int np, const char* data, const char* args, const char* log) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 exec scripts/mpirun.sh %d %s/09_train/train --data %s %s > %s 2>&1", np,
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 exec scripts/mpirun.sh %d %s/11_train/train --data %s %s > %s 2>&1", np,
              build_dir(), data, args, log);
     const pid_t pid = fork();
     cr_assert_geq(pid, 0, "fork failed");

@@ -1,6 +1,6 @@
 // Checkpoints: atomic sharded save, full check, newest-complete search, re-sharding readers
 // (checkpoint.h).
-#include "09_train/checkpoint.h"
+#include "11_train/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Writes 09_train/results/2026-11-23_h100/ and 2026-11-23_h200-x2/ (the README's tables and loss
-curves) from the train logs and CSVs under lab/09_train/measured/. Run from the repository root:
-    python3 lab/09_train/results_from_logs.py
+"""Writes 11_train/results/2026-11-23_h100/ and 2026-11-23_h200-x2/ (the README's tables and loss
+curves) from the train logs and CSVs under lab/11_train/measured/. Run from the repository root:
+    python3 lab/11_train/results_from_logs.py
 """
 import csv, os, re, shutil, statistics
 
-M = "lab/09_train/measured"
-R = "09_train/results"
+M = "lab/11_train/measured"
+R = "11_train/results"
 
 
 def write(folder, name, head, body):

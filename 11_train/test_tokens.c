@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "09_train/lr_clip.h"
+#include "11_train/lr_clip.h"
 #include "common/npy.h"
 #include "common/tokens.h"
 #include "tests/harness.h"
@@ -73,15 +73,15 @@ Test(tokens, tokenize_refuses_an_empty_list_item) {
     FILE* f = fopen(test_path("a.txt"), "w");
     fputs("some text\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s,,%s --out %s", build_dir(), test_path("a.txt"),
+    snprintf(cmd, sizeof cmd, "%s/11_train/tokenize --in %s,,%s --out %s", build_dir(), test_path("a.txt"),
              test_path("a.txt"), test_path("ab.bin"));
     int st = run_capture(cmd, out, sizeof out);
     ASSERT_REFUSED(st, out, "tokenize", "--in: ", ",," , "has an empty item");
     cr_assert(access(test_path("ab.bin"), F_OK) != 0, "a token file was written");
-    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s, --out %s", build_dir(), test_path("a.txt"), test_path("ab.bin"));
+    snprintf(cmd, sizeof cmd, "%s/11_train/tokenize --in %s, --out %s", build_dir(), test_path("a.txt"), test_path("ab.bin"));
     st = run_capture(cmd, out, sizeof out);
     ASSERT_REFUSED(st, out, "tokenize", "has an empty item");
-    snprintf(cmd, sizeof cmd, "%s/09_train/tokenize --in %s --out %s", build_dir(), test_path("a.txt"), test_path("ab.bin"));
+    snprintf(cmd, sizeof cmd, "%s/11_train/tokenize --in %s --out %s", build_dir(), test_path("a.txt"), test_path("ab.bin"));
     st = run_capture(cmd, out, sizeof out);
     cr_assert_eq(st, 0, "exit %d:\n%s", st, out);
 }

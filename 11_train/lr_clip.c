@@ -1,5 +1,5 @@
 // The learning-rate schedule and gradient clipping (lr_clip.h).
-#include "09_train/lr_clip.h"
+#include "11_train/lr_clip.h"
 
 #include <math.h>
 #include <stdlib.h>
