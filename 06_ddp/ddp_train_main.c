@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
             firsts[nb] = first < 0 ? v : first;
             buckets[nb++] = v;
         }
-        // "none" last: a run without communication lets the replicas (and their AdamW moments)
+        // "none" runs last: a run without communication lets the replicas (and their AdamW moments)
         // drift apart, so the replicas are compared right after the last DDP run before it.
         snprintf(buf, sizeof buf, "%s", strcmp(variant_s, "all") == 0 ? "naive,flat,overlap,bucketed,none" : variant_s);
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -186,6 +186,13 @@ int main(int argc, char** argv) {
                                         none ? 0 : firsts[k], 0};
             }
         }
+        // An explicit list runs "none" last too, whatever its place in the list.
+        run_t ordered[MAX_RUNS];
+        int k = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int ri = 0; ri < nruns; ri++)
+                if ((strcmp(runs[ri].name, "none") == 0) == pass) ordered[k++] = runs[ri];
+        memcpy(runs, ordered, sizeof(run_t) * (size_t)nruns);
     }
     if (check && nruns != 1) BAD("--check-single: give one variant (got %d runs)", nruns);
 

@@ -121,24 +121,24 @@ void comm_nccl_init(comm_t* c) {
 }
 
 // ncclCommSplit is collective over the parent (ranks that join no group pass
-// NCCL_SPLIT_NOCOLOR). Non-blocking like the world's: the call returns ncclInProgress and the
-// new communicator is polled (settle) under the deadline, in the group's recorder as its
-// initialisation; then the parent is settled too (it took part in the split).
+// NCCL_SPLIT_NOCOLOR). Non-blocking like the world's, and NCCL treats it like a collective of
+// the PARENT: the call returns ncclInProgress, and the new communicator is written into `nc`
+// only when the parent's state turns to ncclSuccess. So: settle the parent first (under its
+// deadline), then the child's own initialisation (in the group's recorder).
 void comm_nccl_split(comm_t* p, comm_t* g, int color, int key) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t nc = NULL;
     const int64_t pos = g ? comm_rec_start(g, COMM_REC_INIT, 0, -1) : 0;
     const ncclResult_t r = ncclCommSplit(p->impl->nccl, g ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &cfg);
+    settle(p, r, p->impl->rec_last, "the NCCL split");
     if (g) {
+        if (!nc) comm_fatal(g, 1, "the NCCL split finished without a communicator for this group");
         g->impl->nccl = nc;
-        settle(g, r, pos, "the NCCL split");
+        settle(g, ncclInProgress, pos, "the NCCL split");
         comm_rec_end(g, pos);
         CUDA_CHECK(cudaStreamCreateWithFlags(&g->impl->stream, cudaStreamNonBlocking));
-    } else if (r != ncclSuccess && r != ncclInProgress) {
-        NCCL_CHECK(r);
     }
-    settle(p, ncclInProgress, p->impl->rec_last, "the NCCL split");
 }
 
 void comm_nccl_destroy(comm_t* c) {
