@@ -121,10 +121,12 @@ void comm_nccl_init(comm_t* c) {
 }
 
 // ncclCommSplit is collective over the parent (ranks that join no group pass
-// NCCL_SPLIT_NOCOLOR). Non-blocking like the world's, and NCCL treats it like a collective of
-// the PARENT: the call returns ncclInProgress, and the new communicator is written into `nc`
-// only when the parent's state turns to ncclSuccess. So: settle the parent first (under its
-// deadline), then the child's own initialisation (in the group's recorder).
+// NCCL_SPLIT_NOCOLOR). Non-blocking like the world's: the call returns at once and NCCL builds
+// the child on a thread of its own, writing the new communicator into `nc` only at the very end
+// of that work (src/init.cc: "*newcomm should be NCCL_COMM_NULL until comm split fully
+// complete"); the parent's state may turn to ncclSuccess before that. So: settle the parent,
+// then wait (under the deadline, in the group's recorder as its initialisation) for `nc` to
+// appear, then settle the child itself.
 void comm_nccl_split(comm_t* p, comm_t* g, int color, int key) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
@@ -132,13 +134,23 @@ void comm_nccl_split(comm_t* p, comm_t* g, int color, int key) {
     const int64_t pos = g ? comm_rec_start(g, COMM_REC_INIT, 0, -1) : 0;
     const ncclResult_t r = ncclCommSplit(p->impl->nccl, g ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &cfg);
     settle(p, r, p->impl->rec_last, "the NCCL split");
-    if (g) {
-        if (!nc) comm_fatal(g, 1, "the NCCL split finished without a communicator for this group");
-        g->impl->nccl = nc;
-        settle(g, ncclInProgress, pos, "the NCCL split");
-        comm_rec_end(g, pos);
-        CUDA_CHECK(cudaStreamCreateWithFlags(&g->impl->stream, cudaStreamNonBlocking));
+    if (!g) return;
+    comm_clock_t k;
+    comm_clock_start(&k);
+    ncclComm_t got;
+    for (long spins = 0; !(got = __atomic_load_n(&nc, __ATOMIC_ACQUIRE)); spins++) {
+        ncclResult_t state = ncclInProgress;
+        NCCL_CHECK(ncclCommGetAsyncError(p->impl->nccl, &state));
+        if (state != ncclSuccess && state != ncclInProgress)
+            comm_fatal(g, 1, "the NCCL split failed: NCCL reported %s", ncclGetErrorString(state));
+        if (comm_clock_elapsed(&k) > g->timeout_s) comm_deadline(g, pos);
+        comm_rec_tick(g);
+        if (spins > 1000) sched_yield();
     }
+    g->impl->nccl = got;
+    settle(g, ncclInProgress, pos, "the NCCL split");
+    comm_rec_end(g, pos);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g->impl->stream, cudaStreamNonBlocking));
 }
 
 void comm_nccl_destroy(comm_t* c) {
