@@ -438,6 +438,16 @@ int main(int argc, char** argv) {
         comm_refuse(c, "--stop-rank: %d is out of range for %d ranks (0..%d, or -1: none)", stop_rank, c->world, c->world - 1);
     // A fault only one rank sees (a file only it read, say): its reason reaches rank 0's line.
     comm_check_input(c, c->rank != refuse_rank, "--refuse-rank %d: rank %d refused its input, alone", refuse_rank, c->rank);
+    if (hier_node_size < 0 || hier_node_size > c->world)
+        comm_refuse(c, "--hier-node-size: %d is out of range for %d ranks (1..%d, or 0: the communicator's nodes)",
+                    hier_node_size, c->world, c->world);
+    if (hier_node_size > 0) {  // blocks of that many ranks: refused now if unequal, in one line
+        int node_of[1024], l, k;
+        char why[256];
+        if (c->world > 1024) comm_refuse(c, "--hier-node-size: at most 1024 ranks (this job has %d)", c->world);
+        for (int q = 0; q < c->world; q++) node_of[q] = q / hier_node_size;
+        if (hier_layout(c->world, node_of, &l, &k, why, sizeof why) != 0) comm_refuse(c, "--hier-node-size %d: %s", hier_node_size, why);
+    }
     ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank, .stop_rank = stop_rank,
                .hang_at = hang_at, .stop_delay = stop_delay, .rank_order = rank_order,
                .hier_node_size = hier_node_size};

@@ -1,4 +1,5 @@
 // The hierarchical all-reduce on two groups of the communicator (see hier.h).
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,52 +25,74 @@ static void gather_nodes(comm_t* c, long long* lr, long long* lw) {
     free(v);
 }
 
+int hier_layout(int n, const int* node_of, int* l, int* k, char* why, size_t len) {
+    if (n < 1 || node_of[0] != 0) {
+        snprintf(why, len, "hier: rank 0 is not on node 0; allowed: nodes numbered from rank 0 up");
+        return -1;
+    }
+    int nodes = 1, first = 0, size0 = -1;
+    for (int r = 1; r <= n; r++) {
+        if (r < n && node_of[r] == node_of[r - 1]) continue;
+        const int size = r - first;  // node node_of[first] is ranks first..r-1
+        if (size0 < 0) size0 = size;
+        if (size != size0) {
+            snprintf(why, len, "hier: nodes of unequal size (node 0 has %d rank%s, node %d has %d); allowed: "
+                     "the same number of ranks on every node", size0, size0 == 1 ? "" : "s", node_of[first], size);
+            return -1;
+        }
+        if (r < n && node_of[r] != node_of[r - 1] + 1) {
+            snprintf(why, len, "hier: the ranks of a node are not consecutive (rank %d on node %d after node %d); "
+                     "allowed: each node's ranks in one block (mpirun --map-by slot, or --emulate-nodes)",
+                     r, node_of[r], node_of[r - 1]);
+            return -1;
+        }
+        if (r < n) nodes++;
+        first = r;
+    }
+    *l = size0;
+    *k = nodes;
+    return 0;
+}
+
 hier_t* hier_create(comm_t* c, int ranks_per_node) {
     const int n = c->world;
     if (ranks_per_node < 0 || ranks_per_node > n)
         comm_refuse(c, "hier: %d ranks per node for %d ranks; allowed: 1..%d, or 0 (the communicator's nodes)",
                     ranks_per_node, n, n);
-    // The node each rank is on: block b of consecutive ranks is node b; size[b] its ranks.
+    // Rank r's node: blocks of ranks_per_node, or from every rank's (local rank, node size): the
+    // nodes' ranks must follow each other 0, 1, ..., l-1, 0, 1, ...
     int* node_of = malloc((size_t)n * sizeof *node_of);
-    int* size = calloc((size_t)n, sizeof *size);
     long long* lr = malloc((size_t)n * sizeof *lr);
     long long* lw = malloc((size_t)n * sizeof *lw);
-    if (!node_of || !size || !lr || !lw) DIE("hier: out of host memory");
-    int nodes = 0;
+    if (!node_of || !lr || !lw) DIE("hier: out of host memory");
     if (ranks_per_node > 0) {
-        for (int r = 0; r < n; r++) {
-            node_of[r] = r / ranks_per_node;
-            size[node_of[r]]++;
-        }
-        nodes = (n + ranks_per_node - 1) / ranks_per_node;
+        for (int r = 0; r < n; r++) node_of[r] = r / ranks_per_node;
     } else {
         gather_nodes(c, lr, lw);
-        int consecutive = 1;
-        for (int r = 0; r < n && consecutive; r++) {
-            const long long first = r - lr[r];
-            if (first < 0 || first + lw[r] > n) { consecutive = 0; break; }
-            for (long long q = first; q < first + lw[r]; q++)
-                if (lw[q] != lw[r] || lr[q] != q - first) consecutive = 0;
+        int nodes = 0, consecutive = 1;
+        for (int r = 0; r < n; r++) {
+            // after the last rank of a node comes local rank 0 of the next, else the next local rank
+            const long long expect = (r == 0 || lr[r - 1] + 1 == lw[r - 1]) ? 0 : lr[r - 1] + 1;
+            if (lr[r] != expect || (expect != 0 && lw[r] != lw[r - 1])) consecutive = 0;
             if (lr[r] == 0) nodes++;
             node_of[r] = nodes - 1;
         }
+        if (lr[n - 1] + 1 != lw[n - 1]) consecutive = 0;
         if (!consecutive)
-            comm_refuse(c, "hier: the ranks of a node are not consecutive; allowed: each node's ranks "
-                        "in one block (mpirun --map-by slot, or --emulate-nodes)");
-        for (int r = 0; r < n; r++) size[node_of[r]]++;
+            comm_refuse(c, "hier: the ranks of a node are not consecutive; allowed: each node's ranks in one "
+                        "block (mpirun --map-by slot, or --emulate-nodes)");
     }
-    for (int b = 1; b < nodes; b++)
-        if (size[b] != size[0])
-            comm_refuse(c, "hier: nodes of unequal size (node 0 has %d rank%s, node %d has %d); allowed: "
-                        "the same number of ranks on every node", size[0], size[0] == 1 ? "" : "s", b, size[b]);
+    char why[256];
+    int l = 0, k = 0;
+    if (hier_layout(n, node_of, &l, &k, why, sizeof why) != 0) comm_refuse(c, "%s", why);
     hier_t* h = calloc(1, sizeof *h);
     if (!h) DIE("hier: out of host memory");
     h->c = c;
-    h->l = size[0];
-    h->k = nodes;
+    h->l = l;
+    h->k = k;
     h->node = node_of[c->rank];
     h->local = c->rank - h->node * h->l;
-    free(node_of); free(size); free(lr); free(lw);
+    free(node_of); free(lr); free(lw);
     // Every rank takes the same branches: l and k are the same everywhere.
     if (h->l > 1) h->intra = comm_split(c, h->node, h->local, "intra");
     if (h->k > 1) h->inter = comm_split(c, h->local, h->node, "inter");

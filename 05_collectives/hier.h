@@ -49,6 +49,10 @@ typedef struct {
 // ranks instead (the last block holds what is left). Nodes of unequal size are refused in one
 // line (comm_refuse: exit 2 on every rank).
 hier_t* hier_create(comm_t* c, int ranks_per_node);
+// The layout check every hier_create makes, without communication: node_of[r] is rank r's node
+// (0, 1, ... in order). 0 with *l ranks per node and *k nodes; or -1 and the reason in why
+// (ranks of a node not consecutive, nodes of unequal size).
+int hier_layout(int n, const int* node_of, int* l, int* k, char* why, size_t len);
 void hier_destroy(hier_t* h);  // collective; before comm_destroy(h->c)
 void hier_bytes_reset(hier_t* h);
 
