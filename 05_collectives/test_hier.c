@@ -16,7 +16,7 @@ static char g_out[1 << 17];
 
 static int run_prog(const char* prog, const char* flags, int np, const char* args) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=180 timeout -k 5 200 scripts/mpirun.sh %s %d %s/05_collectives/%s %s",
+    snprintf(cmd, sizeof cmd, "MPIRUN_EMULATE_NODES= MPIRUN_TIMEOUT=180 timeout -k 5 200 scripts/mpirun.sh %s %d %s/05_collectives/%s %s",
              flags, np, build_dir(), prog, args);
     return run_capture(cmd, g_out, sizeof g_out);
 }

@@ -138,7 +138,7 @@ Test(zero_train_mpi, every_level_equals_ddp_2_3_4_ranks) {
 static int run_emulated(int nodes, int np, const char* args) {
     char cmd[1024], flags[64] = "";
     if (nodes > 0) snprintf(flags, sizeof flags, "--emulate-nodes %d", nodes);
-    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=180 timeout -k 5 200 scripts/mpirun.sh %s %d %s/07_zero/zero_train "
+    snprintf(cmd, sizeof cmd, "MPIRUN_EMULATE_NODES= MPIRUN_TIMEOUT=180 timeout -k 5 200 scripts/mpirun.sh %s %d %s/07_zero/zero_train "
              "--model tiny --context 16 --batch 2 --steps 2 --warmup 1 %s", flags, np, build_dir(), args);
     return run_capture(cmd, g_out, sizeof g_out);
 }
