@@ -497,8 +497,10 @@ int main(int argc, char** argv) {
                         table_cell(t, "%.0f", m_inter);
                         table_cell(t, "%.0f", f_inter);
                         snprintf(bytes_line, sizeof bytes_line, "  bytes a rank sends per call: intra-node %.0f (formula 2(l-1)/l*S %.0f), inter-node %.0f "
-                                 "(formula 2(k-1)/k*S/l %.0f); the flat ring: %.0f on each link of its ring, the slowest included\n",
-                                 m_intra, f_intra, m_inter, f_inter, flat_ring_bytes(S, nranks));
+                                 "(formula 2(k-1)/k*S/l %.0f); the flat ring: %.0f on each link of its ring, the slowest included "
+                                 "(counted from the buffers handed to the groups' collectives: intra %.0f, inter %.0f a call)\n",
+                                 m_intra, f_intra, m_inter, f_inter, flat_ring_bytes(S, nranks),
+                                 b.hier->bytes.intra_handed / calls, b.hier->bytes.inter_handed / calls);
                     } else {
                         for (int q = 0; q < 4; q++) table_cell(t, "-");
                     }
