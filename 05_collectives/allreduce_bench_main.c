@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "05_collectives/hier.h"
 #include "05_collectives/ring.h"
 #include "common/check.h"
 #include "common/check_mpi.h"
@@ -68,6 +69,7 @@ struct bench {
     comm_t* c;  // the communicator of the backend being measured
     cudaStream_t stream;
     size_t ring_chunk;  // bytes per pipelined chunk of the GPU ring
+    hier_t* hier;       // the hierarchical all-reduce's groups (hier rows), made once
 };
 
 // The communicator's non-blocking calls, enqueued back to back as a training loop issues
@@ -133,14 +135,23 @@ static void run_ring(bench_t* b, op_t op, const float* s, float* r, size_t count
     else ring_allreduce_host(b->c, s, r, count, COMM_SUM);
 }
 
+// The hierarchical all-reduce (hier.h) on the communicator's nodes (real, or emulated:
+// scripts/mpirun.sh --emulate-nodes K).
+static void run_hier(bench_t* b, op_t op, const float* s, float* r, size_t count) {
+    (void)op;
+    hier_allreduce(b->hier, s, r, count, COMM_F32, COMM_SUM, b->stream);
+}
+
 #define ALL_OPS ((1u << OP_COUNT) - 1)
 static const backend_entry_t BACKENDS[] = {
     {"mpi", COMM_MPI, ALL_OPS, run_library_blocking, "the communicator on host memory (all-reduce: shared memory on one node)"},
     {"mpi-lib", COMM_MPI, 1u << OP_ALLREDUCE, run_mpi_lib, "MPI_Allreduce called directly (the MPI library's own)"},
     {"ring-mpi", COMM_MPI, 1u << OP_ALLREDUCE, run_ring, "the hand-written ring over MPI send/recv"},
+    {"hier-mpi", COMM_MPI, 1u << OP_ALLREDUCE, run_hier, "hierarchical: reduce-scatter in the node, all-reduce across nodes, all-gather (MPI)"},
     {"nccl", COMM_NCCL, ALL_OPS, run_library, "NCCL through the communicator"},
     {"nccl-direct", COMM_NCCL, ALL_OPS, run_nccl_direct, "NCCL called directly"},
     {"ring-nccl", COMM_NCCL, 1u << OP_ALLREDUCE, run_ring, "the hand-written ring over NCCL send/recv + an add kernel"},
+    {"hier-nccl", COMM_NCCL, 1u << OP_ALLREDUCE, run_hier, "hierarchical: reduce-scatter in the node, all-reduce across nodes, all-gather (NCCL)"},
 };
 #define N_BACKENDS ((int)(sizeof BACKENDS / sizeof BACKENDS[0]))
 
@@ -327,7 +338,7 @@ int main(int argc, char** argv) {
     int64_t ring_chunk = (int64_t)RING_CHUNK_BYTES_DEFAULT;
     cli_opt_t opts[] = {
         {"ring-chunk", CLI_SIZE, &ring_chunk, "512M", "ring-nccl: bytes per pipelined chunk (a transfer and an add kernel each)", NULL},
-        {"backends", CLI_STR, &backends_s, "auto", "comma list of mpi, mpi-lib, ring-mpi, nccl, nccl-direct, ring-nccl; auto: the GPU ones with a GPU per rank, else the MPI ones", NULL},
+        {"backends", CLI_STR, &backends_s, "auto", "comma list of mpi, mpi-lib, ring-mpi, hier-mpi, nccl, nccl-direct, ring-nccl, hier-nccl; auto: the GPU ones with a GPU per rank, else the MPI ones", NULL},
         {"op", CLI_CHOICE, &op_s, "allreduce", "operation", OP_CHOICES},
         {"minbytes", CLI_SIZE, &minb, "1K", "smallest size S (bytes; K/M/G)", NULL},
         {"maxbytes", CLI_SIZE, &maxb, "1G", "largest size S", NULL},
@@ -388,12 +399,12 @@ int main(int argc, char** argv) {
     const backend_entry_t* chosen[N_BACKENDS];
     int nchosen = 0;
     if (strcmp(backends_s, "auto") == 0) {
-        const char* const gpu_set[] = {"nccl", "nccl-direct", "ring-nccl"};
-        const char* const cpu_set[] = {"mpi", "mpi-lib", "ring-mpi"};
+        const char* const gpu_set[] = {"nccl", "nccl-direct", "ring-nccl", "hier-nccl"};
+        const char* const cpu_set[] = {"mpi", "mpi-lib", "ring-mpi", "hier-mpi"};
         comm_backend_t kind;
         comm_backend_choose("auto", &kind);
         const int use_gpu = kind == COMM_NCCL;
-        for (int i = 0; i < 3; i++) chosen[nchosen++] = find_backend(use_gpu ? gpu_set[i] : cpu_set[i]);
+        for (int i = 0; i < 4; i++) chosen[nchosen++] = find_backend(use_gpu ? gpu_set[i] : cpu_set[i]);
     } else {
         char buf[256], why[320];
         if (list_check_items("backends", backends_s, why, sizeof why) != 0) BAD("%s", why);
@@ -401,7 +412,7 @@ int main(int argc, char** argv) {
         snprintf(buf, sizeof buf, "%s", backends_s);
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
             const backend_entry_t* be = find_backend(tok);
-            if (!be) BAD("--backends: unknown backend '%s' (allowed: mpi, mpi-lib, ring-mpi, nccl, nccl-direct, ring-nccl, auto)", tok);
+            if (!be) BAD("--backends: unknown backend '%s' (allowed: mpi, mpi-lib, ring-mpi, hier-mpi, nccl, nccl-direct, ring-nccl, hier-nccl, auto)", tok);
             if (nchosen < N_BACKENDS) chosen[nchosen++] = be;
         }
     }
@@ -419,8 +430,9 @@ int main(int argc, char** argv) {
     header(any, nranks);
 
     const char* cols[] = {"op", "backend", "size", "count", "course", "oop_us", "oop_algbw_GBs",
-                          "oop_busbw_GBs", "ip_us", "ip_algbw_GBs", "ip_busbw_GBs", "wrong", "ranks"};
-    table_t* t = table_new("collectives", 13, cols);
+                          "oop_busbw_GBs", "ip_us", "ip_algbw_GBs", "ip_busbw_GBs", "wrong", "ranks",
+                          "nodes", "intra_B", "intra_formula_B", "inter_B", "inter_formula_B", "flat_ring_B"};
+    table_t* t = table_new("collectives", 19, cols);
     long long total_wrong = 0;
     for (int k = 0; k < 2; k++) {
         if (!comms[k]) continue;
@@ -432,6 +444,8 @@ int main(int argc, char** argv) {
         bf.h_in = mem_alloc(DEV_CPU, bf.cap * sizeof(float), MEM_OTHER);
         bf.h_out = c->backend == COMM_NCCL ? mem_alloc(DEV_CPU, bf.cap * sizeof(float), MEM_OTHER) : NULL;
         bench_t b = {.c = c, .stream = comm_stream(c), .ring_chunk = (size_t)ring_chunk};
+        for (int i = 0; i < nchosen; i++)  // the groups, once, where a hier row is asked for
+            if (chosen[i]->backend == (comm_backend_t)k && chosen[i]->run == run_hier && !b.hier) b.hier = hier_create(c, 0);
         for (int i = 0; i < nchosen; i++) {
             const backend_entry_t* be = chosen[i];
             if (be->backend != (comm_backend_t)k) continue;
@@ -443,6 +457,7 @@ int main(int argc, char** argv) {
                     if (count == 0) continue;  // a size below one element per rank
                     fill(c, &bf, bf.send, bf.cap > bytes / 4 ? bytes / 4 : bf.cap, 1, 0);
                     fill(c, &bf, bf.recv, bf.cap > bytes / 4 ? bytes / 4 : bf.cap, 2, 0);
+                    if (b.hier) hier_bytes_reset(b.hier);
                     double t_oop = time_op(&b, be, (op_t)o, count, &bf, 0, warmup, iters);
                     double t_ip = time_op(&b, be, (op_t)o, count, &bf, 1, warmup, iters);
                     long long wrong = 0;
@@ -467,16 +482,41 @@ int main(int argc, char** argv) {
                     if (check) table_cell(t, "%lld", wrong);
                     else table_cell(t, "n/a");
                     table_cell(t, "%d", nranks);
+                    // Bytes a rank sends per call on each link: counted (hier rows: the sizes
+                    // handed to the groups' collectives, by the ring model) and the formula.
+                    const int hk = b.hier ? b.hier->k : 0, hl = b.hier ? b.hier->l : 0;
+                    char bytes_line[512] = "";
+                    table_cell(t, "%d", b.hier ? hk : c->local_world ? nranks / c->local_world : 1);
+                    if (be->run == run_hier && b.hier->bytes.calls > 0) {
+                        double f_intra, f_inter;
+                        hier_bytes_formula(S, hl, hk, &f_intra, &f_inter);
+                        const double calls = (double)b.hier->bytes.calls;
+                        const double m_intra = b.hier->bytes.intra_link / calls, m_inter = b.hier->bytes.inter_link / calls;
+                        table_cell(t, "%.0f", m_intra);
+                        table_cell(t, "%.0f", f_intra);
+                        table_cell(t, "%.0f", m_inter);
+                        table_cell(t, "%.0f", f_inter);
+                        snprintf(bytes_line, sizeof bytes_line, "  bytes a rank sends per call: intra-node %.0f (formula 2(l-1)/l*S %.0f), inter-node %.0f "
+                                 "(formula 2(k-1)/k*S/l %.0f); the flat ring: %.0f on each link of its ring, the slowest included "
+                                 "(counted from the buffers handed to the groups' collectives: intra %.0f, inter %.0f a call)\n",
+                                 m_intra, f_intra, m_inter, f_inter, flat_ring_bytes(S, nranks),
+                                 b.hier->bytes.intra_handed / calls, b.hier->bytes.inter_handed / calls);
+                    } else {
+                        for (int q = 0; q < 4; q++) table_cell(t, "-");
+                    }
+                    table_cell(t, "%.0f", o == OP_ALLREDUCE ? flat_ring_bytes(S, nranks) : 0.0);
                     if (c->rank == 0) {
                         printf("%-13s %-11s %12zu %s  oop %10.1f us %8.2f GB/s busbw  ip %10.1f us %8.2f GB/s busbw  #wrong %lld\n",
                                OP_NAMES[o], be->name, (size_t)S, is_course_size(bytes) ? "*" : " ", t_oop,
                                S / t_oop / 1e3 * f, t_ip, S / t_ip / 1e3 * f, wrong);
+                        if (*bytes_line) printf("%s", bytes_line);
                         fflush(stdout);
                     }
                 }
             }
         }
         mem_free(bf.send); mem_free(bf.recv); mem_free(bf.h_in); mem_free(bf.h_out);
+        hier_destroy(b.hier);
     }
     if (any->rank == 0) {
         printf("\n");

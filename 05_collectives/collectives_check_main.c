@@ -2,6 +2,8 @@
 // all-reduce, checked on data whose right answer is exact in any summation order (small
 // integers in fp32), for a list of counts, in place and out of place, blocking and not.
 //   scripts/mpirun.sh 4 build/05_collectives/collectives_check --backend mpi
+// The hierarchical all-reduce (hier.h) is checked last for each count, on the communicator's
+// nodes or on blocks of --hier-node-size ranks.
 // Prints one line per check on rank 0, then "N checks, N wrong"; exits 1 if anything is wrong.
 // Failure injection for the tests: --die-rank R (that rank _exit()s in the middle of the run),
 // --hang-rank R (that rank stops answering; the others must end the job by the deadline) and
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "05_collectives/hier.h"
 #include "05_collectives/ring.h"
 #include "common/check.h"
 #include "common/cli.h"
@@ -35,6 +38,8 @@ typedef struct {
     int die_rank, hang_rank, stop_rank, hang_at, ops_done;
     double stop_delay;
     int rank_order;           // --rank-order: expect the all-reduce to reduce in rank order
+    int hier_node_size;       // --hier-node-size: ranks per node of the hierarchical all-reduce
+    hier_t* hier;             // made at its first check (after the other operations of a count)
     long long checks, wrong;
 } ctx_t;
 
@@ -201,6 +206,79 @@ static void check_allreduce_ops(ctx_t* x, size_t count, int inplace) {
     }
 }
 
+// The hierarchical all-reduce (hier.h): sum, avg, max on exact data (the flat all-reduce's answer,
+// bit for bit, in any order), the sum of random floats (the same bits on every rank; within
+// n·2^-23·sum|x| of the exact sum: any order of n-1 fp32 additions is off by at most
+// (n-1)·2^-24·sum|x|, with a factor 2 to spare), and the bytes it handed to each group against
+// the formula at the padded size (hier_bytes_formula).
+static void check_hier(ctx_t* x, size_t count, int inplace) {
+    comm_t* c = x->c;
+    const int n = c->world, r = c->rank;
+    cudaStream_t st = comm_stream(c);
+    if (!x->hier) {
+        x->hier = hier_create(c, x->hier_node_size);
+        if (r == 0) printf("# hier: %d node%s x %d rank%s\n", x->hier->k, x->hier->k == 1 ? "" : "s",
+                           x->hier->l, x->hier->l == 1 ? "" : "s");
+    }
+    hier_t* h = x->hier;
+    static const comm_op_t ops[3] = {COMM_SUM, COMM_AVG, COMM_MAX};
+    static const char* const names[3] = {"hier all-reduce sum", "hier all-reduce avg", "hier all-reduce max"};
+    for (int o = 0; o < 3; o++) {
+        for (size_t i = 0; i < count; i++) x->h_send[i] = value(r, i);
+        for (size_t i = 0; i < count; i++) {
+            double w = value(0, i);
+            for (int k = 1; k < n; k++) w = ops[o] == COMM_MAX ? fmax(w, value(k, i)) : w + value(k, i);
+            x->h_want[i] = (float)(ops[o] == COMM_AVG ? w / n : w);
+        }
+        to_backend(x, x->d_send, x->h_send, count);
+        float* out = inplace ? x->d_send : x->d_recv;
+        if (!inplace) {  // poison the output: every element must be written
+            for (size_t i = 0; i < count; i++) x->h_recv[i] = NAN;
+            to_backend(x, x->d_recv, x->h_recv, count);
+        }
+        hier_bytes_reset(h);
+        step(x);
+        hier_allreduce(h, x->d_send, out, count, COMM_F32, ops[o], st);
+        from_backend(x, x->h_recv, out, count);
+        // an average is the node's average averaged over the nodes: two roundings
+        verdict(x, names[o], count, inplace, count, ops[o] == COMM_AVG ? 4e-7 : 0.0);
+        if (o == 0) {  // the bytes of this one call against the formula
+            const size_t l = (size_t)h->l, padded = count ? (count + l - 1) / l * l : 0;
+            double f_intra, f_inter;
+            hier_bytes_formula((double)(padded * sizeof(float)), h->l, h->k, &f_intra, &f_inter);
+            long long bad = fabs(h->bytes.intra_link - f_intra) > 1e-6 * f_intra ||
+                            fabs(h->bytes.inter_link - f_inter) > 1e-6 * f_inter;
+            if (bad && r == 0)
+                printf("  hier bytes: intra %.0f (formula %.0f), inter %.0f (formula %.0f)\n",
+                       h->bytes.intra_link, f_intra, h->bytes.inter_link, f_inter);
+            verdict_bad(x, "hier bytes = formula", count, inplace, bad);
+        }
+    }
+    // random floats: same bits everywhere, within the summation bound of the exact sum
+    for (size_t i = 0; i < count; i++) x->h_send[i] = random_value(r, i);
+    to_backend(x, x->d_send, x->h_send, count);
+    float* out = inplace ? x->d_send : x->d_recv;
+    step(x);
+    hier_allreduce(h, x->d_send, out, count, COMM_F32, COMM_SUM, st);
+    from_backend(x, x->h_recv, out, count);
+    unsigned long long hash = 1469598103934665603ull;
+    const unsigned char* p = (const unsigned char*)x->h_recv;
+    for (size_t i = 0; i < count * sizeof(float); i++) hash = (hash ^ p[i]) * 1099511628211ull;
+    long long lo = (long long)(hash >> 1), hi = lo;
+    comm_host_allreduce_i64(c, &lo, 1, COMM_MIN);
+    comm_host_allreduce_i64(c, &hi, 1, COMM_MAX);
+    long long bad = lo != hi ? (long long)count : 0;
+    for (size_t i = 0; i < count; i++) {
+        double w = 0, a = 0;
+        for (int k = 0; k < n; k++) {
+            w += random_value(k, i);
+            a += fabs(random_value(k, i));
+        }
+        if (!(fabs(x->h_recv[i] - w) <= n * ldexp(a, -23))) bad++;
+    }
+    verdict_bad(x, "hier all-reduce random", count, inplace, bad);
+}
+
 static void check_count(ctx_t* x, size_t count) {
     comm_t* c = x->c;
     const int n = c->world, r = c->rank;
@@ -298,6 +376,8 @@ static void check_count(ctx_t* x, size_t count) {
             from_backend(x, x->h_recv, x->d_recv, count);
             verdict(x, "send/recv", count, 0, count, 0.0);
         }
+        // ---- the hierarchical all-reduce (last: the operations above keep their numbers)
+        check_hier(x, count, inplace);
         step(x);
         comm_barrier(c);
     }
@@ -308,6 +388,7 @@ static void check_count(ctx_t* x, size_t count) {
 int main(int argc, char** argv) {
     const char* backend_s = "mpi";
     const char* counts_s = "0,1,3,7,1000,65537,1000003";
+    int hier_node_size = 0;
     int die_rank = -1, hang_rank = -1, stop_rank = -1, hang_at = 3, refuse_rank = -1, rank_order = 0;
     double stop_delay = 0;
     double timeout_s = 0;
@@ -322,6 +403,7 @@ int main(int argc, char** argv) {
         {"hang-at", CLI_INT, &hang_at, "3", "the operation (1, 2, ...) before which --die-rank, --hang-rank, --stop-rank act; 3: the ring's first send/receive", NULL},
         {"refuse-rank", CLI_INT, &refuse_rank, "-1", "this rank alone refuses its input after start-up (test of the one line from rank 0)", NULL},
         {"rank-order", CLI_INT, &rank_order, "0", "1: the blocking all-reduce must reduce in rank order, bit for bit (MPI backend, shared-memory path)", NULL},
+        {"hier-node-size", CLI_INT, &hier_node_size, "0", "ranks per node of the hierarchical all-reduce (0: the communicator's nodes, real or emulated)", NULL},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
         {"tag", CLI_STR, &tag, "", "ignored: lets a test find its processes", NULL},
     };
@@ -356,8 +438,19 @@ int main(int argc, char** argv) {
         comm_refuse(c, "--stop-rank: %d is out of range for %d ranks (0..%d, or -1: none)", stop_rank, c->world, c->world - 1);
     // A fault only one rank sees (a file only it read, say): its reason reaches rank 0's line.
     comm_check_input(c, c->rank != refuse_rank, "--refuse-rank %d: rank %d refused its input, alone", refuse_rank, c->rank);
+    if (hier_node_size < 0 || hier_node_size > c->world)
+        comm_refuse(c, "--hier-node-size: %d is out of range for %d ranks (1..%d, or 0: the communicator's nodes)",
+                    hier_node_size, c->world, c->world);
+    if (hier_node_size > 0) {  // blocks of that many ranks: refused now if unequal, in one line
+        int node_of[1024], l, k;
+        char why[256];
+        if (c->world > 1024) comm_refuse(c, "--hier-node-size: at most 1024 ranks (this job has %d)", c->world);
+        for (int q = 0; q < c->world; q++) node_of[q] = q / hier_node_size;
+        if (hier_layout(c->world, node_of, &l, &k, why, sizeof why) != 0) comm_refuse(c, "--hier-node-size %d: %s", hier_node_size, why);
+    }
     ctx_t x = {.c = c, .die_rank = die_rank, .hang_rank = hang_rank, .stop_rank = stop_rank,
-               .hang_at = hang_at, .stop_delay = stop_delay, .rank_order = rank_order};
+               .hang_at = hang_at, .stop_delay = stop_delay, .rank_order = rank_order,
+               .hier_node_size = hier_node_size};
     for (int i = 0; i < ncounts; i++)
         if ((size_t)counts[i] > x.cap) x.cap = (size_t)counts[i];
     x.cap = x.cap * (size_t)c->world + 1;  // reduce-scatter input, all-gather output
@@ -372,6 +465,7 @@ int main(int argc, char** argv) {
                c->world == 1 ? "" : "s");
     for (int i = 0; i < ncounts; i++) check_count(&x, (size_t)counts[i]);
     if (c->rank == 0) printf("%lld checks, %lld wrong\n", x.checks, x.wrong);
+    hier_destroy(x.hier);
     const int status = x.wrong ? 1 : 0;
     mem_free(x.d_send); mem_free(x.d_recv);
     mem_free(x.h_send); mem_free(x.h_recv); mem_free(x.h_want);

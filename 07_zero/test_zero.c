@@ -130,6 +130,35 @@ Test(zero_train_mpi, every_level_equals_ddp_2_3_4_ranks) {
     }
 }
 
+// HSDP (--zero hsdp): ZeRO-3 over each node's ranks, the gradient shards averaged across the
+// nodes. Against DDP with the same band as ZeRO-3 (the same gradients averaged in another
+// grouping: a node's reduce-scatter, then an all-reduce across nodes), at 4 ranks as 2 emulated
+// nodes x 2, 2 nodes x 1 (shards of one: DDP across nodes), 1 node x 4 (ZeRO-3 alone), 6 ranks
+// as 3 x 2; its state is 16Psi/l a rank with l the ranks of a node. Alone (lean) it runs too.
+static int run_emulated(int nodes, int np, const char* args) {
+    char cmd[1024], flags[64] = "";
+    if (nodes > 0) snprintf(flags, sizeof flags, "--emulate-nodes %d", nodes);
+    snprintf(cmd, sizeof cmd, "MPIRUN_EMULATE_NODES= MPIRUN_TIMEOUT=180 timeout -k 5 200 scripts/mpirun.sh %s %d %s/07_zero/zero_train "
+             "--model tiny --context 16 --batch 2 --steps 2 --warmup 1 %s", flags, np, build_dir(), args);
+    return run_capture(cmd, g_out, sizeof g_out);
+}
+Test(zero_train_mpi, hsdp_equals_ddp_on_emulated_nodes, .timeout = 600) {
+    static const struct { int nodes, np; const char* layout; } cases[] = {
+        {2, 4, "(l = 2 ranks a node, 2 nodes;"}, {2, 2, "(l = 1 rank a node, 2 nodes;"},
+        {0, 4, "(l = 4 ranks a node, 1 node;"}, {3, 6, "(l = 2 ranks a node, 3 nodes;"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int st = run_emulated(cases[i].nodes, cases[i].np, "--zero 0,hsdp --check-ddp 1");
+        cr_assert_eq(st, 0, "%d ranks on %d nodes: exit %d:\n%s", cases[i].np, cases[i].nodes, st, g_out);
+        cr_assert(strstr(g_out, "check-ddp: hsdp: 0 of"), "%s", g_out);
+        cr_assert(strstr(g_out, "params + grads + optimizer state == 16Psi/l on every rank") &&
+                  strstr(g_out, cases[i].layout), "%s", g_out);
+        cr_assert(!strstr(g_out, "DIFFERENT") && !strstr(g_out, "!= the formula"), "%s", g_out);
+    }
+    const int st = run_emulated(2, 4, "--zero hsdp");
+    cr_assert_eq(st, 0, "hsdp alone: exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "hsdp    done:") && strstr(g_out, "replicas bitwise identical on every rank"), "%s", g_out);
+}
+
 Test(zero_train_mpi, course_version_equals_ddp_2_3_4_ranks) {
     for (int np = 2; np <= 4; np++) {
         against_ddp(np, "--zero 1 --shard course");

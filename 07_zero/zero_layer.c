@@ -1,5 +1,6 @@
 // See zero_layer.h.
 #include "07_zero/zero_layer.h"
+#include "05_collectives/hier.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,7 @@
 #include "common/check.h"
 #include "common/lm.h"
 
-static const char* const names[ZL_N] = {"ddp", "zero1", "zero2s", "zero2", "course", "zero3"};
+static const char* const names[ZL_N] = {"ddp", "zero1", "zero2s", "zero2", "course", "zero3", "hsdp"};
 const char* zl_name(zl_kind_t kind) { return (unsigned)kind < ZL_N ? names[kind] : "?"; }
 
 static long long state_bytes(device_t dev) {  // live parameters + gradients + optimizer state
@@ -31,8 +32,9 @@ static void init_range(void* ctx, float* host, size_t lo, size_t hi) {
 // buffers freed and its unit hooks pointed at zero3. ZeRO-2: the same engine at level 2 over
 // the model's flat parameters; only the flat gradient buffer is freed.
 static void zero3_layer_create(zero_layer_t* L) {
-    const int level = L->kind == ZL_ZERO3 ? 3 : 2;
+    const int level = L->kind == ZL_ZERO2 ? 2 : 3;
     replica_t* x = L->x;
+    comm_t* c = L->shard_c ? L->shard_c : x->c;  // hsdp: ZeRO-3 over the node's ranks
     const device_t dev = lm_device(x->m);
     const int U = model_n_units(&x->cfg);
     size_t* bounds = malloc((size_t)(U + 1) * sizeof *bounds);
@@ -45,11 +47,11 @@ static void zero3_layer_create(zero_layer_t* L) {
     const cudaStream_t cs = lm_stream(x->m);
     const adamw_config_t* opt = &L->adam;
     if (level == 2)
-        L->z3 = zero3_create_zero2(x->c, x->table, x->lay->n, bounds, U, params, opt, cs, set_window, x->m);
+        L->z3 = zero3_create_zero2(c, x->table, x->lay->n, bounds, U, params, opt, cs, set_window, x->m);
     else if (params)
-        L->z3 = zero3_create(x->c, x->table, x->lay->n, bounds, U, params, opt, cs, set_window, x->m);
+        L->z3 = zero3_create(c, x->table, x->lay->n, bounds, U, params, opt, cs, set_window, x->m);
     else
-        L->z3 = zero3_create_init(x->c, x->table, x->lay->n, bounds, U, init_range, L, opt, cs, set_window, x->m);
+        L->z3 = zero3_create_init(c, x->table, x->lay->n, bounds, U, init_range, L, opt, cs, set_window, x->m);
     const long long mid = state_bytes(dev);
     L->work = (long long)mem_stats(dev).live_by_tag[MEM_WORKSPACE] - ws0;
     // zero3 frees both flat buffers, zero2 the gradients (none to free if the model has none)
@@ -83,6 +85,15 @@ void zero_layer_create(zero_layer_t* L, zl_kind_t kind, replica_t* x, const adam
         L->so = sharded_optim_create(x->c, x->table, n, params, grads, total, OPT_ADAMW, opt, 0, cs);
     } else if (kind == ZL_ZERO3 || kind == ZL_ZERO2) {
         zero3_layer_create(L);
+    } else if (kind == ZL_HSDP) {  // the node split (stage 05's hier.h: equal nodes, ranks in blocks)
+        if (x->c->backend != COMM_MPI)
+            comm_refuse(x->c, "hsdp runs on the CPU (MPI backend) only; allowed: --backend mpi, or --zero 3 on GPUs");
+        hier_t* h = hier_create(x->c, 0);
+        const int node = h->node, local = h->local;
+        hier_destroy(h);
+        L->shard_c = comm_split(x->c, node, local, "shard");
+        L->rep_c = comm_split(x->c, local, node, "replica");
+        zero3_layer_create(L);
     } else {  // zero1, zero2s: the flat buffers of zero.h
         L->z = zero_create(x->c, kind == ZL_ZERO1 ? 1 : 2, x->table, n, params, grads, total, bucket_mb, opt, cs);
     }
@@ -109,6 +120,8 @@ static void zero3_layer_destroy(zero_layer_t* L, int restore) {
 
 void zero_layer_destroy(zero_layer_t* L, int restore) {
     if (L->z3) zero3_layer_destroy(L, restore);
+    if (L->rep_c) comm_destroy(L->rep_c, 0);
+    if (L->shard_c) comm_destroy(L->shard_c, 0);
     if (L->d) ddp_destroy(L->d);
     if (L->kind == ZL_DDP) optim_free(&L->opt);
     sharded_optim_destroy(L->so);
@@ -120,7 +133,7 @@ int zero_layer_collectives(const zero_layer_t* L) {
     if (L->z3) {  // zero3: U forward gathers, U-2 backward ones (the head and the last block stay), U
                   // reduce-scatters; zero2: U reduce-scatters, U all-gathers after the update
         const int U = zero3_n_units(L->z3);
-        return zero3_level(L->z3) == 3 ? 3 * U - 2 : 2 * U;
+        return zero3_level(L->z3) == 3 ? 3 * U - 2 + (L->rep_c ? 1 : 0) : 2 * U;  // hsdp: + the shard's all-reduce
     }
     if (L->z) return 2 * zero_n_buckets(L->z);
     return ddp_n_buckets(L->d) + (L->so ? (int)sharded_optim_broadcasts(L->so) : 0);
@@ -135,8 +148,12 @@ static void layer_hook(void* ctx, int i) {
 }
 static void layer_finish(void* ctx) {
     zero_layer_t* L = ctx;
-    if (L->z3) zero3_finish_grads(L->z3);
-    else if (L->z) zero_finish_grads(L->z);
+    if (L->z3) {
+        zero3_finish_grads(L->z3);
+        if (L->rep_c && L->rep_c->world > 1)  // hsdp: the node's average, averaged over the nodes
+            comm_allreduce(L->rep_c, zero3_grad_shard(L->z3), zero3_grad_shard(L->z3), zero3_shard_elems(L->z3),
+                           COMM_F32, COMM_AVG, lm_stream(L->x->m));
+    } else if (L->z) zero_finish_grads(L->z);
     else ddp_finish_grads(L->d);
 }
 static void layer_update(void* ctx) {
@@ -161,7 +178,7 @@ static size_t trainable_in(const replica_t* x, size_t lo, size_t hi) {
 
 size_t zero_layer_owned(const zero_layer_t* L) {
     const replica_t* x = L->x;
-    const int W = x->c->world, r = x->c->rank;
+    const int W = x->c->world, r = L->shard_c ? L->shard_c->rank : x->c->rank;  // hsdp: the rank in the node
     size_t n = 0;
     switch (L->kind) {
     case ZL_DDP: return trainable_in(x, 0, x->lay->total);
@@ -171,7 +188,8 @@ size_t zero_layer_owned(const zero_layer_t* L) {
         return trainable_in(x, lo, hi);
     }
     case ZL_ZERO2:
-    case ZL_ZERO3:  // per unit (zero3.h): rank r's piece of each, clipped to the unit
+    case ZL_ZERO3:
+    case ZL_HSDP:  // per unit (zero3.h): rank r's piece of each, clipped to the unit
         for (int u = 0; u < zero3_n_units(L->z3); u++) {
             const zero3_unit_t b = zero3_unit(L->z3, u);
             const size_t lo = b.begin + (size_t)r * b.piece, hi = lo + b.piece;

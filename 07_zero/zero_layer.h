@@ -19,6 +19,10 @@
 //   course  the DDP layer averages the gradients, then the course's sharded optimizer: AdamW on
 //           the parameters this rank owns (assigned whole), each parameter broadcast from its
 //           owner (sharded_optim.h)
+//   hsdp    hybrid sharding (CPU, MPI): ZeRO-3 inside each node (a "shard" group: the node's
+//           ranks, stage 05's node split, real or emulated), whole replicas across nodes: after
+//           the node's reduce-scatters, each gradient shard is all-reduced (avg) over the
+//           "replica" group (the ranks with the same local rank), so every node steps alike
 // AdamW's moments live in the layer (optim_t), never in the model, so the allocator's optim tag
 // shows exactly what each level keeps.
 #pragma once
@@ -35,8 +39,8 @@ extern "C" {
 #endif
 
 // The levels, in the order zero_train runs them.
-typedef enum { ZL_DDP = 0, ZL_ZERO1, ZL_ZERO2S, ZL_ZERO2, ZL_COURSE, ZL_ZERO3, ZL_N } zl_kind_t;
-const char* zl_name(zl_kind_t kind);  // "ddp", "zero1", "zero2s", "zero2", "course", "zero3"
+typedef enum { ZL_DDP = 0, ZL_ZERO1, ZL_ZERO2S, ZL_ZERO2, ZL_COURSE, ZL_ZERO3, ZL_HSDP, ZL_N } zl_kind_t;
+const char* zl_name(zl_kind_t kind);  // "ddp", "zero1", "zero2s", "zero2", "course", "zero3", "hsdp"
 
 typedef struct {
     zl_kind_t kind;
@@ -48,7 +52,9 @@ typedef struct {
     optim_t opt;       // ddp
     zero_t* z;         // zero1, zero2s
     sharded_optim_t* so;  // course
-    zero3_t* z3;       // zero2 (level 2), zero3
+    zero3_t* z3;       // zero2 (level 2), zero3, hsdp (over shard_c)
+    comm_t* shard_c;   // hsdp: this node's ranks (ZeRO-3 shards over them)
+    comm_t* rep_c;     // hsdp: one rank per node, the same local rank (the replicas of a shard)
     long long state0;  // zero2/3: live params+grads+optim bytes that are not the level's own
     long long work;    // zero2/3: workspace bytes zero3_create* allocated (its working buffers)
 } zero_layer_t;

@@ -6,6 +6,7 @@
 //   scripts/mpirun.sh 4 build/07_zero/zero_train --model tiny --zero 0,3 --check-ddp 1       # ZeRO-3
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --zero 2 --zero2 both    # ZeRO-2 beside the old staging one
 //   scripts/mpirun.sh 2 build/07_zero/zero_train --model xl --context 512 --batch 2 --zero 3 --checkpoint block
+//   scripts/mpirun.sh --emulate-nodes 2 4 build/07_zero/zero_train --model tiny --zero 0,hsdp --check-ddp 1  # HSDP
 //
 // One run per level in --zero (zero_layer.h: ddp, zero1, zero2, zero2s with --zero2 staging or
 // both, zero3, and course with --shard course in place of zero1/zero2), each from the same
@@ -122,8 +123,12 @@ static int parse_runs(const char* zero_s, const char* zero2_s, int course, int c
     snprintf(buf, sizeof buf, "%s", strcmp(zero_s, "all") == 0 ? "0,1,2,3" : zero_s);
     int any = 0, nruns = 0;
     for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (strcmp(tok, "hsdp") == 0) {  // ZeRO-3 inside a node, replicas across nodes
+            want[ZL_HSDP] = any = 1;
+            continue;
+        }
         if (strcmp(tok, "0") && strcmp(tok, "1") && strcmp(tok, "2") && strcmp(tok, "3"))
-            BAD("--zero: '%s' is not a level (allowed: a comma list of 0, 1, 2, 3, or all)", tok);
+            BAD("--zero: '%s' is not a level (allowed: a comma list of 0, 1, 2, 3, hsdp, or all)", tok);
         const int lv = tok[0] - '0';
         if (lv == 2 && !course) {  // the new ZeRO-2 and/or the older staging one (--zero2)
             want[ZL_ZERO2] |= strcmp(zero2_s, "staging") != 0;
@@ -133,7 +138,7 @@ static int parse_runs(const char* zero_s, const char* zero2_s, int course, int c
         }
         any = 1;
     }
-    if (!any) BAD("--zero: empty list (allowed: a comma list of 0, 1, 2, 3, or all)");
+    if (!any) BAD("--zero: empty list (allowed: a comma list of 0, 1, 2, 3, hsdp, or all)");
     if (check) want[ZL_DDP] = 1;  // the reference, run first
     for (int k = 0; k < ZL_N; k++)
         if (want[k]) runs[nruns++] = (zl_kind_t)k;
@@ -168,7 +173,7 @@ static void report_setup_peak(trainer_t* t, zl_kind_t kind, result_t* R) {
 // The per-unit shard layout (zero3.h; zero2: of the gradient only), rank 0.
 static void print_units(const trainer_t* t, const zero_layer_t* L) {
     const replica_t* x = &t->s.rep;
-    const int U = zero3_n_units(L->z3), W = t->s.c->world;
+    const int U = zero3_n_units(L->z3), W = L->shard_c ? L->shard_c->world : t->s.c->world;  // hsdp: a node's ranks
     size_t pad = 0;
     int cuts = 0;  // piece boundaries strictly inside a parameter
     for (int u = 0; u < U; u++) {
@@ -190,6 +195,7 @@ static int check_run(trainer_t* t, zero_layer_t* L, result_t* R, const step_watc
                      float* got) {
     const int W = t->s.c->world, r = t->s.c->rank;
     const zl_kind_t kind = L->kind;  // (L is destroyed below)
+    const int replicas = L->rep_c ? L->rep_c->world : 1;  // hsdp: one copy of the state per node
     const char* name = zl_name(kind);
     comm_t* c = t->s.c;
     const size_t psi = param_count(t->s.rep.lay);
@@ -241,8 +247,8 @@ static int check_run(trainer_t* t, zero_layer_t* L, result_t* R, const step_watc
         optim_sum += R->optim_meas[k];
     }
     // DDP: every rank holds all 8Ψ; sharded: every trainable element owned exactly once.
-    optim_ok &= optim_sum == (long long)(8 * psi) * (kind == ZL_DDP ? W : 1);
-    if (kind == ZL_ZERO3 || kind == ZL_ZERO2) {
+    optim_ok &= optim_sum == (long long)(8 * psi) * (kind == ZL_DDP ? W : replicas);
+    if (kind == ZL_ZERO3 || kind == ZL_ZERO2 || kind == ZL_HSDP) {
         int state_ok = 1;
         long long sum = 0;
         for (int k = 0; k < W; k++) {
@@ -252,13 +258,16 @@ static int check_run(trainer_t* t, zero_layer_t* L, result_t* R, const step_watc
         if (r == 0 && kind == ZL_ZERO3)
             printf("  %-7s params + grads + optimizer state %s 16Psi/n on every rank (8 x shard + 8 x owned; %lld bytes over all ranks, 16Psi = %lld)\n",
                    name, state_ok ? "==" : "!=", sum, (long long)(16 * psi));
+        if (r == 0 && kind == ZL_HSDP)
+            printf("  %-7s params + grads + optimizer state %s 16Psi/l on every rank (l = %d rank%s a node, %d node%s; %lld bytes over all ranks, 16Psi x nodes = %lld)\n",
+                   name, state_ok ? "==" : "!=", W / replicas, W / replicas == 1 ? "" : "s", replicas, replicas == 1 ? "" : "s", sum, (long long)(16 * psi) * replicas);
         if (r == 0 && kind == ZL_ZERO2)
             printf("  %-7s params + grads + optimizer state %s 4Psi+12Psi/n on every rank (4 x padded flat %zu + 4 x shard + 8 x owned; %lld bytes over all ranks, 4Psi x n + 12Psi = %lld)\n",
                    name, state_ok ? "==" : "!=", t->P, sum, (long long)(4 * psi) * W + (long long)(12 * psi));
         if (r == 0)
             printf("  %-7s grads %s the shard on every rank (4 x %zu = %zu bytes, no whole-model gradient buffer); working buffers %s %zu bytes on every rank (workspace: %s)\n",
                    name, z3_ok[0] ? "==" : "!=", S, S * sizeof(float), z3_ok[1] ? "==" : "!=", work,
-                   kind == ZL_ZERO3 ? "2 parameter + 2 gradient buffers of the largest padded unit"
+                   kind != ZL_ZERO2 ? "2 parameter + 2 gradient buffers of the largest padded unit"
                                         : "2 gradient buffers of the largest padded unit + one piece");
         if (!state_ok || !z3_ok[0] || !z3_ok[1]) status = 1;
     }
@@ -325,6 +334,7 @@ static void print_tables(const trainer_t* t, const zl_kind_t* runs, int nruns, c
             case ZL_ZERO2: snprintf(fm, sizeof fm, "4Psi+12Psi/n = %.2f MiB", (P4 + 3 * P4 / W) / MiB); break;
             case ZL_ZERO2S: snprintf(fm, sizeof fm, "8Psi+12Psi/n = %.2f MiB", (2 * P4 + 3 * P4 / W) / MiB); break;
             case ZL_ZERO3: snprintf(fm, sizeof fm, "16Psi/n = %.2f MiB", 4 * P4 / W / MiB); break;
+            case ZL_HSDP: snprintf(fm, sizeof fm, "16Psi/l (l a node)"); break;
             default: snprintf(fm, sizeof fm, "8Psi+8Psi_r = %.2f MiB", (2 * P4 + (double)res[ri].optim_formula[k]) / MiB); break;
             }
             printf("| %-6s | %4d | %6.2f | %5.2f | %5.2f | %4.2f | %15.2f | %4.2f | %13.2f | %15s |\n", zl_name(runs[ri]), k,
@@ -362,7 +372,7 @@ int main(int argc, char** argv) {
     cli_opt_t opts[TRAIN_FLAGS_N + 8];
     int nopts = train_flags_opts(&f, opts);
     opts[nopts++] = (cli_opt_t){"layers", CLI_INT, &layers, "0", "blocks, in place of the size's own (0: the size's): a deeper model of the same width, to find the memory wall", NULL};
-    opts[nopts++] = (cli_opt_t){"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, 3, or all", NULL};
+    opts[nopts++] = (cli_opt_t){"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, 3, hsdp (ZeRO-3 inside a node, replicas across nodes; MPI), or all", NULL};
     opts[nopts++] = (cli_opt_t){"zero2", CLI_CHOICE, &zero2_s, "units", "which ZeRO-2 level 2 runs: units (zero3.h's engine: no flat gradient buffer, fp32), staging (zero.h's, run zero2s: the backward writes the flat 4Psi gradient buffer), or both", "units|staging|both"};
     opts[nopts++] = (cli_opt_t){"shard", CLI_CHOICE, &shard_s, "zero", "zero: ZeRO proper; course: the course's sharded optimizer in place of levels 1 and 2 (3 stays ZeRO-3)", "zero|course"};
     opts[nopts++] = (cli_opt_t){"checkpoint", CLI_STR, &ckpt_s, "none", "activation checkpointing: none, block, every-K (K >= 1) or nested (CPU only); with --zero 2 or 3 (unit hooks) none or block only", NULL};
@@ -393,11 +403,13 @@ int main(int argc, char** argv) {
     const int nruns = parse_runs(zero_s, zero2_s, strcmp(shard_s, "course") == 0, check, runs, want);
     if (want[ZL_ZERO2] && s->precision != MP_FP32)
         BAD("--zero 2 runs fp32 only: its gradients go through the model's windows, which are fp32 only (use --precision fp32, or --zero2 staging)");
+    if (want[ZL_HSDP] && s->precision != MP_FP32)
+        BAD("--zero hsdp runs fp32 only, as ZeRO-3 does (use --precision fp32)");
     if (want[ZL_ZERO3] && s->precision != MP_FP32)
         BAD("--zero 3 runs fp32 only: bf16 compute copies of the gathered units are not implemented (use --precision fp32, or levels 0-2)");
     // ZeRO-2/3's unit hooks hold one unit's parameters at a time (two working buffers): a
     // segment of K > 1 blocks would need K of them for its recompute (model_cpu.h).
-    if (!model_ckpt_hooks_ok(ckpt) && (want[ZL_ZERO2] || want[ZL_ZERO3]))  // every-K (K > 1), nested
+    if (!model_ckpt_hooks_ok(ckpt) && (want[ZL_ZERO2] || want[ZL_ZERO3] || want[ZL_HSDP]))  // every-K (K > 1), nested
         BAD("--checkpoint %s with --zero 2 or 3: %s (use --checkpoint block)", ckpt_s, MODEL_CKPT_HOOKS_REFUSAL);
     {  // handed over by 06's ddp_train (--zero/--shard): its notice, now that the flags are accepted
         const char* handoff = getenv("ZERO_TRAIN_HANDOFF");
