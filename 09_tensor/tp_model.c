@@ -324,7 +324,7 @@ void tp_model_gather(tp_model_t* m, const float* local, float* out) {
             for (int k = 0; k < n; k++) {
                 int Vl, v0, valid;
                 tp_vocab_shard(d->V, n, k, &Vl, &v0, &valid);
-                memcpy(dst + (size_t)v0 * d->C, tmp + k * e->numel, (size_t)valid * d->C * sizeof(float));
+                if (valid > 0) memcpy(dst + (size_t)v0 * d->C, tmp + k * e->numel, (size_t)valid * d->C * sizeof(float));
             }
             break;
         }
