@@ -64,9 +64,8 @@ static double rel_norm(const float* a, const float* b, const float* ref0, const 
 // the vocabulary's Σ exp), and the longest such sum has V terms: a reordered fp32 sum of n
 // terms moves by at most n·eps·Σ|terms| (tp_check verifies that bound per layer). Through the
 // layers these errors add, not multiply, at the first order, so the loss, the gradient norm and
-// step 0's gradient of each parameter (normwise) must agree to REL = 1e-4 relative (V = 10000
-// terms · 1.2e-7 = 1.2e-3 would be the bound of one such sum with terms of one sign, which the
-// softmax's are not after the max is taken out; the tiny model's V = 512 gives 6e-5).
+// step 0's gradient of each parameter (normwise) must agree to REL = 1e-4 relative: the
+// longest split sum of the tiny model is the vocabulary's, 512 terms · 1.2e-7 = 6e-5.
 // After K AdamW steps an element whose gradient is a cancellation near 0 (its sign at the
 // rounding level) may have moved the other way (AdamW moves every element by about lr
 // whatever its gradient's size), so the parameters are compared normwise on what training
