@@ -140,6 +140,24 @@ Test(tp_train, sp_without_the_norm_gradient_sum_is_caught, .timeout = 120) {
     cr_assert(strstr(g_out, "check: step 0 gradients: worst parameter") && strstr(g_out, "DIFFERENT"), "%s", g_out);
 }
 
+// The tiny model (L = 2, B·T·C = 2·16·64 = 2048 = M, N = 32 rows, C = 64):
+//   no SP: 4L + 4 = 12 all-reduces: 10 of M (embedding, 2 per block forward and backward, the
+//          head's dX) + the cross-entropy's N (max) and 2N (Σ exp | target) = 20576 elements;
+//   SP:    4L + 2 = 10 all-gathers and 10 reduce-scatters of M, and 3 all-reduces: the
+//          cross-entropy's 3N and the 2L + 1 norm weights' 5·64 = 416 elements.
+// A ring sends 2(n-1)/n of an all-reduce's tensor, (n-1)/n of the others': at n = 2, 4 bytes a
+// float, 82304 B = 0.0785 MiB without SP and 83584 B = 0.0797 MiB with it.
+Test(tp_train, collectives_per_step_are_the_formula, .timeout = 120) {
+    int st = run_prog("tp_train", 2, "--model tiny --context 16 --batch 2 --steps 1 --warmup 0");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "12 all-reduces (20576 elements), 0 all-gathers (0), 0 reduce-scatters (0); a ring sends 0.0785 MiB"),
+              "%s", g_out);
+    st = run_prog("tp_train", 2, "--model tiny --context 16 --batch 2 --steps 1 --warmup 0 --sp");
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "3 all-reduces (416 elements), 10 all-gathers (20480), 10 reduce-scatters (20480); a ring sends 0.0797 MiB"),
+              "%s", g_out);
+}
+
 // ------------------------------------------------------------------ refusals
 Test(tp_train, refusals_in_one_line, .timeout = 300) {
     int st = run_prog("tp_train", 4, "--model tiny --tp 3");

@@ -39,6 +39,22 @@ int tp_dims_make(const model_config_t* c, int n, int r, tp_dims_t* d, char* err,
 // clamp(V − v0, 0, Vl).
 void tp_vocab_shard(int V, int n, int r, int* Vl, int* v0, int* Vvalid);
 
+// ---- the group's collectives (fp32, on the MPI backend's host memory), counted -----------
+// Every collective of the layers and the model goes through these, so that a step's traffic
+// can be printed and compared with the README's formulas.
+typedef enum { TP_AR = 0, TP_AG, TP_RS, TP_NCOLL } tp_coll_t;  // all-reduce, all-gather, reduce-scatter
+typedef struct {
+    long long calls[TP_NCOLL];
+    double elems[TP_NCOLL];  // elements of the whole tensor each one produced or reduced
+    double ring_bytes;       // what a ring sends from each rank: 2(n-1)/n of an all-reduce's
+                             // tensor, (n-1)/n of an all-gather's or a reduce-scatter's
+} tp_comm_stats_t;
+void tp_comm_stats_reset(void);
+tp_comm_stats_t tp_comm_stats(void);  // since the last reset (this process)
+void tp_allreduce(comm_t* g, const float* send, float* recv, size_t count, comm_op_t op);
+void tp_allgather(comm_t* g, const float* send, float* recv, size_t sendcount);      // recv: n·sendcount
+void tp_reduce_scatter(comm_t* g, const float* send, float* recv, size_t recvcount);  // SUM; send: n·recvcount
+
 // ---- sequence parallelism: the residual stream cut along T -------------------------------
 // local (B, T/n, C) holds positions [r·T/n, (r+1)·T/n) of every sequence; full (B, T, C).
 // all-gather: full = the n ranks' locals put back in place (scratch: n·B·(T/n)·C floats).

@@ -52,12 +52,40 @@ int tp_dims_make(const model_config_t* c, int n, int r, tp_dims_t* d, char* err,
     return 0;
 }
 
+// ---------------------------------------------------------------- the group's collectives, counted
+static tp_comm_stats_t g_stats;
+
+void tp_comm_stats_reset(void) { memset(&g_stats, 0, sizeof g_stats); }
+tp_comm_stats_t tp_comm_stats(void) { return g_stats; }
+
+// A ring all-reduce sends 2(n-1)/n of the tensor from each rank, an all-gather or a
+// reduce-scatter (n-1)/n of it (stage 05).
+static void count(comm_t* g, tp_coll_t k, size_t whole) {
+    const int n = g->world;
+    g_stats.calls[k]++;
+    g_stats.elems[k] += (double)whole;
+    g_stats.ring_bytes += (k == TP_AR ? 2.0 : 1.0) * (double)(n - 1) / n * (double)whole * sizeof(float);
+}
+
+void tp_allreduce(comm_t* g, const float* send, float* recv, size_t count_, comm_op_t op) {
+    count(g, TP_AR, count_);
+    comm_allreduce(g, send, recv, count_, COMM_F32, op, NULL);
+}
+void tp_allgather(comm_t* g, const float* send, float* recv, size_t sendcount) {
+    count(g, TP_AG, sendcount * (size_t)g->world);
+    comm_allgather(g, send, recv, sendcount, COMM_F32, NULL);
+}
+void tp_reduce_scatter(comm_t* g, const float* send, float* recv, size_t recvcount) {
+    count(g, TP_RS, recvcount * (size_t)g->world);
+    comm_reduce_scatter(g, send, recv, recvcount, COMM_F32, COMM_SUM, NULL);
+}
+
 // ---------------------------------------------------------------- sequence parallelism
 void tp_sp_allgather(comm_t* g, float* full, const float* local, int B, int T, int C, float* scratch) {
-    // STUDENT-BEGIN(09.sp_allgather): the all-gather along the sequence: every rank's (B, T/n, C) rows into place in (B, T, C) (comm_allgather into scratch, then each rank's block to positions k·T/n of every sequence) | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.sp_allgather): the all-gather along the sequence: every rank's (B, T/n, C) rows into place in (B, T, C) (tp_allgather into scratch, then each rank's block to positions k·T/n of every sequence) | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_layers/* tp_train/*
     const int n = g->world, Tl = T / n;
     const size_t blk = (size_t)B * Tl * C;  // one rank's share
-    comm_allgather(g, local, scratch, blk, COMM_F32, NULL);
+    tp_allgather(g, local, scratch, blk);
     // scratch (n, B, Tl, C) -> full (B, T, C): rank k's rows are positions k·Tl .. k·Tl + Tl - 1
     for (int k = 0; k < n; k++)
         for (int b = 0; b < B; b++)
@@ -67,14 +95,14 @@ void tp_sp_allgather(comm_t* g, float* full, const float* local, int B, int T, i
 }
 
 void tp_sp_reduce_scatter(comm_t* g, float* local, const float* full, int B, int T, int C, float* scratch) {
-    // STUDENT-BEGIN(09.sp_reduce_scatter): the reduce-scatter along the sequence: pack (B, T, C) into n blocks of this rank's layout, comm_reduce_scatter SUM into local | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.sp_reduce_scatter): the reduce-scatter along the sequence: pack (B, T, C) into n blocks of this rank's layout, tp_reduce_scatter into local | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_layers/* tp_train/*
     const int n = g->world, Tl = T / n;
     const size_t blk = (size_t)B * Tl * C;
     for (int k = 0; k < n; k++)
         for (int b = 0; b < B; b++)
             memcpy(scratch + k * blk + (size_t)b * Tl * C, full + ((size_t)b * T + (size_t)k * Tl) * C,
                    (size_t)Tl * C * sizeof(float));
-    comm_reduce_scatter(g, scratch, local, blk, COMM_F32, COMM_SUM, NULL);
+    tp_reduce_scatter(g, scratch, local, blk);
     // STUDENT-END(09.sp_reduce_scatter)
 }
 
@@ -88,7 +116,7 @@ void tp_col_bwd(comm_t* g, float* dx, float* dW_l, const float* dy_l, const floa
     // STUDENT-BEGIN(09.col_bwd): the column-parallel backward: dW_l = dy_lᵀ x locally, dx = Σ_ranks dy_l W_l (all-reduce when asked) | see 09_tensor/README.md §Column-parallel and row-parallel linears | test: test_09 tp_layers/* tp_train/*
     matmul_bwd_cpu(dx, dW_l, dy_l, x, W_l, N, din, dout_l);
     // Every rank's input fed every rank's columns: its gradient is the sum of the n shares.
-    if (dx && allreduce) comm_allreduce(g, dx, dx, (size_t)N * din, COMM_F32, COMM_SUM, NULL);
+    if (dx && allreduce) tp_allreduce(g, dx, dx, (size_t)N * din, COMM_SUM);
     // STUDENT-END(09.col_bwd)
 }
 
@@ -97,7 +125,7 @@ void tp_row_fwd(comm_t* g, float* y, const float* x_l, const float* W_l, int N, 
     // STUDENT-BEGIN(09.row_fwd): the row-parallel forward: the partial product x_l W_lᵀ, all-reduced when asked | see 09_tensor/README.md §Column-parallel and row-parallel linears | test: test_09 tp_layers/* tp_train/*
     matmul_fwd_cpu(y, x_l, W_l, N, din_l, dout);
     // Each rank summed din_l of the din products: the rest are on the other ranks.
-    if (allreduce) comm_allreduce(g, y, y, (size_t)N * dout, COMM_F32, COMM_SUM, NULL);
+    if (allreduce) tp_allreduce(g, y, y, (size_t)N * dout, COMM_SUM);
     // STUDENT-END(09.row_fwd)
 }
 
@@ -126,7 +154,7 @@ void tp_embed_fwd(comm_t* g, float* out, const int32_t* tokens, const float* E_l
         else memset(o, 0, (size_t)C * sizeof(float));  // another rank's token
     }
     // Exactly one rank holds each row; the others add zeros (exact).
-    if (allreduce) comm_allreduce(g, out, out, (size_t)N * C, COMM_F32, COMM_SUM, NULL);
+    if (allreduce) tp_allreduce(g, out, out, (size_t)N * C, COMM_SUM);
     // STUDENT-END(09.embed_fwd)
 }
 
@@ -156,7 +184,7 @@ float tp_ce_fwd(comm_t* g, float* lse, const float* logits_l, const int32_t* tar
         for (int v = 0; v < Vv; v++) m = z[v] > m ? z[v] : m;
         mx[i] = m;
     }
-    comm_allreduce(g, mx, mx, (size_t)N, COMM_F32, COMM_MAX, NULL);  // the row's maximum (exact)
+    tp_allreduce(g, mx, mx, (size_t)N, COMM_MAX);  // the row's maximum (exact)
     for (int i = 0; i < N; i++) {
         const float* z = logits_l + (size_t)i * Vl;
         float s = 0.0f;
@@ -165,7 +193,7 @@ float tp_ce_fwd(comm_t* g, float* lse, const float* logits_l, const int32_t* tar
         const int t = targets[i] - d->v0;
         sz[N + i] = t >= 0 && t < Vv ? z[t] : 0.0f;  // only the owner of the target gives it
     }
-    comm_allreduce(g, sz, sz, (size_t)2 * N, COMM_F32, COMM_SUM, NULL);
+    tp_allreduce(g, sz, sz, (size_t)2 * N, COMM_SUM);
     double total = 0.0;  // as cross_entropy_fwd_cpu: the mean in double, serially
     for (int i = 0; i < N; i++) {
         lse[i] = mx[i] + logf(sz[i]);

@@ -163,7 +163,7 @@ void tp_model_destroy(tp_model_t* m) {
 // all of them (an all-reduce), or under SP its positions (a reduce-scatter).
 static void sum_rows(tp_model_t* m, float* dst, float* part, int B, int T) {
     if (m->sp) tp_sp_reduce_scatter(m->g, dst, part, B, T, m->d.C, m->scratch);
-    else comm_allreduce(m->g, part, dst, (size_t)B * T * m->d.C, COMM_F32, COMM_SUM, NULL);
+    else tp_allreduce(m->g, part, dst, (size_t)B * T * m->d.C, COMM_SUM);
 }
 // The whole (N, C) rows a column-parallel matmul reads: under SP gathered into full, else the
 // rows themselves.
@@ -237,7 +237,7 @@ static void sum_norm_grads(tp_model_t* m) {
             memcpy(buf + k, m->grads + m->p[i].off, m->p[i].numel * sizeof(float));
             k += m->p[i].numel;
         }
-    comm_allreduce(m->g, buf, buf, n, COMM_F32, COMM_SUM, NULL);
+    tp_allreduce(m->g, buf, buf, n, COMM_SUM);
     k = 0;
     for (int i = 0; i < m->layout.n; i++)
         if (m->p[i].split == TP_REPL) {

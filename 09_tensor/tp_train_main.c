@@ -205,11 +205,14 @@ int main(int argc, char** argv) {
     if (!in_all || !tg_all || !losses || !gnorms || !ms) DIE("tp_train: out of memory");
     float* g0 = check ? malloc(m.layout.total * sizeof(float)) : NULL;  // step 0's gradient, gathered
     if (check && !g0) DIE("tp_train: out of memory");
+    tp_comm_stats_t cs = {0};  // the tensor group's collectives in one step (forward + backward)
     for (int k = 0; k < K; k++) {
         sample_batch(&data, B * dp, T, k, in_all, tg_all);
         const double t0 = time_now_s();
+        tp_comm_stats_reset();
         const float loss = tp_model_forward(&m, in_all + (size_t)di * B * T, tg_all + (size_t)di * B * T, B, T);
         tp_model_backward(&m);
+        cs = tp_comm_stats();
         // Data parallelism: the shards of one place in the tensor group are averaged over dp.
         if (dp > 1) comm_allreduce(dg, m.grads, m.grads, m.total, COMM_F32, COMM_AVG, NULL);
         tp_model_adamw(&m, &s.opt);
@@ -243,13 +246,17 @@ int main(int argc, char** argv) {
     const int dp_same = train_hashes_agree(c, fnv1a(1469598103934665603ull, m.params, m.total * sizeof(float)), ti, tp);
     if (c->rank == 0) {
         printf("step: %.2f ms (median of %d after %d warm-up, slowest rank)\n", med, f.steps, f.warmup);
+        printf("tensor-group collectives per step: %lld all-reduces (%.0f elements), %lld all-gathers (%.0f), %lld reduce-scatters (%.0f); a ring sends %.4f MiB from each rank\n",
+               cs.calls[TP_AR], cs.elems[TP_AR], cs.calls[TP_AG], cs.elems[TP_AG], cs.calls[TP_RS], cs.elems[TP_RS],
+               cs.ring_bytes / 1048576.0);
         printf("replicated norm weights: %s\n", repl_same ? "bitwise identical across each tensor group" : "DIFFERENT across a tensor group");
         if (dp > 1) printf("shards: %s\n", dp_same ? "bitwise identical across each data-parallel group" : "DIFFERENT across a data-parallel group");
     }
     if (!repl_same || !dp_same) status = 1;
     if (*f.csv && c->rank == 0) {
-        FILE* csv = train_csv_open("csv", f.csv, "model,context,batch,ranks,tp,dp,sp,backend,step_ms,params_per_rank");
-        fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,mpi,%.3f,%zu\n", f.model, T, B, W, tp, dp, sp, med, m.total);
+        FILE* csv = train_csv_open("csv", f.csv, "model,context,batch,ranks,tp,dp,sp,backend,step_ms,params_per_rank,all_reduces,all_gathers,reduce_scatters,ring_mib_per_rank");
+        fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,mpi,%.3f,%zu,%lld,%lld,%lld,%.4f\n", f.model, T, B, W, tp, dp, sp, med, m.total,
+                cs.calls[TP_AR], cs.calls[TP_AG], cs.calls[TP_RS], cs.ring_bytes / 1048576.0);
         fclose(csv);
     }
     if (check) {
