@@ -141,6 +141,12 @@ int main(int argc, char** argv) {
     int tp = 0, sp = 0, check = 0, vocab = 0, layers = 0, norm_sum = 1;
     cli_opt_t opts[TRAIN_FLAGS_N + 6];
     int nopts = train_flags_opts(&f, opts);
+    // What three shared flags mean here.
+    for (int i = 0; i < nopts; i++) {
+        if (!strcmp(opts[i].name, "batch")) opts[i].help = "sequences per tensor group (the global batch is batch x data-parallel groups)";
+        if (!strcmp(opts[i].name, "seed")) opts[i].help = "every rank's shards from model_init_params(seed), the data from seed";
+        if (!strcmp(opts[i].name, "backend")) opts[i].help = "mpi (auto is mpi: the tensor-parallel model runs on the CPU; nccl is refused)";
+    }
     opts[nopts++] = (cli_opt_t){"tp", CLI_INT, &tp, "0", "tensor-parallel size (0: every rank; less: data parallelism over world/tp groups)", NULL};
     opts[nopts++] = (cli_opt_t){"sp", CLI_FLAG, &sp, "0", "sequence parallelism: the residual stream cut along the sequence between the blocks", NULL};
     opts[nopts++] = (cli_opt_t){"check", CLI_FLAG, &check, "0", "rank 0 also trains one process's model on the whole batch and compares loss, gradient norm and every parameter", NULL};
