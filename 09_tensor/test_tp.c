@@ -110,6 +110,8 @@ Test(tp_train, tp_2_and_4_with_sequence_parallelism_equal_one_process, .timeout 
     cr_assert(strstr(g_out, "tp 2 + SP x dp 1 equals one process"), "%s", g_out);
     against_one_process(4, "--sp");
     cr_assert(strstr(g_out, "tp 4 + SP x dp 1 equals one process"), "%s", g_out);
+    against_one_process(4, "--sp --sp-keep-gathered");
+    cr_assert(strstr(g_out, "tp 4 + SP x dp 1 equals one process"), "%s", g_out);
 }
 
 Test(tp_train, a_vocabulary_tp_does_not_divide, .timeout = 300) {
@@ -143,19 +145,51 @@ Test(tp_train, sp_without_the_norm_gradient_sum_is_caught, .timeout = 120) {
 // The tiny model (L = 2, B·T·C = 2·16·64 = 2048 = M, N = 32 rows, C = 64):
 //   no SP: 4L + 4 = 12 all-reduces: 10 of M (embedding, 2 per block forward and backward, the
 //          head's dX) + the cross-entropy's N (max) and 2N (Σ exp | target) = 20576 elements;
-//   SP:    4L + 2 = 10 all-gathers and 10 reduce-scatters of M, and 3 all-reduces: the
-//          cross-entropy's 3N and the 2L + 1 norm weights' 5·64 = 416 elements.
+//   SP kept: 4L + 2 = 10 all-gathers and 10 reduce-scatters of M, and 3 all-reduces: the
+//          cross-entropy's 3N and the 2L + 1 norm weights' 5·64 = 416 elements;
+//   SP:    the same and 2L + 1 = 5 more all-gathers of M (the norm outputs gathered again).
 // A ring sends 2(n-1)/n of an all-reduce's tensor, (n-1)/n of the others': at n = 2, 4 bytes a
-// float, 82304 B = 0.0785 MiB without SP and 83584 B = 0.0797 MiB with it.
+// float, 82304 B = 0.0785 MiB without SP, 83584 B = 0.0797 MiB with the outputs kept and
+// 104064 B = 0.0992 MiB with them gathered again.
 Test(tp_train, collectives_per_step_are_the_formula, .timeout = 120) {
-    int st = run_prog("tp_train", 2, "--model tiny --context 16 --batch 2 --steps 1 --warmup 0");
-    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
-    cr_assert(strstr(g_out, "12 all-reduces (20576 elements), 0 all-gathers (0), 0 reduce-scatters (0); a ring sends 0.0785 MiB"),
-              "%s", g_out);
-    st = run_prog("tp_train", 2, "--model tiny --context 16 --batch 2 --steps 1 --warmup 0 --sp");
-    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
-    cr_assert(strstr(g_out, "3 all-reduces (416 elements), 10 all-gathers (20480), 10 reduce-scatters (20480); a ring sends 0.0797 MiB"),
-              "%s", g_out);
+    static const char* const args[3] = {"", "--sp --sp-keep-gathered", "--sp"};
+    static const char* const want[3] = {
+        "12 all-reduces (20576 elements), 0 all-gathers (0), 0 reduce-scatters (0); a ring sends 0.0785 MiB",
+        "3 all-reduces (416 elements), 10 all-gathers (20480), 10 reduce-scatters (20480); a ring sends 0.0797 MiB",
+        "3 all-reduces (416 elements), 15 all-gathers (30720), 10 reduce-scatters (20480); a ring sends 0.0992 MiB"};
+    for (int k = 0; k < 3; k++) {
+        char a[256];
+        snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 1 --warmup 0 %s", args[k]);
+        const int st = run_prog("tp_train", 2, a);
+        cr_assert_eq(st, 0, "%s: exit %d:\n%s", args[k], st, g_out);
+        cr_assert(strstr(g_out, want[k]), "%s: want '%s':\n%s", args[k], want[k], g_out);
+    }
+}
+
+// The floats a rank saves for the backward (tp_model.c's allocations, README "Memory per rank"):
+// Nr = the residual rows held (N, or N/n under SP).
+static long long acts_floats(int L, int B, int T, int C, int NH, int F, int V, int n, int sp) {
+    const long long N = (long long)B * T, Nr = sp ? N / n : N, Vl = (V + n - 1) / n;
+    long long f = (L + 1) * Nr * C                        // residual stream entering each block and the head
+      + 3LL * L * Nr * C + 2LL * L * Nr         // ln1, mid, ln2 and the two norms' 1/rms
+      + (long long)L * N * (3LL * C / n + C / n + 3LL * F / n)  // q|k|v, attention output, h1|h3, gate
+      + (long long)L * B * (NH / n) * T * T      // attention probabilities
+      + Nr * C + Nr + N * Vl + N;               // final norm, its 1/rms, logits, lse
+    if (sp == 2) f += 2LL * L * N * C + N * C;  // the gathered norm outputs, kept
+    return f;
+}
+
+Test(tp_train, activations_per_rank_are_the_formula_and_sp_divides_the_residual, .timeout = 300) {
+    static const char* const args[3] = {"", "--sp", "--sp --sp-keep-gathered"};
+    for (int n = 2; n <= 4; n += 2)
+        for (int k = 0; k < 3; k++) {
+            char a[256], want[96];
+            snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 1 --warmup 0 %s", args[k]);
+            const int st = run_prog("tp_train", n, a);
+            cr_assert_eq(st, 0, "%d ranks %s: exit %d:\n%s", n, args[k], st, g_out);
+            snprintf(want, sizeof want, "activations per rank: %lld bytes", 4 * acts_floats(2, 2, 16, 64, 4, 192, 512, n, k));
+            cr_assert(strstr(g_out, want), "%d ranks %s: want '%s':\n%s", n, args[k], want, g_out);
+        }
 }
 
 // ------------------------------------------------------------------ refusals
@@ -172,4 +206,6 @@ Test(tp_train, refusals_in_one_line, .timeout = 300) {
     ASSERT_REFUSED(st, g_out, "tp_train", "--backend nccl", "not built yet");
     st = run_prog("tp_train", 2, "--model tiny --sp-norm-sum 2");
     ASSERT_REFUSED(st, g_out, "tp_train", "--sp-norm-sum");
+    st = run_prog("tp_train", 2, "--model tiny --sp-keep-gathered");
+    ASSERT_REFUSED(st, g_out, "tp_train", "--sp-keep-gathered", "--sp");
 }

@@ -146,7 +146,8 @@ typedef struct {
     model_config_t c;
     tp_dims_t d;
     comm_t* g;               // the tensor-parallel group (not owned)
-    int sp;                  // sequence parallelism on
+    int sp;                  // sequence parallelism: TP_SP_OFF, TP_SP (the backward gathers the
+                             // norm outputs again), TP_SP_KEEP (the forward's gathers kept)
     int sp_norm_sum;         // 1 (default): under SP the norm-weight gradients are summed over
                              // the group; 0 only for the test that shows why
     int B, T;                // capacity
@@ -159,17 +160,25 @@ typedef struct {
     // saved activations (Nr = rows of the residual stream here: N, or B·T/n under SP)
     float *res, *ln1, *ln1_rstd, *ln1_full, *qkv, *att, *atty, *mid, *ln2, *ln2_rstd, *ln2_full;
     float *h13, *gate, *lnf, *lnf_rstd, *lnf_full, *logits, *lse;
+    float* hfull;            // TP_SP: the one (N, C) buffer the norm outputs are gathered into
+    size_t acts_bytes;       // what the forward saves for the backward
     // backward scratch
     float *part, *scratch, *dres, *dln, *dfull, *datty, *dqkv, *dh13, *dgate, *dlogits;
     int32_t *inputs, *targets;
     int cur_B, cur_T;
 } tp_model_t;
 
+// Sequence parallelism's two ways with the norm outputs that the column-parallel matmuls read
+// whole: the backward needs them again for dW = dyᵀ·h. TP_SP gathers them again there (as
+// Megatron-LM does: 2L + 1 more all-gathers a step, and only one (N, C) buffer); TP_SP_KEEP
+// keeps the forward's (no more traffic than tensor parallelism, 2·N·C more floats per block).
+enum { TP_SP_OFF = 0, TP_SP = 1, TP_SP_KEEP = 2 };
+
 // Every rank of g builds its shards of the model that model_init_params(seed) makes (each shard
 // is a bitwise slice of that buffer). Refuses, through comm_refuse (one line from rank 0, exit 2
 // on every rank): heads or d_ff not divisible by the group size, and under SP a T not divisible
 // by it. Collective over g.
-void tp_model_create(tp_model_t* m, comm_t* g, const model_config_t* c, int B, int T, int sp, uint64_t seed);
+void tp_model_create(tp_model_t* m, comm_t* g, const model_config_t* c, int B, int T, int sp, uint64_t seed);  // sp: TP_SP_*
 void tp_model_destroy(tp_model_t* m);
 // Mean cross-entropy of inputs/targets (B, T) (the same on every rank of the group).
 float tp_model_forward(tp_model_t* m, const int32_t* inputs, const int32_t* targets, int B, int T);
@@ -182,8 +191,9 @@ double tp_model_grad_sq(tp_model_t* m);
 // Collective: out (layout.total, zero padding) = the whole model's flat buffer put together from
 // every rank's local buffer `local` (m->params or m->grads; the replicated parts are rank 0's).
 void tp_model_gather(tp_model_t* m, const float* local, float* out);
-// Bytes of the local parameters (the ~1/n of the README).
+// Bytes of the local parameters (the ~1/n of the README), and of the saved activations.
 size_t tp_model_param_bytes(const tp_model_t* m);
+size_t tp_model_acts_bytes(const tp_model_t* m);
 
 #ifdef __cplusplus
 }

@@ -110,27 +110,32 @@ void tp_model_create(tp_model_t* m, comm_t* g, const model_config_t* c, int B, i
 
     const int L = c->n_layers, C = d->C, n = d->n;
     const size_t N = (size_t)B * T, Nr = sp ? (size_t)B * (T / n) : N;
-    m->res = xalloc((size_t)(L + 1) * Nr * C);
-    m->ln1 = xalloc((size_t)L * Nr * C);
-    m->ln1_rstd = xalloc((size_t)L * Nr);
-    m->mid = xalloc((size_t)L * Nr * C);
-    m->ln2 = xalloc((size_t)L * Nr * C);
-    m->ln2_rstd = xalloc((size_t)L * Nr);
-    if (sp) {  // the gathered norm outputs the column-parallel matmuls (and their dW) read
-        m->ln1_full = xalloc((size_t)L * N * C);
-        m->ln2_full = xalloc((size_t)L * N * C);
-        m->lnf_full = xalloc(N * C);
-        m->dfull = xalloc(N * C);
+    // What the forward saves for the backward (counted in acts_bytes), then the backward's scratch.
+#define ACT(p, n) ((p) = xalloc(n), m->acts_bytes += (n) * sizeof(float))
+    ACT(m->res, (size_t)(L + 1) * Nr * C);
+    ACT(m->ln1, (size_t)L * Nr * C);
+    ACT(m->ln1_rstd, (size_t)L * Nr);
+    ACT(m->mid, (size_t)L * Nr * C);
+    ACT(m->ln2, (size_t)L * Nr * C);
+    ACT(m->ln2_rstd, (size_t)L * Nr);
+    if (sp == TP_SP_KEEP) {  // the gathered norm outputs the column-parallel dW reads, kept
+        ACT(m->ln1_full, (size_t)L * N * C);
+        ACT(m->ln2_full, (size_t)L * N * C);
+        ACT(m->lnf_full, N * C);
+    } else if (sp) {  // one buffer, gathered into again by the backward
+        m->hfull = xalloc(N * C);
     }
-    m->qkv = xalloc((size_t)L * N * 3 * d->Cl);
-    m->att = xalloc((size_t)L * B * d->nh * T * T);
-    m->atty = xalloc((size_t)L * N * d->Cl);
-    m->h13 = xalloc((size_t)L * N * 2 * d->Fl);
-    m->gate = xalloc((size_t)L * N * d->Fl);
-    m->lnf = xalloc(Nr * C);
-    m->lnf_rstd = xalloc(Nr);
-    m->logits = xalloc(N * d->Vl);
-    m->lse = xalloc(N);
+    if (sp) m->dfull = xalloc(N * C);
+    ACT(m->qkv, (size_t)L * N * 3 * d->Cl);
+    ACT(m->att, (size_t)L * B * d->nh * T * T);
+    ACT(m->atty, (size_t)L * N * d->Cl);
+    ACT(m->h13, (size_t)L * N * 2 * d->Fl);
+    ACT(m->gate, (size_t)L * N * d->Fl);
+    ACT(m->lnf, Nr * C);
+    ACT(m->lnf_rstd, Nr);
+    ACT(m->logits, N * d->Vl);
+    ACT(m->lse, N);
+#undef ACT
     m->part = xalloc(N * C);
     m->scratch = xalloc(N * C);
     m->dres = xalloc(Nr * C);
@@ -148,7 +153,7 @@ void tp_model_create(tp_model_t* m, comm_t* g, const model_config_t* c, int B, i
 void tp_model_destroy(tp_model_t* m) {
     float* bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->rope_cos, m->rope_sin, m->res, m->ln1,
                      m->ln1_rstd, m->ln1_full, m->qkv, m->att, m->atty, m->mid, m->ln2, m->ln2_rstd,
-                     m->ln2_full, m->h13, m->gate, m->lnf, m->lnf_rstd, m->lnf_full, m->logits, m->lse,
+                     m->ln2_full, m->h13, m->gate, m->lnf, m->lnf_rstd, m->lnf_full, m->hfull, m->logits, m->lse,
                      m->part, m->scratch, m->dres, m->dln, m->dfull, m->datty, m->dqkv, m->dh13, m->dgate,
                      m->dlogits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
@@ -171,6 +176,14 @@ static const float* whole_rows(tp_model_t* m, float* full, const float* rows, in
     if (!m->sp) return rows;
     tp_sp_allgather(m->g, full, rows, B, T, m->d.C, m->scratch);
     return full;
+}
+
+// In the backward, the whole rows of a norm output that the forward gathered: kept (keep, SP
+// kept), gathered again into the one buffer (SP), or the rows themselves (no SP).
+static const float* saved_whole(tp_model_t* m, const float* keep, const float* rows, int B, int T) {
+    if (!m->sp) return rows;
+    if (keep) return keep;
+    return whole_rows(m, m->hfull, rows, B, T);
 }
 
 float tp_model_forward(tp_model_t* m, const int32_t* inputs, const int32_t* targets, int B, int T) {
@@ -203,7 +216,7 @@ float tp_model_forward(tp_model_t* m, const int32_t* inputs, const int32_t* targ
         // Attention: norm on the rows held, heads split (column-parallel QKV, row-parallel Wo).
         float* ln1 = m->ln1 + (size_t)l * NrC;
         rmsnorm_fwd_cpu(ln1, m->ln1_rstd + (size_t)l * Nr, x, W(m, PK_LN1, l), Nr, C);
-        const float* h1 = whole_rows(m, m->sp ? m->ln1_full + (size_t)l * NC : NULL, ln1, B, T);
+        const float* h1 = whole_rows(m, m->sp == TP_SP_KEEP ? m->ln1_full + (size_t)l * NC : m->hfull, ln1, B, T);
         tp_attn_fwd(d, m->part, m->qkv + (size_t)l * N * 3 * d->Cl, m->att + (size_t)l * B * d->nh * T * T,
                     m->atty + (size_t)l * N * d->Cl, h1, W(m, PK_Q, l), W(m, PK_O, l), m->rope_cos, m->rope_sin, B, T);
         sum_rows(m, mid, m->part, B, T);                 // all-reduce #1 (SP: reduce-scatter)
@@ -211,14 +224,14 @@ float tp_model_forward(tp_model_t* m, const int32_t* inputs, const int32_t* targ
         // FFN: W1/W3 column-parallel, W2 row-parallel.
         float* ln2 = m->ln2 + (size_t)l * NrC;
         rmsnorm_fwd_cpu(ln2, m->ln2_rstd + (size_t)l * Nr, mid, W(m, PK_LN2, l), Nr, C);
-        const float* h2 = whole_rows(m, m->sp ? m->ln2_full + (size_t)l * NC : NULL, ln2, B, T);
+        const float* h2 = whole_rows(m, m->sp == TP_SP_KEEP ? m->ln2_full + (size_t)l * NC : m->hfull, ln2, B, T);
         tp_ffn_fwd(d, m->part, m->h13 + (size_t)l * N * 2 * d->Fl, m->gate + (size_t)l * N * d->Fl, h2,
                    W(m, PK_W1, l), W(m, PK_W2, l), N);
         sum_rows(m, out, m->part, B, T);                  // all-reduce #2
         for (size_t i = 0; i < NrC; i++) out[i] += mid[i];
     }
     rmsnorm_fwd_cpu(m->lnf, m->lnf_rstd, m->res + (size_t)L * NrC, W(m, PK_LNF, -1), Nr, C);
-    const float* hf = whole_rows(m, m->lnf_full, m->lnf, B, T);
+    const float* hf = whole_rows(m, m->sp == TP_SP_KEEP ? m->lnf_full : m->hfull, m->lnf, B, T);
     matmul_fwd_cpu(m->logits, hf, W(m, PK_HEAD, -1), N, C, d->Vl);  // this rank's vocabulary columns
     return tp_ce_fwd(m->g, m->lse, m->logits, targets, d, N);
 }
@@ -256,7 +269,7 @@ void tp_model_backward(tp_model_t* m) {
     // Head: cross-entropy on this rank's columns, then the vocabulary-parallel matmul's
     // backward (column-parallel: dW local, the input gradient summed over the group).
     tp_ce_bwd(m->dlogits, m->logits, m->lse, m->targets, d, N);
-    const float* hf = m->sp ? m->lnf_full : m->lnf;
+    const float* hf = saved_whole(m, m->lnf_full, m->lnf, B, T);
     matmul_bwd_cpu(m->part, G(m, PK_HEAD, -1), m->dlogits, hf, W(m, PK_HEAD, -1), N, C, d->Vl);
     sum_rows(m, m->dln, m->part, B, T);
     memset(m->dres, 0, NrC * sizeof(float));
@@ -264,16 +277,16 @@ void tp_model_backward(tp_model_t* m) {
     for (int l = L - 1; l >= 0; l--) {
         const float* x = m->res + (size_t)l * NrC;
         const float* mid = m->mid + (size_t)l * NrC;
-        const float* h1 = m->sp ? m->ln1_full + (size_t)l * NC : m->ln1 + (size_t)l * NrC;
-        const float* h2 = m->sp ? m->ln2_full + (size_t)l * NC : m->ln2 + (size_t)l * NrC;
         // FFN: W2 row-parallel (its input gradient local), W1/W3 column-parallel (summed).
         const float* dy = whole_rows(m, m->dfull, m->dres, B, T);  // SP: all-gather (conjugate of the reduce-scatter)
+        const float* h2 = saved_whole(m, m->ln2_full ? m->ln2_full + (size_t)l * NC : NULL, m->ln2 + (size_t)l * NrC, B, T);
         tp_ffn_bwd(d, m->part, G(m, PK_W1, l), G(m, PK_W2, l), m->dgate, m->dh13, dy, h2,
                    m->h13 + (size_t)l * N * 2 * d->Fl, m->gate + (size_t)l * N * d->Fl, W(m, PK_W1, l), W(m, PK_W2, l), N);
         sum_rows(m, m->dln, m->part, B, T);  // backward all-reduce #1
         rmsnorm_bwd_cpu(m->dres, G(m, PK_LN2, l), m->dln, mid, W(m, PK_LN2, l), m->ln2_rstd + (size_t)l * Nr, Nr, C);
         // Attention.
         dy = whole_rows(m, m->dfull, m->dres, B, T);
+        const float* h1 = saved_whole(m, m->ln1_full ? m->ln1_full + (size_t)l * NC : NULL, m->ln1 + (size_t)l * NrC, B, T);
         tp_attn_bwd(d, m->part, G(m, PK_Q, l), G(m, PK_O, l), m->datty, m->dqkv, dy, h1, m->qkv + (size_t)l * N * 3 * d->Cl,
                     m->att + (size_t)l * B * d->nh * T * T, m->atty + (size_t)l * N * d->Cl, W(m, PK_Q, l), W(m, PK_O, l),
                     m->rope_cos, m->rope_sin, B, T);
@@ -333,3 +346,4 @@ void tp_model_gather(tp_model_t* m, const float* local, float* out) {
 }
 
 size_t tp_model_param_bytes(const tp_model_t* m) { return m->total * sizeof(float); }
+size_t tp_model_acts_bytes(const tp_model_t* m) { return m->acts_bytes; }

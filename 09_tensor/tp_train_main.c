@@ -138,8 +138,8 @@ static int check_single(const model_config_t* cfg, const adamw_config_t* opt, co
 
 int main(int argc, char** argv) {
     train_flags_t f = train_flags_default();
-    int tp = 0, sp = 0, check = 0, vocab = 0, layers = 0, norm_sum = 1;
-    cli_opt_t opts[TRAIN_FLAGS_N + 6];
+    int tp = 0, sp = 0, keep = 0, check = 0, vocab = 0, layers = 0, norm_sum = 1;
+    cli_opt_t opts[TRAIN_FLAGS_N + 7];
     int nopts = train_flags_opts(&f, opts);
     // What three shared flags mean here.
     for (int i = 0; i < nopts; i++) {
@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
     }
     opts[nopts++] = (cli_opt_t){"tp", CLI_INT, &tp, "0", "tensor-parallel size (0: every rank; less: data parallelism over world/tp groups)", NULL};
     opts[nopts++] = (cli_opt_t){"sp", CLI_FLAG, &sp, "0", "sequence parallelism: the residual stream cut along the sequence between the blocks", NULL};
+    opts[nopts++] = (cli_opt_t){"sp-keep-gathered", CLI_FLAG, &keep, "0", "with --sp: keep the forward's gathered norm outputs for the backward's dW (more memory) instead of gathering them again (more traffic)", NULL};
     opts[nopts++] = (cli_opt_t){"check", CLI_FLAG, &check, "0", "rank 0 also trains one process's model on the whole batch and compares loss, gradient norm and every parameter", NULL};
     opts[nopts++] = (cli_opt_t){"vocab", CLI_INT, &vocab, "0", "vocabulary size in place of the model's (0: its own; one that tp does not divide pads the last shard)", NULL};
     opts[nopts++] = (cli_opt_t){"layers", CLI_INT, &layers, "0", "blocks in place of the model's own (0: its own)", NULL};
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
     if (vocab > 0) s.cfg.vocab = vocab;
     if (tp < 0 || tp > 4096) BAD("--tp: %d is out of range (0 for every rank, or 1..4096)", tp);
     if (norm_sum != 0 && norm_sum != 1) BAD("--sp-norm-sum: %d must be 0 or 1", norm_sum);
+    if (keep && !sp) BAD("--sp-keep-gathered: give it with --sp (without sequence parallelism nothing is gathered)");
     if (f.warmup + f.steps > MAX_STEPS) BAD("--warmup + --steps: %d is more than %d", f.warmup + f.steps, MAX_STEPS);
     train_setup_comm(&s);
     comm_t* c = s.c;
@@ -189,7 +191,7 @@ int main(int argc, char** argv) {
     const int B = f.batch, T = f.context, V = s.cfg.vocab;
 
     tp_model_t m;
-    tp_model_create(&m, tg, &s.cfg, B, T, sp, (uint64_t)f.seed);
+    tp_model_create(&m, tg, &s.cfg, B, T, sp ? (keep ? TP_SP_KEEP : TP_SP) : TP_SP_OFF, (uint64_t)f.seed);
     m.sp_norm_sum = norm_sum;
     const size_t psi = param_count(&m.layout);
     if (c->rank == 0) {
@@ -197,6 +199,8 @@ int main(int argc, char** argv) {
                f.model, vocab ? " (vocabulary changed)" : "", T, B, dp, tp, sp ? " with SP" : "", psi, 4e-9 * (double)psi);
         printf("# parameters per rank: %zu (%.1f%% of the model; vocabulary rows %d a rank, %d padding)\n", m.total,
                100.0 * (double)m.total / (double)psi, m.d.Vl, m.d.Vl * tp - V);
+        printf("# activations per rank: %zu bytes saved for the backward%s\n", tp_model_acts_bytes(&m),
+               sp ? (keep ? " (SP, gathered norm outputs kept)" : " (SP, norm outputs gathered again in the backward)") : "");
         fflush(stdout);
     }
 
@@ -260,8 +264,9 @@ int main(int argc, char** argv) {
     }
     if (!repl_same || !dp_same) status = 1;
     if (*f.csv && c->rank == 0) {
-        FILE* csv = train_csv_open("csv", f.csv, "model,context,batch,ranks,tp,dp,sp,backend,step_ms,params_per_rank,all_reduces,all_gathers,reduce_scatters,ring_mib_per_rank");
-        fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,mpi,%.3f,%zu,%lld,%lld,%lld,%.4f\n", f.model, T, B, W, tp, dp, sp, med, m.total,
+        FILE* csv = train_csv_open("csv", f.csv, "model,context,batch,ranks,tp,dp,sp,backend,step_ms,params_per_rank,acts_bytes_per_rank,all_reduces,all_gathers,reduce_scatters,ring_mib_per_rank");
+        fprintf(csv, "%s,%d,%d,%d,%d,%d,%s,mpi,%.3f,%zu,%zu,%lld,%lld,%lld,%.4f\n", f.model, T, B, W, tp, dp,
+                sp ? (keep ? "keep" : "yes") : "no", med, m.total, tp_model_acts_bytes(&m),
                 cs.calls[TP_AR], cs.calls[TP_AG], cs.calls[TP_RS], cs.ring_bytes / 1048576.0);
         fclose(csv);
     }
