@@ -10,6 +10,7 @@
 #   07: every ZeRO level equals DDP, ZeRO-2 on units, sharded construction, at 2-4 ranks;
 #   08: the pipeline trainer (every schedule at p = 2-4, pipeline x data parallel at 4 ranks);
 #   and the tests that lay out their own nodes: the hierarchical all-reduce (05), HSDP (07).
+#   09: every tensor-parallel layer at 1-4 ranks, the TP/SP trainer against one process.
 # Left out on purpose: tests that count lines of a job's whole output (the node report adds
 # lines; a deadline line comes once per node, not once per job) and the shared-memory
 # all-reduce's tests (the path is off when a job spans nodes).
@@ -42,5 +43,6 @@ suite 2 06_ddp/test_06 'ddp_2_ranks/*'
 suite 2 07_zero/test_07 'zero_train_mpi/@(every_level_equals_ddp|zero2_on_units_equals_ddp|sharded_construction_equals)*'
 suite 2 08_pipeline/test_08 'pp_train_mpi/*'
 suite "" 07_zero/test_07 'zero_train_mpi/hsdp_*'
+suite 2 09_tensor/test_09 'tp_@(layers/*|train/@(tp_*|dp_*|a_*|sp_*|collectives_*|activations_*))'
 echo "$pass passed, $fail failed ($(( $(date +%s) - t0 )) s)"
 [ "$bad" -eq 0 ] && [ "$fail" -eq 0 ]

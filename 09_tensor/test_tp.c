@@ -1,0 +1,211 @@
+// Stage 09, tensor and sequence parallelism, on the CPU over MPI:
+// - every layer of tp.h against its unsplit self on 1-4 ranks (build/09_tensor/tp_check):
+//   bitwise where no sum is split, within n·eps·Σ|terms| where one is (the bound and its reason
+//   are in tp_check_main.c); the check must see a missing sum of the norm weight gradient;
+// - the tiny Transformer trained 5 steps tensor-parallel (build/09_tensor/tp_train --check)
+//   with TP 2 and 4, with and without SP, with a vocabulary that TP does not divide, and DP x TP
+//   on 4 ranks, against one process (loss and gradient norm every step, step 0's gradient of
+//   every parameter, every parameter at the end; the tolerances are derived in tp_train_main.c);
+//   TP 1 equals one process bit for bit; the replicated norm weights equal across the group;
+// - SP without the norm-gradient sum is caught (the replicas drift, the gradients differ);
+// - refusals in one line, exit 2: heads or d_ff not divisible, T not divisible under SP, a TP
+//   size that does not divide the ranks, the NCCL backend.
+#include <stdio.h>
+#include <string.h>
+
+#include "09_tensor/tp.h"
+#include "tests/harness.h"
+
+static char g_out[1 << 17];
+
+// Every job has a deadline: the communicator's (--comm-timeout) and mpirun.sh's timeout.
+static int run_prog(const char* prog, int np, const char* args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=120 scripts/mpirun.sh %d %s/09_tensor/%s --comm-timeout 30 %s", np,
+             build_dir(), prog, args);
+    return run_capture(cmd, g_out, sizeof g_out);
+}
+
+static int count(const char* s, const char* what) {
+    int n = 0;
+    for (const char* q = s; (q = strstr(q, what)); q++) n++;
+    return n;
+}
+
+// ------------------------------------------------------------------ shard sizes
+Test(tp_dims, heads_and_dff_must_divide_vocabulary_pads) {
+    model_config_t c = {"t", 50, 16, 48, 1, 12, 96};
+    tp_dims_t d;
+    char err[256];
+    for (int n = 1; n <= 4; n++) {
+        int covered = 0;
+        for (int r = 0; r < n; r++) {
+            cr_assert_eq(tp_dims_make(&c, n, r, &d, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(d.nh * n, 12);
+            cr_assert_eq(d.Cl, d.nh * 4);
+            cr_assert_eq(d.Fl * n, 96);
+            cr_assert_eq(d.v0, covered, "n %d rank %d: shard starts at %d, not %d", n, r, d.v0, covered);
+            cr_assert(d.Vvalid >= 0 && d.Vvalid <= d.Vl);
+            covered += d.Vvalid;
+        }
+        cr_assert_eq(covered, 50, "n %d: the shards cover %d of 50 rows", n, covered);
+    }
+    c.n_heads = 25, c.d_model = 100;  // the course's XL has 25 heads
+    cr_assert_eq(tp_dims_make(&c, 2, 0, &d, err, sizeof err), -1);
+    cr_assert(strstr(err, "25 heads do not split over 2"), "%s", err);
+    c.n_heads = 4, c.d_ff = 100;
+    cr_assert_eq(tp_dims_make(&c, 3, 0, &d, err, sizeof err), -1);
+    cr_assert(strstr(err, "4 heads"), "%s", err);
+    c.n_heads = 6;
+    cr_assert_eq(tp_dims_make(&c, 3, 1, &d, err, sizeof err), -1);
+    cr_assert(strstr(err, "d_ff 100 does not split over 3"), "%s", err);
+    int Vl, v0, valid;
+    tp_vocab_shard(5, 4, 3, &Vl, &v0, &valid);  // 2 rows a rank: the last shard is all padding
+    cr_assert(Vl == 2 && v0 == 6 && valid == 0);
+}
+
+// ------------------------------------------------------------------ layers
+Test(tp_layers, every_layer_equals_its_unsplit_self_on_1_to_4_ranks, .timeout = 300) {
+    for (int np = 1; np <= 4; np++) {
+        const int st = run_prog("tp_check", np, "");
+        cr_assert_eq(st, 0, "%d ranks: exit %d:\n%s", np, st, g_out);
+        char want[64];
+        snprintf(want, sizeof want, "tp_check: %d ranks: 28 checks, 0 wrong", np);
+        cr_assert(strstr(g_out, want), "%d ranks:\n%s", np, g_out);
+        cr_assert_eq(count(g_out, " ok\n"), 28, "%d ranks:\n%s", np, g_out);
+    }
+    // 3 and 4 ranks pad the last vocabulary shard (50 = 17 + 17 + 16, 13 + 13 + 13 + 11)
+    cr_assert(strstr(g_out, "13 rows a rank, 11 valid on the last"), "%s", g_out);
+}
+
+Test(tp_layers, a_missing_norm_gradient_sum_under_sp_is_seen, .timeout = 120) {
+    const int st = run_prog("tp_check", 2, "--skip-norm-sum");
+    cr_assert_eq(st, 1, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "SP norm weight gradient: equal across the group") &&
+              strstr(g_out, "tp_check: 2 ranks: 28 checks, 2 wrong"), "%s", g_out);
+}
+
+// ------------------------------------------------------------------ the tiny Transformer
+static void against_one_process(int np, const char* args) {
+    char a[512];
+    snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 5 --warmup 0 --check %s", args);
+    const int st = run_prog("tp_train", np, a);
+    cr_assert_eq(st, 0, "%d ranks, %s: exit %d:\n%s", np, args, st, g_out);
+    cr_assert(strstr(g_out, "check: OK: tp"), "%d ranks, %s:\n%s", np, args, g_out);
+    cr_assert(!strstr(g_out, "DIFFERENT"), "%s", g_out);
+    cr_assert_eq(count(g_out, "check: step "), 5 + 1, "5 steps and step 0's gradients:\n%s", g_out);
+    cr_assert(strstr(g_out, "replicated norm weights: bitwise identical across each tensor group"), "%s", g_out);
+}
+
+Test(tp_train, tp_2_and_4_equal_one_process, .timeout = 300) {
+    against_one_process(2, "");
+    cr_assert(strstr(g_out, "tp 2 x dp 1 equals one process over 5 steps"), "%s", g_out);
+    cr_assert(strstr(g_out, "parameters per rank: 86336"), "weights are ~1/2 per rank:\n%s", g_out);
+    against_one_process(4, "");
+    cr_assert(strstr(g_out, "tp 4 x dp 1 equals one process"), "%s", g_out);
+}
+
+Test(tp_train, tp_2_and_4_with_sequence_parallelism_equal_one_process, .timeout = 300) {
+    against_one_process(2, "--sp");
+    cr_assert(strstr(g_out, "tp 2 + SP x dp 1 equals one process"), "%s", g_out);
+    against_one_process(4, "--sp");
+    cr_assert(strstr(g_out, "tp 4 + SP x dp 1 equals one process"), "%s", g_out);
+    against_one_process(4, "--sp --sp-keep-gathered");
+    cr_assert(strstr(g_out, "tp 4 + SP x dp 1 equals one process"), "%s", g_out);
+}
+
+Test(tp_train, a_vocabulary_tp_does_not_divide, .timeout = 300) {
+    against_one_process(4, "--vocab 1001");
+    cr_assert(strstr(g_out, "vocabulary rows 251 a rank, 3 padding"), "%s", g_out);
+    against_one_process(2, "--vocab 1001 --sp");
+    cr_assert(strstr(g_out, "vocabulary rows 501 a rank, 1 padding"), "%s", g_out);
+}
+
+Test(tp_train, tp_1_is_one_process_bit_for_bit, .timeout = 120) {
+    against_one_process(1, "");
+    cr_assert(strstr(g_out, "||p_tp - p_one|| / ||p_one - p_init|| = 0 ") &&
+              strstr(g_out, "||g_tp - g_one|| / ||g_one|| = 0\n"), "%s", g_out);
+}
+
+Test(tp_train, dp_2_x_tp_2_equals_one_process_on_the_global_batch, .timeout = 300) {
+    against_one_process(4, "--tp 2");
+    cr_assert(strstr(g_out, "tp 2 x dp 2 equals one process") &&
+              strstr(g_out, "shards: bitwise identical across each data-parallel group"), "%s", g_out);
+    against_one_process(4, "--tp 2 --sp");
+    cr_assert(strstr(g_out, "tp 2 + SP x dp 2 equals one process"), "%s", g_out);
+}
+
+Test(tp_train, sp_without_the_norm_gradient_sum_is_caught, .timeout = 120) {
+    const int st = run_prog("tp_train", 2, "--model tiny --context 16 --steps 2 --warmup 0 --check --sp --sp-norm-sum 0");
+    cr_assert_eq(st, 1, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "replicated norm weights: DIFFERENT across a tensor group"), "%s", g_out);
+    cr_assert(strstr(g_out, "check: step 0 gradients: worst parameter") && strstr(g_out, "DIFFERENT"), "%s", g_out);
+}
+
+// The tiny model (L = 2, B·T·C = 2·16·64 = 2048 = M, N = 32 rows, C = 64):
+//   no SP: 4L + 4 = 12 all-reduces: 10 of M (embedding, 2 per block forward and backward, the
+//          head's dX) + the cross-entropy's N (max) and 2N (Σ exp | target) = 20576 elements;
+//   SP kept: 4L + 2 = 10 all-gathers and 10 reduce-scatters of M, and 3 all-reduces: the
+//          cross-entropy's 3N and the 2L + 1 norm weights' 5·64 = 416 elements;
+//   SP:    the same and 2L + 1 = 5 more all-gathers of M (the norm outputs gathered again).
+// A ring sends 2(n-1)/n of an all-reduce's tensor, (n-1)/n of the others': at n = 2, 4 bytes a
+// float, 82304 B = 0.0785 MiB without SP, 83584 B = 0.0797 MiB with the outputs kept and
+// 104064 B = 0.0992 MiB with them gathered again.
+Test(tp_train, collectives_per_step_are_the_formula, .timeout = 120) {
+    static const char* const args[3] = {"", "--sp --sp-keep-gathered", "--sp"};
+    static const char* const want[3] = {
+        "12 all-reduces (20576 elements), 0 all-gathers (0), 0 reduce-scatters (0); a ring sends 0.0785 MiB",
+        "3 all-reduces (416 elements), 10 all-gathers (20480), 10 reduce-scatters (20480); a ring sends 0.0797 MiB",
+        "3 all-reduces (416 elements), 15 all-gathers (30720), 10 reduce-scatters (20480); a ring sends 0.0992 MiB"};
+    for (int k = 0; k < 3; k++) {
+        char a[256];
+        snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 1 --warmup 0 %s", args[k]);
+        const int st = run_prog("tp_train", 2, a);
+        cr_assert_eq(st, 0, "%s: exit %d:\n%s", args[k], st, g_out);
+        cr_assert(strstr(g_out, want[k]), "%s: want '%s':\n%s", args[k], want[k], g_out);
+    }
+}
+
+// The floats a rank saves for the backward (tp_model.c's allocations, README "Memory per rank"):
+// Nr = the residual rows held (N, or N/n under SP).
+static long long acts_floats(int L, int B, int T, int C, int NH, int F, int V, int n, int sp) {
+    const long long N = (long long)B * T, Nr = sp ? N / n : N, Vl = (V + n - 1) / n;
+    long long f = (L + 1) * Nr * C                        // residual stream entering each block and the head
+      + 3LL * L * Nr * C + 2LL * L * Nr         // ln1, mid, ln2 and the two norms' 1/rms
+      + (long long)L * N * (3LL * C / n + C / n + 3LL * F / n)  // q|k|v, attention output, h1|h3, gate
+      + (long long)L * B * (NH / n) * T * T      // attention probabilities
+      + Nr * C + Nr + N * Vl + N;               // final norm, its 1/rms, logits, lse
+    if (sp == 2) f += 2LL * L * N * C + N * C;  // the gathered norm outputs, kept
+    return f;
+}
+
+Test(tp_train, activations_per_rank_are_the_formula_and_sp_divides_the_residual, .timeout = 300) {
+    static const char* const args[3] = {"", "--sp", "--sp --sp-keep-gathered"};
+    for (int n = 2; n <= 4; n += 2)
+        for (int k = 0; k < 3; k++) {
+            char a[256], want[96];
+            snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 1 --warmup 0 %s", args[k]);
+            const int st = run_prog("tp_train", n, a);
+            cr_assert_eq(st, 0, "%d ranks %s: exit %d:\n%s", n, args[k], st, g_out);
+            snprintf(want, sizeof want, "activations per rank: %lld bytes", 4 * acts_floats(2, 2, 16, 64, 4, 192, 512, n, k));
+            cr_assert(strstr(g_out, want), "%d ranks %s: want '%s':\n%s", n, args[k], want, g_out);
+        }
+}
+
+// ------------------------------------------------------------------ refusals
+Test(tp_train, refusals_in_one_line, .timeout = 300) {
+    int st = run_prog("tp_train", 4, "--model tiny --tp 3");
+    ASSERT_REFUSED(st, g_out, "tp_train", "--tp 3 does not divide the 4 ranks");
+    st = run_prog("tp_train", 3, "--model tiny");
+    ASSERT_REFUSED(st, g_out, "tp_train", "4 heads do not split over 3", "divides the head count 4");
+    st = run_prog("tp_train", 2, "--model xl --context 8");
+    ASSERT_REFUSED(st, g_out, "tp_train", "25 heads do not split over 2");
+    st = run_prog("tp_train", 4, "--model tiny --sp --context 10");
+    ASSERT_REFUSED(st, g_out, "tp_train", "--context 10", "4 equal pieces", "divisible by --tp 4");
+    st = run_prog("tp_train", 2, "--model tiny --backend nccl");
+    ASSERT_REFUSED(st, g_out, "tp_train", "--backend nccl", "not built yet");
+    st = run_prog("tp_train", 2, "--model tiny --sp-norm-sum 2");
+    ASSERT_REFUSED(st, g_out, "tp_train", "--sp-norm-sum");
+    st = run_prog("tp_train", 2, "--model tiny --sp-keep-gathered");
+    ASSERT_REFUSED(st, g_out, "tp_train", "--sp-keep-gathered", "--sp");
+}
