@@ -9,8 +9,8 @@
 #   06: the trainer at 2-4 ranks equals one process, every DDP variant; the toy DDP at 2 ranks;
 #   07: every ZeRO level equals DDP, ZeRO-2 on units, sharded construction, at 2-4 ranks;
 #   08: the pipeline trainer (every schedule at p = 2-4, pipeline x data parallel at 4 ranks);
-#   and the tests that lay out their own nodes: the hierarchical all-reduce (05), HSDP (07).
 #   09: every tensor-parallel layer at 1-4 ranks, the TP/SP trainer against one process.
+#   and the tests that lay out their own nodes: the hierarchical all-reduce (05), HSDP (07).
 # Left out on purpose: tests that count lines of a job's whole output (the node report adds
 # lines; a deadline line comes once per node, not once per job) and the shared-memory
 # all-reduce's tests (the path is off when a job spans nodes).
