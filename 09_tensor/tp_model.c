@@ -239,6 +239,7 @@ float tp_model_forward(tp_model_t* m, const int32_t* inputs, const int32_t* targ
 // Under SP each rank's norm-weight gradient covers only its rows: the weight is shared by all
 // rows, so its gradient is the sum over the group (without SP every rank saw every row).
 static void sum_norm_grads(tp_model_t* m) {
+    // STUDENT-BEGIN(09.sp_norm_sum): under SP, the RMSNorm weight gradients (the TP_REPL entries) summed over the group: one all-reduce of all of them | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_train/*
     size_t n = 0;
     for (int i = 0; i < m->layout.n; i++)
         if (m->p[i].split == TP_REPL) n += m->p[i].numel;
@@ -257,6 +258,7 @@ static void sum_norm_grads(tp_model_t* m) {
             k += m->p[i].numel;
         }
     free(buf);
+    // STUDENT-END(09.sp_norm_sum)
 }
 
 void tp_model_backward(tp_model_t* m) {
