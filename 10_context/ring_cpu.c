@@ -60,6 +60,42 @@ static void ring_post(comm_t* c, const float* send, float* recv, size_t count, c
     comm_group_end(c);
 }
 
+// The P steps of the forward: kv[0] holds this rank's K then V (each blk floats); o and lse
+// start empty (0, -inf) and end merged over every visible key.
+static void forward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, const float* q, float* kv[2],
+                          size_t blk, float* o, float* lse, float* o_part, float* l_part) {
+    // STUDENT-BEGIN(10.ring_forward_cpu): P steps: post the hand-on of the block in hand (to r+1) and the receipt of the next (from r-1), then per (query chunk, key chunk) of the block the stage-03 forward (skip / full / causal diagonal) and cp_merge_f32 into (o, lse); wait, swap | see 10_context/README.md §The ring | test: test_10 ring/* | needs: 10.merge 10.block_kind
+    const int P = c->world, r = c->rank, BH = g->BH, d = g->d;
+    int cur = 0;
+    for (int s = 0; s < P; s++) {
+        const int owner = (r - s + P) % P;
+        comm_req_t* req[2] = {NULL, NULL};
+        if (s < P - 1) ring_post(c, kv[cur], kv[1 - cur], 2 * blk, req);
+        // A broken ring for the tests: from step 1 on, compute on the block of step 0 again.
+        const float* K = kv[g->fault && s > 0 ? 0 : cur];
+        const float* V = K + blk;
+        const chunks_t theirs = rank_chunks(g, P, owner);
+        for (int i = 0; i < me->n; i++) {
+            const float* Qi = q + (size_t)me->off[i] * BH * d;
+            float* Oi = o + (size_t)me->off[i] * BH * d;
+            float* Li = lse + (size_t)me->off[i] * BH;
+            for (int j = 0; j < theirs.n; j++) {
+                const int kind = cp_block_kind(me->id[i], theirs.id[j], g->causal);
+                if (kind == CP_BLOCK_SKIP) continue;
+                const size_t koff = (size_t)theirs.off[j] * BH * d;
+                flash_forward_cpu(Qi, K + koff, V + koff, o_part, l_part, BH, me->len[i],
+                                  theirs.len[j], d, kind == CP_BLOCK_DIAG, g->scale, g->Bq, g->Bk);
+                cp_merge_f32(Oi, Li, o_part, l_part, (size_t)BH * me->len[i], d);
+            }
+        }
+        if (s < P - 1) {
+            comm_waitall(c, req, 2);
+            cur = 1 - cur;
+        }
+    }
+    // STUDENT-END(10.ring_forward_cpu)
+}
+
 void ring_forward_cpu(comm_t* c, const cp_ring_t* g, const float* q, const float* k,
                       const float* v, float* o, float* lse) {
     check_cfg(c, g);
@@ -78,39 +114,68 @@ void ring_forward_cpu(comm_t* c, const cp_ring_t* g, const float* q, const float
     for (size_t i = 0; i < (size_t)ntok * BH * d; i++) o[i] = 0.0f;
     for (size_t i = 0; i < (size_t)ntok * BH; i++) lse[i] = -INFINITY;
 
-    // STUDENT-BEGIN(10.ring_forward_cpu): P steps: post the hand-on of the block in hand (to r+1) and the receipt of the next (from r-1), then per (query chunk, key chunk) of the block the stage-03 forward (skip / full / causal diagonal) and cp_merge_f32 into (o, lse); wait, swap | see 10_context/README.md §The ring | test: test_10 ring/* | needs: 10.merge, 10.block_kind
-    int cur = 0;
+    forward_steps(c, g, &mine, q, kv, blk, o, lse, o_part, l_part);
+    free(kv[0]);
+    free(kv[1]);
+    free(o_part);
+    free(l_part);
+}
+
+// The P steps of the backward: kv[0] holds this rank's K then V; part and acc[2] are scratch of
+// 2 blk floats; dq starts at 0; dk, dv receive this rank's gradients.
+static void backward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, const float* q, const float* o,
+                           const float* lse, const float* dout, float* kv[2], size_t blk, float* part,
+                           float* acc[2], float* dq_part, float* dk_part, float* dv_part, float* dq,
+                           float* dk, float* dv, size_t nloc) {
+    // STUDENT-BEGIN(10.ring_backward_cpu): P steps: post the K/V hand-on; per visible (query chunk, key chunk) the stage-04 backward with the merged O and L: dQ into dq, dK/dV into a scratch; wait for the owner's accumulator from r-1 (none at step 0), add the scratch, pass it to r+1; the last hand-on brings each rank its own dK, dV | see 10_context/README.md §The backward | test: test_10 ring/* | needs: 10.block_kind
+    const int P = c->world, r = c->rank, BH = g->BH, d = g->d;
+    int cur = 0, in = 0;             // kv[cur]: block in hand; acc[in]: accumulator arriving
+    comm_req_t* dreq[2] = {NULL, NULL};
     for (int s = 0; s < P; s++) {
         const int owner = (r - s + P) % P;
         comm_req_t* req[2] = {NULL, NULL};
         if (s < P - 1) ring_post(c, kv[cur], kv[1 - cur], 2 * blk, req);
-        // A broken ring for the tests: from step 1 on, compute on the block of step 0 again.
         const float* K = kv[g->fault && s > 0 ? 0 : cur];
         const float* V = K + blk;
         const chunks_t theirs = rank_chunks(g, P, owner);
-        for (int i = 0; i < mine.n; i++) {
-            const float* Qi = q + (size_t)mine.off[i] * BH * d;
-            float* Oi = o + (size_t)mine.off[i] * BH * d;
-            float* Li = lse + (size_t)mine.off[i] * BH;
+        memset(part, 0, sizeof(float) * 2 * blk);
+        for (int i = 0; i < me->n; i++) {
+            const size_t qoff = (size_t)me->off[i] * BH * d;
+            const float* Li = lse + (size_t)me->off[i] * BH;
             for (int j = 0; j < theirs.n; j++) {
-                const int kind = cp_block_kind(mine.id[i], theirs.id[j], g->causal);
+                const int kind = cp_block_kind(me->id[i], theirs.id[j], g->causal);
                 if (kind == CP_BLOCK_SKIP) continue;
                 const size_t koff = (size_t)theirs.off[j] * BH * d;
-                flash_forward_cpu(Qi, K + koff, V + koff, o_part, l_part, BH, mine.len[i],
-                                  theirs.len[j], d, kind == CP_BLOCK_DIAG, g->scale, g->Bq, g->Bk);
-                cp_merge_f32(Oi, Li, o_part, l_part, (size_t)BH * mine.len[i], d);
+                const size_t nq = (size_t)BH * me->len[i] * d, nk = (size_t)BH * theirs.len[j] * d;
+                flash_backward_cpu(q + qoff, K + koff, V + koff, o + qoff, dout + qoff, Li, dq_part,
+                                   dk_part, dv_part, BH, me->len[i], theirs.len[j], d,
+                                   kind == CP_BLOCK_DIAG, g->scale, g->Bq, g->Bk);
+                for (size_t x = 0; x < nq; x++) dq[qoff + x] += dq_part[x];
+                for (size_t x = 0; x < nk; x++) {
+                    part[koff + x] += dk_part[x];
+                    part[blk + koff + x] += dv_part[x];
+                }
             }
         }
+        // The owner's accumulator: started here at step 0, else arriving from rank r-1.
+        float* a = acc[in];
+        if (s == 0) {
+            memcpy(a, part, sizeof(float) * 2 * blk);
+        } else {
+            comm_waitall(c, dreq, 2);
+            for (size_t x = 0; x < 2 * blk; x++) a[x] += part[x];
+        }
+        in = 1 - in;
+        ring_post(c, a, acc[in], 2 * blk, dreq);
         if (s < P - 1) {
             comm_waitall(c, req, 2);
             cur = 1 - cur;
         }
     }
-    // STUDENT-END
-    free(kv[0]);
-    free(kv[1]);
-    free(o_part);
-    free(l_part);
+    comm_waitall(c, dreq, 2);  // the last hand-on: acc[in] holds this rank's own dK, dV
+    memcpy(dk, acc[in], sizeof(float) * nloc);
+    memcpy(dv, acc[in] + blk, sizeof(float) * nloc);
+    // STUDENT-END(10.ring_backward_cpu)
 }
 
 void ring_backward_cpu(comm_t* c, const cp_ring_t* g, const float* q, const float* k,
@@ -141,54 +206,7 @@ void ring_backward_cpu(comm_t* c, const cp_ring_t* g, const float* q, const floa
     float* dv_part = falloc((size_t)BH * maxk * d);
     for (size_t i = 0; i < nloc; i++) dq[i] = 0.0f;
 
-    // STUDENT-BEGIN(10.ring_backward_cpu): P steps: post the K/V hand-on; per visible (query chunk, key chunk) the stage-04 backward with the merged O and L: dQ into dq, dK/dV into a scratch; wait for the owner's accumulator from r-1 (none at step 0), add the scratch, pass it to r+1; the last hand-on brings each rank its own dK, dV | see 10_context/README.md §The backward | test: test_10 ring/* | needs: 10.block_kind
-    int cur = 0, in = 0;             // kv[cur]: block in hand; acc[in]: accumulator arriving
-    comm_req_t* dreq[2] = {NULL, NULL};
-    for (int s = 0; s < P; s++) {
-        const int owner = (r - s + P) % P;
-        comm_req_t* req[2] = {NULL, NULL};
-        if (s < P - 1) ring_post(c, kv[cur], kv[1 - cur], 2 * blk, req);
-        const float* K = kv[g->fault && s > 0 ? 0 : cur];
-        const float* V = K + blk;
-        const chunks_t theirs = rank_chunks(g, P, owner);
-        memset(part, 0, sizeof(float) * 2 * blk);
-        for (int i = 0; i < mine.n; i++) {
-            const size_t qoff = (size_t)mine.off[i] * BH * d;
-            const float* Li = lse + (size_t)mine.off[i] * BH;
-            for (int j = 0; j < theirs.n; j++) {
-                const int kind = cp_block_kind(mine.id[i], theirs.id[j], g->causal);
-                if (kind == CP_BLOCK_SKIP) continue;
-                const size_t koff = (size_t)theirs.off[j] * BH * d;
-                const size_t nq = (size_t)BH * mine.len[i] * d, nk = (size_t)BH * theirs.len[j] * d;
-                flash_backward_cpu(q + qoff, K + koff, V + koff, o + qoff, dout + qoff, Li, dq_part,
-                                   dk_part, dv_part, BH, mine.len[i], theirs.len[j], d,
-                                   kind == CP_BLOCK_DIAG, g->scale, g->Bq, g->Bk);
-                for (size_t x = 0; x < nq; x++) dq[qoff + x] += dq_part[x];
-                for (size_t x = 0; x < nk; x++) {
-                    part[koff + x] += dk_part[x];
-                    part[blk + koff + x] += dv_part[x];
-                }
-            }
-        }
-        // The owner's accumulator: started here at step 0, else arriving from rank r-1.
-        float* a = acc[in];
-        if (s == 0) {
-            memcpy(a, part, sizeof(float) * 2 * blk);
-        } else {
-            comm_waitall(c, dreq, 2);
-            for (size_t x = 0; x < 2 * blk; x++) a[x] += part[x];
-        }
-        in = 1 - in;
-        ring_post(c, a, acc[in], 2 * blk, dreq);
-        if (s < P - 1) {
-            comm_waitall(c, req, 2);
-            cur = 1 - cur;
-        }
-    }
-    comm_waitall(c, dreq, 2);  // the last hand-on: acc[in] holds this rank's own dK, dV
-    memcpy(dk, acc[in], sizeof(float) * nloc);
-    memcpy(dv, acc[in] + blk, sizeof(float) * nloc);
-    // STUDENT-END
+    backward_steps(c, g, &mine, q, o, lse, dout, kv, blk, part, acc, dq_part, dk_part, dv_part, dq, dk, dv, nloc);
     free(kv[0]);
     free(kv[1]);
     free(part);

@@ -35,7 +35,7 @@ int cp_rank_chunks(cp_split_t s, int P, int r, int out[CP_MAX_CHUNKS]) {
         return 2;
     }
     return 1;
-    // STUDENT-END
+    // STUDENT-END(10.split)
 }
 
 int cp_rank_tokens(cp_split_t s, int N, int P, int r) {
@@ -72,7 +72,7 @@ int cp_block_kind(int qc, int kc, int causal) {
     // STUDENT-BEGIN(10.block_kind): causal: keys of a later chunk are skipped, of an earlier chunk all visible, of the same chunk the causal diagonal; non-causal: all visible | see 10_context/README.md §The ring | test: test_10 split/block_kind
     if (!causal || kc < qc) return CP_BLOCK_FULL;
     return kc == qc ? CP_BLOCK_DIAG : CP_BLOCK_SKIP;
-    // STUDENT-END
+    // STUDENT-END(10.block_kind)
 }
 
 static long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
