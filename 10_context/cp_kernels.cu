@@ -15,7 +15,6 @@ __device__ __forceinline__ float load_x(const void* p, size_t i, int bf16) {
 // (two exps: cheaper than a second pass).
 __global__ void cp_merge_kernel(float* o, float* l, const void* ob, const float* lb, size_t rows, int d,
                                 int bf16) {
-    // STUDENT-BEGIN(10.merge_kernel): the LSE merge of cp_merge_f32 for one element (row, x): weights from L_a, L_b (the -inf side the identity); O updated; L itself is written afterwards by cp_lse_kernel, once every thread has read the old one | see 10_context/README.md §The GPU ring | test: test_10 ring_gpu/*
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * (size_t)d) return;
     const size_t r = i / (size_t)d;
@@ -30,7 +29,6 @@ __global__ void cp_merge_kernel(float* o, float* l, const void* ob, const float*
     const float wa = __expf(la - m), wb = __expf(lbr - m);
     const float s = wa + wb;
     o[i] = (wa / s) * o[i] + (wb / s) * xb;
-    // STUDENT-END(10.merge_kernel)
 }
 
 // L = logaddexp(L_a, L_b), after cp_merge_kernel has used the old L_a.

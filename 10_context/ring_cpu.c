@@ -64,7 +64,6 @@ static void ring_post(comm_t* c, const float* send, float* recv, size_t count, c
 // start empty (0, -inf) and end merged over every visible key.
 static void forward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, const float* q, float* kv[2],
                           size_t blk, float* o, float* lse, float* o_part, float* l_part) {
-    // STUDENT-BEGIN(10.ring_forward_cpu): P steps: post the hand-on of the block in hand (to r+1) and the receipt of the next (from r-1), then per (query chunk, key chunk) of the block the stage-03 forward (skip / full / causal diagonal) and cp_merge_f32 into (o, lse); wait, swap | see 10_context/README.md §The ring | test: test_10 ring/* | needs: 10.merge 10.block_kind
     const int P = c->world, r = c->rank, BH = g->BH, d = g->d;
     int cur = 0;
     for (int s = 0; s < P; s++) {
@@ -93,7 +92,6 @@ static void forward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, con
             cur = 1 - cur;
         }
     }
-    // STUDENT-END(10.ring_forward_cpu)
 }
 
 void ring_forward_cpu(comm_t* c, const cp_ring_t* g, const float* q, const float* k,
@@ -127,7 +125,6 @@ static void backward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, co
                            const float* lse, const float* dout, float* kv[2], size_t blk, float* part,
                            float* acc[2], float* dq_part, float* dk_part, float* dv_part, float* dq,
                            float* dk, float* dv, size_t nloc) {
-    // STUDENT-BEGIN(10.ring_backward_cpu): P steps: post the K/V hand-on; per visible (query chunk, key chunk) the stage-04 backward with the merged O and L: dQ into dq, dK/dV into a scratch; wait for the owner's accumulator from r-1 (none at step 0), add the scratch, pass it to r+1; the last hand-on brings each rank its own dK, dV | see 10_context/README.md §The backward | test: test_10 ring/* | needs: 10.block_kind
     const int P = c->world, r = c->rank, BH = g->BH, d = g->d;
     int cur = 0, in = 0;             // kv[cur]: block in hand; acc[in]: accumulator arriving
     comm_req_t* dreq[2] = {NULL, NULL};
@@ -175,7 +172,6 @@ static void backward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, co
     comm_waitall(c, dreq, 2);  // the last hand-on: acc[in] holds this rank's own dK, dV
     memcpy(dk, acc[in], sizeof(float) * nloc);
     memcpy(dv, acc[in] + blk, sizeof(float) * nloc);
-    // STUDENT-END(10.ring_backward_cpu)
 }
 
 void ring_backward_cpu(comm_t* c, const cp_ring_t* g, const float* q, const float* k,

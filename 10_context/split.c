@@ -28,14 +28,12 @@ void cp_chunk_range(int N, int n, int c, int* start, int* len) {
 }
 
 int cp_rank_chunks(cp_split_t s, int P, int r, int out[CP_MAX_CHUNKS]) {
-    // STUDENT-BEGIN(10.split): which chunks rank r holds: plain {r}; zigzag {r, 2P-1-r} | see 10_context/README.md §Causal load balance | test: test_10 split/*
     out[0] = r;
     if (s == CP_SPLIT_ZIGZAG) {
         out[1] = 2 * P - 1 - r;
         return 2;
     }
     return 1;
-    // STUDENT-END(10.split)
 }
 
 int cp_rank_tokens(cp_split_t s, int N, int P, int r) {
@@ -69,10 +67,8 @@ int cp_chunk_offset(cp_split_t s, int N, int P, int r, int i) {
 }
 
 int cp_block_kind(int qc, int kc, int causal) {
-    // STUDENT-BEGIN(10.block_kind): causal: keys of a later chunk are skipped, of an earlier chunk all visible, of the same chunk the causal diagonal; non-causal: all visible | see 10_context/README.md §The ring | test: test_10 split/block_kind
     if (!causal || kc < qc) return CP_BLOCK_FULL;
     return kc == qc ? CP_BLOCK_DIAG : CP_BLOCK_SKIP;
-    // STUDENT-END(10.block_kind)
 }
 
 static long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
