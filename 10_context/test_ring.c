@@ -56,3 +56,40 @@ Test(ring, too_short_a_sequence_is_one_line, .timeout = 120) {
     const int st = ring_check(2, "--N 3 --split zigzag");
     ASSERT_REFUSED(st, g_out, "ring_check", "--N", "4 zigzag chunks");
 }
+
+// ring_bench on the CPU ring: one row per rank in the table and in the CSV (with its header).
+Test(programs, ring_bench_mpi_writes_a_row_per_rank, .timeout = 120) {
+    char cmd[1024];
+    const char* csv = test_path("ring.csv");
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 MPIRUN_TIMEOUT=120 scripts/mpirun.sh 3 %s/10_context/ring_bench --backend mpi --dtype f32 "
+             "--N 200 --d 16 --heads 2 --warmup 1 --iters 2 --comm-timeout 30 --csv %s",
+             build_dir(), csv);
+    const int st = run_capture_timed(cmd, g_out, sizeof g_out, NULL);
+    cr_assert(st == 0 && strstr(g_out, "exposed_ms"), "exit %d:\n%s", st, g_out);
+    FILE* f = fopen(csv, "r");
+    cr_assert(f, "no CSV written");
+    char line[512];
+    int rows = 0;
+    cr_assert(fgets(line, sizeof line, f) && !strncmp(line, "backend,dtype,N", 15), "header: %s", line);
+    while (fgets(line, sizeof line, f)) rows += strncmp(line, "mpi,f32,200,16,2,1,1,zigzag,3,fwd+bwd,", 38) == 0;
+    fclose(f);
+    cr_assert_eq(rows, 3, "want 3 rows of P 3 in the CSV, found %d", rows);
+}
+
+Test(programs, ring_bench_refuses_bf16_on_the_cpu, .timeout = 120) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "MPIRUN_TIMEOUT=60 scripts/mpirun.sh 2 %s/10_context/ring_bench --backend mpi --dtype bf16", build_dir());
+    const int st = run_capture_timed(cmd, g_out, sizeof g_out, NULL);
+    ASSERT_REFUSED(st, g_out, "ring_bench", "--dtype bf16", "f32");
+}
+
+// ring_balance: the plain split's busiest rank near 2 - 1/P times the mean, the zigzag's at 1.
+Test(programs, ring_balance_prints_the_imbalance, .timeout = 60) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s/10_context/ring_balance --N 32768 --P 4 --tile 128", build_dir());
+    const int st = run_capture(cmd, g_out, sizeof g_out);
+    cr_assert(st == 0 && strstr(g_out, "max/mean        1.747        1.000"), "exit %d:\n%s", st, g_out);
+    snprintf(cmd, sizeof cmd, "%s/10_context/ring_balance --P 0", build_dir());
+    ASSERT_REFUSED(run_capture(cmd, g_out, sizeof g_out), g_out, "ring_balance", "--P");
+}
