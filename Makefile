@@ -43,10 +43,10 @@ endif
 CUDA_OBJDIR ?= $(if $(SAN),$(patsubst %-san,%,$(BUILD)),$(BUILD))
 objs = $(patsubst %.c,$(BUILD)/%.c.o,$(filter %.c,$(1))) $(patsubst %.cu,$(CUDA_OBJDIR)/%.cu.o,$(filter %.cu,$(1)))
 
-STAGES_ALL := 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero 08_pipeline 09_tensor 11_train
+STAGES_ALL := 01_benchmarking 02_weighted_sum 03_flashattn_fwd 04_flashattn_bwd 05_collectives 06_ddp 07_zero 08_pipeline 09_tensor 10_context 11_train
 # Stages 05-11 stand on the communicator (common/comm*.c), which needs MPI: without it they are
 # left out of the build (the dependency report says so).
-STAGES_MPI := 05_collectives 06_ddp 07_zero 08_pipeline 09_tensor 11_train
+STAGES_MPI := 05_collectives 06_ddp 07_zero 08_pipeline 09_tensor 10_context 11_train
 
 # ---------------------------------------------------------------- dependency detection
 have = $(if $(1),1,)
