@@ -165,6 +165,9 @@ size_t model_cpu_acts_bytes(const model_config_t* c, int B, int T, int ckpt);
 // gradient are bitwise those of head_chunk 0 (tests/test_lm.c). R >= N is one chunk of N rows.
 // A forward without targets is refused (fail(), one line): it would want the logits.
 // Pipeline ranges (model_cpu_range_acts_create) keep the whole logits.
+// The flag of every program that makes a model (--head-chunk ROWS), its help and its bound.
+#define HEAD_CHUNK_HELP "LM head + loss over this many rows at a time, never holding the (batch x context, vocab) logits (0: the whole logits)"
+#define HEAD_CHUNK_MAX (1 << 30)
 void model_cpu_create_head(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt,
                            int head_chunk);
 double model_cpu_bytes_head(const model_config_t* c, int B, int T, int ckpt, int head_chunk);
