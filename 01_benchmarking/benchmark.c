@@ -47,6 +47,7 @@ typedef struct {
     int ckpt_col;  // --checkpoint given (even none): the row has the "checkpoint" column
     char ckpt_name[24];  // its canonical name ("every-4")
     int context, batch, warmup, steps, seed, nvtx, profile, memory;
+    int head_chunk;  // --head-chunk: the chunked LM head's rows (0: the whole logits; model_cpu.h)
     int mode;
     model_config_t cfg;
     const attention_impl_t* attn;  // NULL: the model's naive attention
@@ -301,8 +302,8 @@ static void run_cuda(const args_t* a, result_t* r) {
     const model_precision_t prec = strcmp(a->precision, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (a->memory) memtrace_start(DEV_CUDA);
     if (a->memory) memtrace_mark("init");
-    model_gpu_t* m = model_gpu_create_ckpt(&a->cfg, a->batch, a->context, prec, a->attn, (uint64_t)a->seed,
-                                           a->ckpt, r->reason, sizeof r->reason);
+    model_gpu_t* m = model_gpu_create_head(&a->cfg, a->batch, a->context, prec, a->attn, (uint64_t)a->seed,
+                                           a->ckpt, 0, 0, a->head_chunk, r->reason, sizeof r->reason);
     if (!m) {
         if (strstr(r->reason, "out of memory")) {
             r->oom = 1;
@@ -423,7 +424,7 @@ static void run_cpu(const args_t* a, result_t* r) {
     // STUDENT-BEGIN(01.run_cpu): the CPU benchmark loop: warm-up steps, then time forward / backward / optimizer per step with time_now_s(), mean and std per phase (stats_compute), peak memory | see 01_benchmarking/README.md §Timing done right | test: test_01 benchmark/cpu_*
     snprintf(r->gpu, sizeof r->gpu, "cpu");
     model_cpu_t m;
-    model_cpu_create_ckpt(&m, &a->cfg, a->batch, a->context, (uint64_t)a->seed, a->ckpt);
+    model_cpu_create_head(&m, &a->cfg, a->batch, a->context, (uint64_t)a->seed, a->ckpt, a->head_chunk);
     snap(a, "after init");
     int32_t *in, *tg;
     random_batch(a, &in, &tg);
@@ -478,14 +479,14 @@ static void run_cpu(const args_t* a, result_t* r) {
 // largest context that would fit); course sizes that fit get a warning, since a step takes minutes.
 static void check_cpu_size(const args_t* a) {
     char why[256];
-    if (!mem_fits(DEV_CPU, model_cpu_bytes_ckpt(&a->cfg, a->batch, a->context, a->ckpt), why, sizeof why)) {
+    if (!mem_fits(DEV_CPU, model_cpu_bytes_head(&a->cfg, a->batch, a->context, a->ckpt, a->head_chunk), why, sizeof why)) {
         // The largest context that fits at this batch (the attention scores grow as context^2).
         int lo = 0, hi = a->context;
         while (lo < hi) {
             const int mid = lo + (hi - lo + 1) / 2;
             model_config_t c = a->cfg;
             c.context = mid;
-            if (mem_fits(DEV_CPU, model_cpu_bytes_ckpt(&c, a->batch, mid, a->ckpt), NULL, 0)) lo = mid;
+            if (mem_fits(DEV_CPU, model_cpu_bytes_head(&c, a->batch, mid, a->ckpt, a->head_chunk), NULL, 0)) lo = mid;
             else hi = mid - 1;
         }
         if (lo > 0)
@@ -531,6 +532,7 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
         {"profile", CLI_FLAG, &a.profile, "0", "CUPTI kernel summary of the timed steps, by phase and NVTX region; naive attention by part", NULL},
         {"checkpoint", CLI_STR, &a.checkpoint, "",
          "activation checkpointing (not given: none, and no checkpoint column): none, block (keep each block's input), every-K (keep every K-th block's input), nested (binary recursive: 2 + floor(log2 L) block inputs, --device cpu only); the rest is recomputed in the backward", NULL},
+        {"head-chunk", CLI_INT, &a.head_chunk, "0", HEAD_CHUNK_HELP, NULL},
         {"memory", CLI_FLAG, &a.memory, "0", "memory by phase and tag, and the memory timeline (CSV, PNG)", NULL},
         {"out", CLI_STR, &a.out, "results/01_benchmarking", "results directory", NULL},
         {"csv", CLI_STR, &a.csv, "benchmark.csv", "CSV file in --out that the row is appended to", NULL},
@@ -541,6 +543,8 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     if (a.warmup < 0) fail("--warmup must be >= 0, got %d", a.warmup);
     if (a.steps < 1) fail("--steps must be >= 1, got %d", a.steps);
     if (a.seed < 0) fail("--seed must be >= 0, got %d", a.seed);
+    if (a.head_chunk < 0 || a.head_chunk > HEAD_CHUNK_MAX)
+        fail("--head-chunk: %d is out of range (0 for the whole logits, or 1..%d rows)", a.head_chunk, HEAD_CHUNK_MAX);
     char why[512];
     a.ckpt_col = a.checkpoint[0] != 0;
     if (a.ckpt_col && model_ckpt_parse(a.checkpoint, &a.ckpt, why, sizeof why) != 0) fail("--checkpoint: %s", why);
@@ -565,6 +569,8 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     snprintf(a.tag, sizeof a.tag, "%s_ctx%d_b%d_%s_%s%s%s%s%s%s", a.model, a.context, a.batch, a.precision,
              a.mode_s, cpu ? "_cpu" : "", a.attn ? "_" : "", a.attn ? a.attention : "", a.ckpt ? "_ckpt-" : "",
              a.ckpt ? a.ckpt_name : "");
+    if (a.head_chunk > 0)
+        snprintf(a.tag + strlen(a.tag), sizeof a.tag - strlen(a.tag), "_head-chunk-%d", a.head_chunk);
     nvtx_enable(a.nvtx);
 
     result_t r;
@@ -585,7 +591,7 @@ int benchmark_main(int argc, char** argv, const benchmark_attention_t* extra, in
     if (cpu && a.ckpt_col) {
         // The activations the policy keeps: the allocator's peak of the acts tag over the run
         // against model_cpu_acts_bytes (the formula of model_cpu.h).
-        const size_t want = model_cpu_acts_bytes(&a.cfg, a.batch, a.context, a.ckpt);
+        const size_t want = model_cpu_acts_bytes_head(&a.cfg, a.batch, a.context, a.ckpt, a.head_chunk);
         const int L = a.cfg.n_layers;
         printf("activations (host, acts tag) with checkpoint %s: peak %zu bytes measured, %zu by the formula "
                "(%d residual slices, %d blocks of internals, %ld block forwards per step)%s\n",

@@ -266,3 +266,38 @@ Test(benchmark, bench_script_without_gpu_says_so_once) {
     struct stat st;
     cr_assert_neq(stat(dir, &st), 0, "%s was created", dir);
 }
+
+// --head-chunk: the CPU run's measured activation peak equals the formula and is N·V·4 bytes
+// (tiny: 2 x 16 rows, vocabulary 512) below the whole logits' at the same loss; a negative
+// value is one line.
+static size_t acts_peak_and_loss(const char* extra, char* loss, size_t loss_len) {
+    char args[1024];
+    snprintf(args, sizeof args, "--device cpu --model tiny --context 16 --batch 2 --warmup 0 --steps 1 --checkpoint none "
+             "--out %s/bench_head %s", test_tmpdir(), extra);
+    cr_assert_eq(bench(args), 0, "%s", out);
+    const char* line = strstr(out, "activations (host, acts tag) with checkpoint none: peak ");
+    cr_assert_not_null(line, "%s", out);
+    size_t measured = 0, formula = 1;
+    cr_assert_eq(sscanf(line, "activations (host, acts tag) with checkpoint none: peak %zu bytes measured, %zu by the formula",
+                        &measured, &formula), 2, "%s", line);
+    cr_assert(measured == formula && !strstr(out, "MISMATCH"), "%s", line);
+    // the loss: the 22nd column of the row (the table's "| tiny" line)
+    const char* row = strstr(out, "| tiny");
+    cr_assert_not_null(row, "%s", out);
+    const char* p = row;
+    for (int k = 0; k < 21 && p; k++) p = strchr(p + 1, '|');  // past the 21 columns before it
+    cr_assert_not_null(p, "%s", row);
+    snprintf(loss, loss_len, "%.*s", (int)strcspn(p + 1, "|"), p + 1);
+    return measured;
+}
+
+Test(benchmark, head_chunk_drops_the_logits_from_the_activations) {
+    char loss_whole[64], loss[64];
+    const size_t whole = acts_peak_and_loss("", loss_whole, sizeof loss_whole);
+    const size_t chunked = acts_peak_and_loss("--head-chunk 7", loss, sizeof loss);
+    cr_assert_eq(whole - chunked, (size_t)2 * 16 * 512 * 4, "peak %zu with --head-chunk 7, %zu without", chunked, whole);
+    cr_assert(strchr(loss, '.') && strchr(loss_whole, '.'), "no loss in the rows: '%s', '%s'", loss, loss_whole);
+    cr_assert_str_eq(loss, loss_whole, "loss %s with --head-chunk 7, %s without", loss, loss_whole);
+    const int st = bench("--device cpu --model tiny --head-chunk -3");
+    ASSERT_REFUSED(st, out, "benchmark", "--head-chunk: -3 is out of range");
+}

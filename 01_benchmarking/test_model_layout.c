@@ -8,13 +8,14 @@
 #include "common/model.h"
 #include "tests/harness.h"
 
-static const char* ALL_SIZES[] = {"tiny", "small", "medium", "large", "xl", "2.7B"};
+static const char* ALL_SIZES[] = {"tiny", "small", "medium", "large", "xl", "2.7B", "8b"};
 
 Test(model_config, sizes_from_the_spec) {
     struct { const char* name; int C, F, L, NH, V; } want[] = {
         {"tiny", 64, 192, 2, 4, 512},          {"small", 768, 3072, 12, 12, 10000},
         {"medium", 1024, 4096, 24, 16, 10000}, {"large", 1280, 5120, 36, 20, 10000},
         {"xl", 1600, 6400, 48, 25, 10000},     {"2.7B", 2560, 10240, 32, 32, 10000},
+        {"8b", 4096, 11008, 34, 32, 151936},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         model_config_t c;
@@ -144,6 +145,11 @@ Test(model_config, known_parameter_counts) {
     model_config_by_name("small", 128, &c);
     param_layout_t l = param_layout_make(&c);
     cr_assert_eq(param_count(&l), (size_t)128625408);
+    param_layout_free(&l);
+    // 8b: 2·151936·4096 + 34·(2·4096 + 4·4096² + 3·4096·11008) + 4096
+    model_config_by_name("8b", 32768, &c);
+    l = param_layout_make(&c);
+    cr_assert_eq(param_count(&l), (size_t)8125698048);
     param_layout_free(&l);
 }
 

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "common/check.h"
+#include "common/model_cpu.h"  // model_ckpt_slots, model_ckpt_res_slices
 
 // Upper bounds on the inputs: generous for any real model (405B has D = 16384, F = 53248,
 // L = 126), and small enough that P = 2·L·D·F and 16P stay exact in a double (< 2^53).
@@ -291,4 +292,69 @@ acct_2d_t acct_fsdp_tp(const acct_ffn_t* f, int64_t n_fsdp, int64_t n_tp) {
     r.max_n_serial_large = 0.375 * bw_c * fw_c;
     return r;
     // STUDENT-END(07.acct_fsdp_tp)
+}
+
+// ---- the Transformer LM's step (accounting.h "the Transformer LM's training step") ---------
+int acct_lm_check(const acct_lm_cfg_t* c, char* err, size_t errlen) {
+    if (c->vocab < 1 || c->d_model < 1 || c->d_ff < 1 || c->n_layers < 1 || c->n_heads < 1)
+        return set_err(err, errlen, "the model's sizes must be >= 1");
+    if (c->n_layers > ACCT_MAX_BLOCKS) return set_err(err, errlen, "at most %lld layers", (long long)ACCT_MAX_BLOCKS);
+    if (c->batch < 1 || c->context < 1) return set_err(err, errlen, "--lm-batch and --lm-context must be >= 1");
+    if (c->ranks < 1 || c->batch % c->ranks != 0)
+        return set_err(err, errlen, "--ranks %lld must be >= 1 and divide --lm-batch %lld (each rank trains whole sequences)",
+                       (long long)c->ranks, (long long)c->batch);
+    if (c->ckpt < 0) return set_err(err, errlen, "checkpointing K %d must be >= 0", c->ckpt);
+    if (c->head_chunk < 0) return set_err(err, errlen, "--head-chunk %lld must be >= 0", (long long)c->head_chunk);
+    if (c->act_bytes != 2.0 && c->act_bytes != 4.0)
+        return set_err(err, errlen, "activation bytes %g must be 2 (bf16) or 4 (fp32)", c->act_bytes);
+    return 0;
+}
+
+// Per block and in the head, what model_gpu.c's create() allocates with the acts tag, for B
+// sequences of T on one device (keep with model_gpu_acts_bytes).
+static void lm_acts(const acct_lm_cfg_t* c, double B, double* per_layer, double* blocks, double* head) {
+    const double V = (double)c->vocab, C = (double)c->d_model, F = (double)c->d_ff, NH = (double)c->n_heads;
+    const double T = (double)c->context, N = B * T, es = c->act_bytes;
+    const int L = (int)c->n_layers;
+    const double att = c->flash ? N * NH * 4 : B * NH * T * T * es;  // logsumexp, or the scores
+    // per slot: resid2 (fp32), ln1 and ln2, their rstds, qkv, attention, atty, h13
+    const double slot = N * C * 4 + 2 * N * C * es + 2 * N * 4 + 3 * N * C * es + att + N * C * es + 2 * N * F * es;
+    const double res = N * C * 4;  // a residual slice (fp32): block inputs, the final norm's input
+    *per_layer = slot + res;
+    *blocks = model_ckpt_res_slices(L, c->ckpt) * res + model_ckpt_slots(L, c->ckpt) * slot;
+    *head = N * C * es + N * 4 + 2 * N * 4;  // lnf, its rstd; lse and losses
+    (void)V;
+}
+
+acct_lm_t acct_lm(const acct_lm_cfg_t* c) {
+    acct_lm_t r;
+    const double V = (double)c->vocab, C = (double)c->d_model, F = (double)c->d_ff, L = (double)c->n_layers;
+    const double n = (double)c->ranks, es = c->act_bytes;
+    r.params = 2 * V * C + L * (2 * C + 4 * C * C + 3 * C * F) + C;  // embedding, head; blocks; ln_final
+    r.bf16_params = 2 * r.params / n;
+    r.masters = 4 * r.params / n;
+    r.grads = 4 * r.params / n;
+    r.moments = 8 * r.params / n;
+    r.state = r.bf16_params + r.masters + r.grads + r.moments;
+    r.working = 2 * (2 * V * C) + 2 * (4 * V * C);
+    const double Br = (double)(c->batch / c->ranks), N = Br * (double)c->context;
+    r.rows = N;
+    lm_acts(c, Br, &r.acts_per_layer, &r.acts_blocks, &r.acts_head);
+    const double rows = c->head_chunk > 0 && (double)c->head_chunk < N ? (double)c->head_chunk : N;
+    r.logits = rows * V * es;
+    r.logits_fp32_pair = 8 * N * V;
+    // mg_alloc_backward: dres (fp32) and its bf16 copy, dln, dqkv, datty, dh13, dg; the naive
+    // attention's score gradient; the forward's SwiGLU output g.
+    const double T = (double)c->context, NH = (double)c->n_heads;
+    r.scratch = N * C * 4 + (es == 2 ? N * C * es : 0) + N * C * es + 3 * N * C * es + N * C * es + 2 * N * F * es +
+                N * F * es + (c->flash ? 0 : Br * NH * T * T * es) + N * F * es;
+    r.total = r.state + r.working + r.acts_blocks + r.acts_head + r.logits + r.scratch;
+    return r;
+}
+
+double acct_lm_model_acts_bytes(const acct_lm_cfg_t* c) {
+    double per_layer, blocks, head;
+    lm_acts(c, (double)c->batch, &per_layer, &blocks, &head);
+    const double N = (double)c->batch * (double)c->context;
+    return blocks + head + (c->head_chunk > 0 ? 0 : N * (double)c->vocab * c->act_bytes);
 }

@@ -156,6 +156,50 @@ typedef struct {
 
 acct_2d_t acct_fsdp_tp(const acct_ffn_t* f, int64_t n_fsdp, int64_t n_tp);
 
+// ---- The Transformer LM's training step (common/model.h), bf16 ZeRO-3 over n ranks ---------
+// Memory of one rank, in bytes, for the GPU model (common/model_gpu.c) in bf16: the state
+// sharded (ZeRO-3: bf16 parameters, fp32 masters, fp32 gradients, fp32 AdamW m and v, each
+// 1/n), two parameter (bf16) and two gradient (fp32) working buffers of the largest unit (the
+// embedding or the head, V·C: zero3.h), and this rank's activations for its share of the batch
+// (B/n sequences of T): model_gpu_acts_bytes's formula, exactly, with the attention plug-in's
+// logsumexp (flash) or the naive scores, activation checkpointing K and the chunked head; the
+// backward scratch of mg_alloc_backward and the (rows, V) or (N, V) logits.
+typedef struct {
+    int64_t vocab, d_model, d_ff, n_layers, n_heads;  // V, C, F, L, NH (model_config_t's)
+    int64_t batch, context;  // B sequences of the GLOBAL batch, T tokens each
+    int64_t ranks;           // n: the batch splits over them (B/n each), the state shards
+    int flash;               // 1: flash attention (logsumexp per head and row), 0: naive (T x T scores)
+    int ckpt;                // activation checkpointing K (model_cpu.h: 0 none, 1 block, K every-K)
+    int64_t head_chunk;      // the chunked LM head's rows (0: the whole logits)
+    double act_bytes;        // bytes of an activation element: 2 (bf16) or 4 (fp32)
+} acct_lm_cfg_t;
+
+typedef struct {
+    double params;            // P: trainable elements (the layout without padding)
+    double rows;              // N = B/n · T rows on a rank
+    double bf16_params;       // 2P/n
+    double masters;           // 4P/n
+    double grads;             // 4P/n
+    double moments;           // 8P/n
+    double state;             // 18P/n, the four above
+    double working;           // 2 x 2·V·C + 2 x 4·V·C: ZeRO-3's unit working buffers
+    double acts_per_layer;    // one block's saved activations, all of them (no checkpointing)
+    double acts_blocks;       // every block's saved activations under K (the head's excluded)
+    double acts_head;         // the final norm's output and statistics, lse and losses (no logits)
+    double logits;            // N·V·es (whole) or min(R, N)·V·es (chunked): the head's logits buffer
+    double logits_fp32_pair;  // 8·N·V: fp32 logits and fp32 dlogits held at once (an autograd framework's upcast)
+    double scratch;           // the backward's (N, ·) scratch and the forward's SwiGLU output
+    double total;             // state + working + acts_blocks + acts_head + logits + scratch
+} acct_lm_t;
+
+// 0 if usable (sizes >= 1, the batch divisible by the ranks, K >= 0, chunk >= 0, act_bytes 2 or
+// 4), else -1 naming the field.
+int acct_lm_check(const acct_lm_cfg_t* c, char* err, size_t errlen);
+acct_lm_t acct_lm(const acct_lm_cfg_t* c);
+// The acts-tagged bytes of the GPU model for B x T on one device (model_gpu_acts_bytes; a GPU
+// test checks the two agree): acts_blocks + acts_head + the logits when they are whole.
+double acct_lm_model_acts_bytes(const acct_lm_cfg_t* c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #include "07_zero/accounting.h"
 #include "common/check.h"
 #include "common/cli.h"
+#include "common/model.h"
 #include "common/table.h"
 
 #define MAX_TOKENS_SIDE (1 << 24)  // --batch and --context: 16M each is far past any real run
@@ -41,6 +42,72 @@ static void row_count(table_t* t, const char* what, const char* formula, const c
 }
 
 #define MAX_DEGREE (1 << 20)  // --n of the §8 tables
+
+static void row_fits(table_t* t, const char* what, const char* formula, double bytes, double gb) {
+    table_row(t);
+    table_cell(t, "%s", what);
+    table_cell(t, "%s", formula);
+    table_cell(t, "%s", bytes <= gb * ACCT_GB ? "yes" : "no");
+    table_cell(t, "%.3f GB of %g", bytes / ACCT_GB, gb);
+}
+
+// --lm SIZE: one training step of the Transformer LM (common/model.h), bf16 ZeRO-3 over --ranks,
+// flash attention; every total with and without block checkpointing and the chunked head.
+static void lm_step(const char* size, int batch, int context, int ranks, int head_chunk) {
+    model_config_t mc;
+    if (model_config_by_name(size, context, &mc) != 0) fail("--lm: unknown size '%s'; one of %s", size, MODEL_SIZE_CHOICES);
+    acct_lm_cfg_t c = {mc.vocab, mc.d_model, mc.d_ff, mc.n_layers, mc.n_heads, batch, context, ranks, 1, 0, 0, 2.0};
+    char err[256], title[320], f[160];
+    if (acct_lm_check(&c, err, sizeof err) != 0) fail("%s", err);
+    const acct_lm_t none = acct_lm(&c);
+    c.ckpt = 1;
+    const acct_lm_t blk = acct_lm(&c);
+    c.head_chunk = head_chunk;
+    const acct_lm_t blk_ch = acct_lm(&c);
+    c.ckpt = 0;
+    const acct_lm_t none_ch = acct_lm(&c);
+    c.flash = 0;
+    c.head_chunk = 0;
+    const acct_lm_t naive = acct_lm(&c);
+    snprintf(title, sizeof title,
+             "%s: V %d, C %d, F %d, L %d, NH %d; batch %d x context %d over %d ranks (%d sequence%s a rank), bf16 "
+             "ZeRO-3, flash attention; GB = 1e9 bytes", size, mc.vocab, mc.d_model, mc.d_ff, mc.n_layers, mc.n_heads,
+             batch, context, ranks, batch / ranks, batch / ranks == 1 ? "" : "s");
+    table_t* t = table_new(title, 4, HDR);
+    const double G = ACCT_GB;
+    row(t, "parameters P", "2*V*C + L*(4*C^2 + 3*C*F + 2*C) + C", "parameters", "%.0f", none.params);
+    row(t, "bf16 parameters, a shard", "2*P/n", "GB", "%.3f", none.bf16_params / G);
+    row(t, "fp32 masters, a shard", "4*P/n", "GB", "%.3f", none.masters / G);
+    row(t, "fp32 gradients, a shard", "4*P/n", "GB", "%.3f", none.grads / G);
+    row(t, "AdamW m and v (fp32), a shard", "8*P/n", "GB", "%.3f", none.moments / G);
+    row(t, "state a rank", "18*P/n", "GB", "%.3f", none.state / G);
+    row(t, "unit working buffers (2 bf16 + 2 fp32)", "12*V*C (the largest unit: V*C)", "GB", "%.3f", none.working / G);
+    snprintf(f, sizeof f, "N = %.0f rows a rank", none.rows);
+    row(t, "one block's activations", f, "GB", "%.3f", none.acts_per_layer / G);
+    row(t, "naive attention's scores, one block", "B/n*NH*T^2*2", "GB", "%.3f",
+        (naive.acts_per_layer - none.acts_per_layer + (double)(batch / ranks) * context * mc.n_heads * 4) / G);
+    row(t, "every block's, no checkpointing", "L*(block) + a residual slice", "GB", "%.3f", none.acts_blocks / G);
+    row(t, "every block's, block checkpointing", "(L+1)*N*C*4 + one block's internals", "GB", "%.3f", blk.acts_blocks / G);
+    row(t, "final norm, lse, losses", "N*C*2 + 12*N", "GB", "%.3f", none.acts_head / G);
+    row(t, "logits, whole (bf16, dlogits in place)", "N*V*2", "GB", "%.3f", none.logits / G);
+    row(t, "logits + dlogits in fp32 (an upcasting framework)", "8*N*V", "GB", "%.3f", none.logits_fp32_pair / G);
+    snprintf(f, sizeof f, "%d*V*2 (--head-chunk %d)", head_chunk < none.rows ? head_chunk : (int)none.rows, head_chunk);
+    row(t, "logits, chunked", f, "GB", "%.3f", blk_ch.logits / G);
+    row(t, "backward scratch + SwiGLU output", "N*(16*C + 8*F)", "GB", "%.3f", none.scratch / G);
+    row(t, "total: no checkpointing, whole logits", "state + buffers + acts + logits + scratch", "GB", "%.3f", none.total / G);
+    row(t, "total: no checkpointing, chunked head", "", "GB", "%.3f", none_ch.total / G);
+    row(t, "total: block checkpointing, whole logits", "", "GB", "%.3f", blk.total / G);
+    row(t, "total: block checkpointing, chunked head", "", "GB", "%.3f", blk_ch.total / G);
+    row_fits(t, "fits an H200 (141 GB): block ckpt, chunked", "total <= 141 GB", blk_ch.total, 141);
+    row_fits(t, "fits an H200 (141 GB): block ckpt, whole logits", "total <= 141 GB", blk.total, 141);
+    row_fits(t, "fits an H200 (141 GB): no ckpt, chunked", "total <= 141 GB", none_ch.total, 141);
+    row_fits(t, "fits an H100 (80 GB): block ckpt, chunked", "total <= 80 GB", blk_ch.total, 80);
+    row_fits(t, "fits an H100 (80 GB): state + buffers alone", "18*P/n + 12*V*C <= 80 GB", none.state + none.working, 80);
+    row_count(t, "ranks whose shards of state leave 80 GB room for the rest", "smallest n: 18*P/n + rest <= 80 GB", "ranks",
+              acct_devices_whole(18 * none.params, 80 * G - (blk_ch.total - blk_ch.state)));
+    table_print_md(t, stdout);
+    table_free(t);
+}
 
 // The 2026 handout's §8: one FFN layer, fp16, N devices of egress W. ACCOUNTING.md derives each row.
 static void handout_2026(const acct_ffn_t* f, int n, int x, int y) {
@@ -117,7 +184,8 @@ static void handout_2026(const acct_ffn_t* f, int n, int x, int y) {
 
 int main(int argc, char** argv) {
     int d_model = 0, d_ff = 0, num_blocks = 0, batch = 0, context = 0, mx = 0, my = 0, x = 0, y = 0;
-    int handout = 0, n = 0;
+    int handout = 0, n = 0, lm_batch = 0, lm_context = 0, lm_ranks = 0, head_chunk = 0;
+    const char* lm = "";
     double device_gb = 0, budget_gb = 0, flops = 0, w_ici = 0, tokens_8 = 0, egress = 0;
     cli_opt_t opts[] = {
         {"d-model", CLI_INT, &d_model, "16384", "D, the model width (handout's XXL)", NULL},
@@ -138,6 +206,11 @@ int main(int argc, char** argv) {
         {"egress", CLI_DOUBLE, &egress, "9e10", "W, bytes/s one device sends (--handout-2026; one v5p ICI axis, one way)",
          NULL},
         {"n", CLI_INT, &n, "8", "N, degree of the DP, FSDP and TP rows (--handout-2026)", NULL},
+        {"lm", CLI_STR, &lm, "", "print instead one training step's memory of this Transformer LM size (" MODEL_SIZE_CHOICES "), bf16 ZeRO-3", NULL},
+        {"lm-batch", CLI_INT, &lm_batch, "2", "sequences in the global batch (--lm)", NULL},
+        {"lm-context", CLI_INT, &lm_context, "32768", "tokens per sequence (--lm)", NULL},
+        {"ranks", CLI_INT, &lm_ranks, "2", "ranks the batch and the state split over (--lm)", NULL},
+        {"head-chunk", CLI_INT, &head_chunk, "4096", "rows of the chunked LM head (--lm)", NULL},
     };
     cli_parse(argc, argv,
               "Handout §2.4 communication_accounting: memory, FSDP degree and compute-bound batch of an\n"
@@ -155,6 +228,15 @@ int main(int argc, char** argv) {
         fail("--context must be between 1 and %d (got %d)", MAX_TOKENS_SIDE, context);
     if (!(device_gb > 0)) fail("--device-gb must be a positive number of GB (got %g)", device_gb);
     if (!(budget_gb > 0)) fail("--budget-gb must be a positive number of GB (got %g)", budget_gb);
+    if (*lm) {
+        if (lm_batch < 1 || lm_batch > MAX_TOKENS_SIDE) fail("--lm-batch must be between 1 and %d (got %d)", MAX_TOKENS_SIDE, lm_batch);
+        if (lm_context < 1 || lm_context > MAX_TOKENS_SIDE)
+            fail("--lm-context must be between 1 and %d (got %d)", MAX_TOKENS_SIDE, lm_context);
+        if (lm_ranks < 1 || lm_ranks > MAX_DEGREE) fail("--ranks must be between 1 and %d (got %d)", MAX_DEGREE, lm_ranks);
+        if (head_chunk < 1) fail("--head-chunk must be >= 1 rows (got %d)", head_chunk);
+        lm_step(lm, lm_batch, lm_context, lm_ranks, head_chunk);
+        return 0;
+    }
     if (handout) {
         const acct_ffn_t ffn = {d_model, d_ff, tokens_8, flops, egress};
         if (acct_ffn_check(&ffn, err, sizeof err) != 0) fail("%s", err);

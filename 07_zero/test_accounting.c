@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "07_zero/accounting.h"
+#include "common/model_gpu.h"
 #include "tests/harness.h"
 
 // Byte counts are integers below 2^53, so the memory formulas are exact in a double: compared with ==.
@@ -421,4 +422,98 @@ Test(accounting_cli, bad_flags_exit_2_with_one_line) {
         cr_assert(strstr(out, "accounting: error: "), "`%s`:\n%s", cases[i][0], out);
         cr_assert_eq(count_lines(out), 1, "`%s`: expected one line:\n%s", cases[i][0], out);
     }
+}
+
+// ---- the Transformer LM's step: the 8b class (V 151936, C 4096, F 11008, L 34, NH 32) at batch
+// 2 x context 32768 over 2 ranks, bf16 ZeRO-3, flash attention: one sequence, N = 32768 rows a rank.
+static acct_lm_cfg_t lb8b(int ckpt, int64_t head_chunk) {
+    const acct_lm_cfg_t c = {151936, 4096, 11008, 34, 32, 2, 32768, 2, 1, ckpt, head_chunk, 2.0};
+    return c;
+}
+
+Test(accounting, lm_8b_step_memory_by_hand) {
+    const acct_lm_cfg_t c0 = lb8b(0, 0), c1 = lb8b(1, 0), c1h = lb8b(1, 4096);
+    char err[256];
+    cr_assert_eq(acct_lm_check(&c0, err, sizeof err), 0, "%s", err);
+    const acct_lm_t none = acct_lm(&c0), blk = acct_lm(&c1), blk_ch = acct_lm(&c1h);
+    // V·C = 151936 · 4096 = 622,329,856; a block 4C² + 3CF + 2C = 67,108,864 + 135,266,304 + 8192
+    // = 202,383,360, x 34 = 6,881,034,240; P = 2 · 622,329,856 + 6,881,034,240 + 4096 = 8,125,698,048.
+    cr_assert_eq(none.params, 8125698048.0, "P = %.0f", none.params);
+    cr_assert_eq(none.rows, 32768.0);
+    cr_assert_eq(none.state, 73131282432.0);    // 18P/2 = 9P
+    cr_assert_eq(none.moments, 32502792192.0);  // 8P/2
+    cr_assert_eq(none.working, 7467958272.0);   // 12 · V·C
+    // A block: N·(C·4 resid2 + 2·C·2 ln1, ln2 + 8 rstds + 3·C·2 qkv + NH·4 lse + C·2 atty + 2·F·2 h13
+    // + C·4 its input) = 32768 · (20·4096 + 4·11008 + 8 + 128) = 32768 · 126,088 = 4,131,651,584.
+    cr_assert_eq(none.acts_per_layer, 4131651584.0);
+    // none: 34 blocks + the final norm's input slice 32768·4096·4 = 536,870,912: 141,013,024,768.
+    cr_assert_eq(none.acts_blocks, 141013024768.0);
+    // block: 35 residual slices (18,790,481,920) + one block's internals (4,131,651,584 − 536,870,912).
+    cr_assert_eq(blk.acts_blocks, 22385262592.0);
+    cr_assert_eq(none.acts_head, 268828672.0);  // N·C·2 + 12·N
+    cr_assert_eq(none.logits, 9957277696.0);     // N·V·2: 10 GB for one sequence of 32768
+    cr_assert_eq(none.logits_fp32_pair, 4.0 * 9957277696.0);
+    cr_assert_eq(blk_ch.logits, 1244659712.0);   // 4096·V·2
+    cr_assert_eq(none.scratch, 5033164800.0);    // N·(16·C + 8·F) = 32768 · 153,600
+    // 73,131,282,432 + 7,467,958,272 + 22,385,262,592 + 268,828,672 + 1,244,659,712 + 5,033,164,800
+    cr_assert_eq(blk_ch.total, 109531156480.0);
+    cr_assert_eq(blk.total, 118243774464.0);     // the same with the whole logits
+    // So: block checkpointing + the chunked head fit an H200 (141 GB) but not an H100 (80 GB),
+    // whose 80 GB the state and working buffers alone already pass.
+    cr_assert(blk_ch.total < 141e9 && blk_ch.total > 80e9);
+    cr_assert(none.state + none.working > 80e9);
+    // The whole-model formula (one device, both sequences): logits counted when whole only.
+    acct_lm_cfg_t one = lb8b(1, 0);
+    one.batch = 1, one.ranks = 1;
+    cr_assert_eq(acct_lm_model_acts_bytes(&one), 22385262592.0 + 268828672.0 + 9957277696.0);
+    one.head_chunk = 7;
+    cr_assert_eq(acct_lm_model_acts_bytes(&one), 22385262592.0 + 268828672.0);
+}
+
+Test(accounting, lm_check_names_the_bad_field) {
+    char err[256];
+    acct_lm_cfg_t c = lb8b(1, 4096);
+    c.ranks = 3;
+    cr_assert_eq(acct_lm_check(&c, err, sizeof err), -1);
+    cr_assert(strstr(err, "--ranks 3") && strstr(err, "divide"), "%s", err);
+    c = lb8b(1, -1);
+    cr_assert_eq(acct_lm_check(&c, err, sizeof err), -1);
+    cr_assert(strstr(err, "--head-chunk -1"), "%s", err);
+}
+
+Test(accounting_cli, lm_8b_table) {
+    char out[16384];
+    int rc = run_prog("--lm 8b", out, sizeof out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+    const char* want[] = {"8125698048", "| 73.131 ", "| 109.531 ", "| 118.244 ", "| 9.957 ", "| 1.245 "};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(out, want[i]), "output lacks \"%s\":\n%s", want[i], out);
+    cr_assert(strstr(out, "fits an H200 (141 GB): block ckpt, chunked") && strstr(out, "| yes "), "%s", out);
+    rc = run_prog("--lm 8b --ranks 3", out, sizeof out);
+    ASSERT_REFUSED(rc, out, "accounting", "--ranks 3");
+    rc = run_prog("--lm huge", out, sizeof out);
+    ASSERT_REFUSED(rc, out, "accounting", "--lm: unknown size 'huge'");
+}
+
+// The formula against the GPU model's own count of its acts-tagged buffers (model_gpu_acts_bytes,
+// itself checked against the counting allocator in tests/test_head_chunk.c): tiny, naive
+// attention, fp32 and bf16, checkpointing none / block / every-2, whole and chunked logits.
+Test(accounting, lm_acts_formula_is_the_gpu_models) {
+    SKIP_WITHOUT_GPU();
+    model_config_t mc;
+    cr_assert_eq(model_config_by_name("tiny", 16, &mc), 0);
+    const int ckpts[] = {0, 1, 2}, chunks[] = {0, 5};
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < 3; k++)
+            for (int h = 0; h < 2; h++) {
+                char err[512] = "";
+                model_gpu_t* g = model_gpu_create_head(&mc, 2, 16, p ? MP_BF16 : MP_FP32, NULL, 1, ckpts[k], 0, 0, chunks[h],
+                                                       err, sizeof err);
+                cr_assert_not_null(g, "%s", err);
+                const acct_lm_cfg_t c = {mc.vocab, mc.d_model, mc.d_ff, mc.n_layers, mc.n_heads, 2, 16, 1, 0, ckpts[k],
+                                         chunks[h], p ? 2.0 : 4.0};
+                cr_assert_eq(acct_lm_model_acts_bytes(&c), (double)model_gpu_acts_bytes(g), "%s ckpt %d chunk %d: %.0f vs %zu",
+                             p ? "bf16" : "fp32", ckpts[k], chunks[h], acct_lm_model_acts_bytes(&c), model_gpu_acts_bytes(g));
+                model_gpu_destroy(g);
+            }
 }

@@ -703,3 +703,36 @@ Test(zero3_window, cpu_block_checkpointing_through_windows_is_bitwise_the_model)
     model_cpu_destroy(&m0);
     model_cpu_destroy(&m1);
 }
+
+// ------------------------------------------------------------------ the chunked LM head
+// --head-chunk through every level (ZeRO-3's head unit read and written through its windows):
+// the CPU's chunked head gives the bits of the whole logits, so each level's parameter hash
+// after the steps is the one without the flag, and the activations fall by N·V·4 bytes
+// (tiny: N = 2 x 16 rows, V = 512).
+static void hashes(const char* args, char out[4][17], long* acts) {
+    char a[512];
+    snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 2 --warmup 1 --zero all --comm-timeout 60 %s", args);
+    const int st = run_prog("zero_train", 2, a);
+    cr_assert_eq(st, 0, "%s: exit %d:\n%s", args, st, g_out);
+    const char* q = g_out;
+    for (int k = 0; k < 4; k++) {
+        q = strstr(q, "parameter hash ");
+        cr_assert_not_null(q, "%s: %d hashes:\n%s", args, k, g_out);
+        q += strlen("parameter hash ");
+        cr_assert_eq(sscanf(q, "%16s", out[k]), 1);
+    }
+    const char* f = strstr(g_out, "activations a rank by the formula: ");
+    cr_assert_not_null(f, "%s", g_out);
+    cr_assert_eq(sscanf(f + strlen("activations a rank by the formula: "), "%ld", acts), 1);
+}
+
+Test(zero_train_mpi, head_chunk_gives_every_level_the_bits_of_the_whole_logits) {
+    char want[4][17], got[4][17];
+    long acts_whole = 0, acts = 0;
+    hashes("", want, &acts_whole);
+    hashes("--head-chunk 5", got, &acts);
+    for (int k = 0; k < 4; k++) cr_assert_str_eq(got[k], want[k], "run %d: parameter hash %s, without the chunked head %s", k, got[k], want[k]);
+    cr_assert_eq(acts_whole - acts, 2L * 16 * 512 * 4, "activations %ld, without the chunked head %ld", acts, acts_whole);
+    const int st = run_prog("zero_train", 2, "--model tiny --head-chunk -1");
+    ASSERT_REFUSED(st, g_out, "zero_train", "--head-chunk: -1 is out of range");
+}

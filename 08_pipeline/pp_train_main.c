@@ -238,6 +238,7 @@ static int pp_flags(train_flags_t* f, cli_opt_t* opts) {
         {"precision", NULL, NULL},
         {"attention", NULL, NULL},
         {"csv", NULL, NULL},
+        {"head-chunk", NULL, NULL},  // a pipeline stage's head keeps its logits
     };
     cli_opt_t all[TRAIN_FLAGS_N];
     const int n_all = train_flags_opts(f, all);

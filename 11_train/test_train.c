@@ -927,3 +927,25 @@ Test(train_gpu, pp2_2_gpus_eval_loss_equals_1_gpu, .timeout = 300) {
                   row, ea, eb);
     }
 }
+
+// --head-chunk: the chunked LM head trains (and evaluates) to the bits of the whole logits on the
+// CPU model, so the parameters and the loss history are those of the run without it; with
+// --pp it is refused in one line.
+Test(train_flags, head_chunk_trains_to_the_bits_of_the_whole_logits, .timeout = 120) {
+    const char* common = "--steps 12 --context 16 --batch 4 --log-every 100 --eval-every 4";
+    const char* a = test_path("hca");
+    const char* b = test_path("hcb");
+    int st = train(1, "%s --ckpt-dir %s --out %s", common, a, a);
+    cr_assert_eq(st, 0, "the run without --head-chunk exited %d:\n%s", st, g_out);
+    st = train(1, "%s --ckpt-dir %s --out %s --head-chunk 7", common, b, b);
+    cr_assert_eq(st, 0, "the run with --head-chunk 7 exited %d:\n%s", st, g_out);
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/step_000000012/params.bin", a);
+    snprintf(pb, sizeof pb, "%s/step_000000012/params.bin", b);
+    assert_same_bytes(pa, pb, "final parameters");
+    snprintf(pa, sizeof pa, "%s/train.csv", a);
+    snprintf(pb, sizeof pb, "%s/train.csv", b);
+    assert_same_history(pa, pb);
+    st = train(2, "--steps 2 --context 16 --batch 4 --layers 2 --pp 2 --head-chunk 7");
+    ASSERT_REFUSED(st, g_out, "train", "--head-chunk 7 and --pp 2");
+}

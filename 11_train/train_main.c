@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     int context = 64, B = 8, A = 1, steps = 200, warmup = -1, seed = 1, dp = 0, zero = 0, vocab = 0;
     int log_every = 10, eval_every = 50, eval_batches = 4, ckpt_every = 0, keep = 2, resume = 0;
     int kill_step = -1, signal_at = -1, data_changed_ok = 0, start_if_empty = 0;
-    int pp = 0, chunks = 0, mbs = 0, layers = 0;
+    int pp = 0, chunks = 0, mbs = 0, layers = 0, head_chunk = 0;
     const char* sched_s = "1f1b";
     double peak_tflops = 0;
     double lr = 3e-3, min_lr = -1, clip = 1.0, wd = 0.1, val_frac = 0.1, bucket_mb = 25, timeout_s = 0;
@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
         {"schedule", CLI_CHOICE, &sched_s, "1f1b", "pipeline schedule (--pp)", SCHED_CHOICES},
         {"chunks", CLI_INT, &chunks, "0", "model chunks v per pipeline rank (--pp; 0: 2 for interleaved, else 1)", NULL},
         {"micro-batches", CLI_INT, &mbs, "0", "micro-batches m a step (--pp; the same as --accum, which it sets)", NULL},
+        {"head-chunk", CLI_INT, &head_chunk, "0", HEAD_CHUNK_HELP, NULL},
     };
     comm_cli_parse(argc, argv, "Train the Transformer LM on a token file, with checkpoints and resume (CPU, MPI).", opts, CLI_COUNT(opts));
 #define BAD(...) comm_bad_input(__VA_ARGS__)
@@ -193,6 +194,9 @@ int main(int argc, char** argv) {
     if (!(wd >= 0 && wd < 1)) BAD("--wd: %g is out of range [0, 1)", wd);
     if (!(val_frac > 0 && val_frac < 1)) BAD("--val-frac: %g is out of range (0, 1)", val_frac);
     if (zero < 0 || zero > 3) BAD("--zero: %d is out of range (0..3)", zero);
+    if (head_chunk < 0 || head_chunk > HEAD_CHUNK_MAX)
+        BAD("--head-chunk: %d is out of range (0 for the whole logits, or 1..%d rows)", head_chunk, HEAD_CHUNK_MAX);
+    if (head_chunk && pp) BAD("--head-chunk %d and --pp %d: a pipeline stage's head keeps its logits (--head-chunk 0)", head_chunk, pp);
     if (zero && dp) BAD("--dp and --zero %d: choose one (ZeRO is data parallel already)", zero);
     if (log_every < 1) BAD("--log-every: %d must be >= 1 (a progress line every k steps)", log_every);
     if (eval_every < 0) BAD("--eval-every: %d must be >= 0 (0: evaluate only at the end)", eval_every);
@@ -320,7 +324,7 @@ int main(int argc, char** argv) {
     t.d = pp ? t.r / pp : t.r, t.pr = pp ? t.r % pp : 0;
     // The model (--pp: a pipeline rank's, which runs range passes only) and its buffers
     lm_options_t lo = lm_options(gpu ? LM_GPU : LM_CPU, B, context);
-    lo.precision = prec, lo.seed = (uint64_t)seed;
+    lo.precision = prec, lo.seed = (uint64_t)seed, lo.head_chunk = head_chunk;
     trainer_model(&t, lo, (float)wd, model_s);
     float* hist = malloc((size_t)steps * CKPT_HIST * sizeof(float) + 1);
     if (!hist) DIE("out of host memory");

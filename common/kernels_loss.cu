@@ -134,6 +134,20 @@ extern "C" void k_cross_entropy_fwd(dtype_t adt, const void* logits, const int32
                                     cudaStream_t s) {
     DISPATCH_ACT(adt, ce_fwd_launch, logits, targets, lse, losses, loss, N, V, s);
 }
+template <typename X>
+static void ce_rows_launch(const void* logits, const int32_t* targets, float* lse, float* losses, int N, int V,
+                           cudaStream_t s) {
+    ce_fwd_kernel<X><<<N, 256, 0, s>>>((const X*)logits, targets, lse, losses, V);
+    CUDA_CHECK_LAST();
+}
+extern "C" void k_cross_entropy_rows(dtype_t adt, const void* logits, const int32_t* targets, float* lse,
+                                     float* losses, int N, int V, cudaStream_t s) {
+    DISPATCH_ACT(adt, ce_rows_launch, logits, targets, lse, losses, N, V, s);
+}
+extern "C" void k_loss_mean(const float* losses, float* loss, int N, cudaStream_t s) {
+    mean_kernel<<<1, 1024, 0, s>>>(losses, loss, N);
+    CUDA_CHECK_LAST();
+}
 extern "C" void k_cross_entropy_bwd(dtype_t adt, void* logits, const int32_t* targets,
                                     const float* lse, float scale, int N, int V, cudaStream_t s) {
     DISPATCH_ACT(adt, ce_bwd_launch, logits, targets, lse, scale, N, V, s);

@@ -28,6 +28,14 @@ lm_t* lm_create(const model_config_t* cfg, const lm_options_t* o, char* err, siz
         snprintf(err, errlen, "an attention plug-in (%s) needs the GPU model", o->attn->name);
         return NULL;
     }
+    if (o->head_chunk < 0) {
+        snprintf(err, errlen, "head chunk %d: must be >= 0 rows (0: the whole logits)", o->head_chunk);
+        return NULL;
+    }
+    if (o->head_chunk > 0 && o->ranges) {
+        snprintf(err, errlen, "the chunked LM head runs in the whole model only: a pipeline stage keeps its logits (head chunk 0)");
+        return NULL;
+    }
     lm_t* m = calloc(1, sizeof *m);
     if (!m) DIE("out of host memory");
     m->ops = o->backend == LM_GPU ? &lm_gpu_ops : &lm_cpu_ops;

@@ -53,9 +53,13 @@ typedef struct {
     size_t flat_total;            // LM_FLAT_PADDED / LM_FLAT_PARAMS: the buffers' length
     int ranges;                   // 1: a pipeline rank (runs range passes only; the GPU holds
                                   // no whole-model activations)
+    int head_chunk;               // the chunked LM head + cross-entropy (model_cpu.h "the chunked
+                                  // LM head"): 0 the whole (B·T, V) logits; R > 0 the B·T rows R
+                                  // at a time, the logits never held (the backward recomputes each
+                                  // chunk's; a forward without targets is refused). Not with ranges.
 } lm_options_t;
 
-// The defaults: fp32, built-in attention, seed 0, no checkpointing, whole flat buffers.
+// The defaults: fp32, built-in attention, seed 0, no checkpointing, whole flat buffers, whole logits.
 lm_options_t lm_options(lm_backend_t backend, int B, int T);
 
 typedef struct lm lm_t;

@@ -17,7 +17,7 @@ static float* zeroed(size_t n, mem_tag_t tag) {
 
 static int cpu_create(lm_t* m, char* err, size_t errlen) {
     const lm_options_t* o = &m->o;
-    model_cpu_create_ckpt(&m->cpu, &m->cfg, o->B, o->T, o->seed, o->ckpt);
+    model_cpu_create_head(&m->cpu, &m->cfg, o->B, o->T, o->seed, o->ckpt, o->head_chunk);
     m->in = calloc((size_t)o->B * o->T, sizeof(int32_t));
     m->tg = calloc((size_t)o->B * o->T, sizeof(int32_t));
     if (!m->in || !m->tg) DIE("out of host memory");
@@ -89,7 +89,9 @@ static int cpu_adamw(lm_t* m, const adamw_config_t* opt, int step, char* err, si
     return 0;
 }
 
-static size_t cpu_acts_bytes(const lm_t* m) { return model_cpu_acts_bytes(&m->cfg, m->o.B, m->o.T, m->o.ckpt); }
+static size_t cpu_acts_bytes(const lm_t* m) {
+    return model_cpu_acts_bytes_head(&m->cfg, m->o.B, m->o.T, m->o.ckpt, m->o.head_chunk);
+}
 
 static void cpu_set_unit_hooks(lm_t* m, const model_unit_hooks_t* hooks) { model_cpu_set_unit_hooks(&m->cpu, hooks); }
 static void cpu_set_windows(lm_t* m, float* params, float* grads, size_t lo, size_t hi) {

@@ -11,12 +11,14 @@ static int gpu_create(lm_t* m, char* err, size_t errlen) {
     if (o->ranges) {
         m->gpu = model_gpu_create_ranges(c, o->B, o->T, o->precision, o->attn, o->seed, err, errlen);
     } else if (o->flat == LM_FLAT_WHOLE) {
-        m->gpu = model_gpu_create_ckpt(c, o->B, o->T, o->precision, o->attn, o->seed, o->ckpt, err, errlen);
+        m->gpu = model_gpu_create_head(c, o->B, o->T, o->precision, o->attn, o->seed, o->ckpt, 0, 0, o->head_chunk,
+                                       err, errlen);
     } else {
         size_t total = o->flat_total;
         if (o->flat == LM_FLAT_NONE) total = MODEL_GPU_NO_FLAT;
         else if (o->flat == LM_FLAT_PARAMS) total |= MODEL_GPU_NO_FLAT_GRADS;
-        m->gpu = model_gpu_create_flat_ckpt(c, o->B, o->T, o->precision, o->attn, o->seed, total, o->ckpt, err, errlen);
+        m->gpu = model_gpu_create_head(c, o->B, o->T, o->precision, o->attn, o->seed, o->ckpt, 1, total, o->head_chunk,
+                                       err, errlen);
     }
     return m->gpu ? 0 : -1;
 }

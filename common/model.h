@@ -39,10 +39,11 @@ typedef struct {
     int d_ff;        // F
 } model_config_t;
 
-// "tiny" (CPU-sized), "small", "medium", "large", "xl", "2.7B" (SPEC.md's table; vocab 10000).
+// "tiny" (CPU-sized), "small", "medium", "large", "xl", "2.7B" (SPEC.md's table; vocab 10000),
+// "8b" (the 2026 leaderboard's class: C 4096, F 11008, L 34, NH 32, vocab 151936).
 // Returns 0, or -1 for an unknown name. context is set to `context` (the caller's choice).
 int model_config_by_name(const char* name, int context, model_config_t* out);
-#define MODEL_SIZE_CHOICES "tiny|small|medium|large|xl|2.7B"
+#define MODEL_SIZE_CHOICES "tiny|small|medium|large|xl|2.7B|8b"
 // 0 if usable, else -1 and a reason (heads that do not divide C, odd head size, C or F not
 // a multiple of 8, sizes < 1).
 int model_config_check(const model_config_t* c, char* err, size_t errlen);

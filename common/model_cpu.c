@@ -25,6 +25,16 @@ static float* alloc_f32(size_t n, mem_tag_t tag) {
 double model_cpu_bytes(const model_config_t* c, int B, int T) { return model_cpu_bytes_ckpt(c, B, T, 0); }
 
 double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt) {
+    return model_cpu_bytes_head(c, B, T, ckpt, 0);
+}
+
+// The rows of the chunked head's buffer: min(head_chunk, B·T), 0 for the whole logits.
+static size_t head_rows(int B, int T, int head_chunk) {
+    const size_t BT = (size_t)B * T;
+    return head_chunk <= 0 ? 0 : (size_t)head_chunk < BT ? (size_t)head_chunk : BT;
+}
+
+double model_cpu_bytes_head(const model_config_t* c, int B, int T, int ckpt, int head_chunk) {
     const double R = model_ckpt_res_slices(c->n_layers, ckpt), L = model_ckpt_slots(c->n_layers, ckpt);
     const double C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_heads;
     const double HS = C / NH, BT = (double)B * T;
@@ -38,6 +48,7 @@ double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt) {
               + L * B * NH * (double)T * T                      // attention probabilities (B, NH, T, T)
               + BT * C + 2.0 * BT + BT * V;                     // lnf, lnf_rstd, lse; logits
     floats += BT * (6.0 * C + 3.0 * F + V);                    // backward scratch
+    if (head_chunk > 0) floats += (double)head_rows(B, T, head_chunk) * V - 2.0 * BT * V;  // (rows, V), not 2 (N, V)
     return floats * 4.0;
 }
 
@@ -46,11 +57,15 @@ double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt) {
 // rstds (B, T), qkv (B, T, 3C), h13 and gate (B, T, 3F) together, probabilities (B, NH, T, T);
 // then lnf (B, T, C), lnf_rstd and lse (B, T), logits (B, T, V).
 size_t model_cpu_acts_bytes(const model_config_t* c, int B, int T, int ckpt) {
+    return model_cpu_acts_bytes_head(c, B, T, ckpt, 0);
+}
+
+size_t model_cpu_acts_bytes_head(const model_config_t* c, int B, int T, int ckpt, int head_chunk) {
     const size_t R = (size_t)model_ckpt_res_slices(c->n_layers, ckpt), Lk = (size_t)model_ckpt_slots(c->n_layers, ckpt);
     const size_t C = (size_t)c->d_model, F = (size_t)c->d_ff, V = (size_t)c->vocab, NH = (size_t)c->n_heads;
     const size_t BT = (size_t)B * T;
     const size_t slot = 7 * BT * C + 2 * BT + 3 * BT * F + (size_t)B * NH * T * T;
-    return (R * BT * C + Lk * slot + BT * C + 2 * BT + BT * V) * sizeof(float);
+    return (R * BT * C + Lk * slot + BT * C + 2 * BT + (head_chunk > 0 ? 0 : BT * V)) * sizeof(float);
 }
 
 int model_ckpt_parse(const char* s, int* k, char* err, size_t errlen) {
@@ -87,7 +102,13 @@ void model_cpu_create(model_cpu_t* m, const model_config_t* c, int B, int T, uin
 }
 
 void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt) {
+    model_cpu_create_head(m, c, B, T, seed, ckpt, 0);
+}
+
+void model_cpu_create_head(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt,
+                           int head_chunk) {
     char err[160];
+    if (head_chunk < 0) fail("head chunk %d: must be >= 0 rows (0: the whole logits)", head_chunk);
     if (ckpt < 0 && ckpt != MODEL_CKPT_NESTED)
         fail("checkpoint policy %d: must be 0 (none), K >= 1 (every-K) or MODEL_CKPT_NESTED", ckpt);
     if (model_config_check(c, err, sizeof err) != 0) fail("model config: %s", err);
@@ -96,7 +117,7 @@ void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T
     if (T > c->context) fail("sequence length %d is longer than the context %d", T, c->context);
     // Impossible sizes are the caller's input, said before anything is allocated (not an
     // out-of-memory death after minutes of allocating and touching pages).
-    if (!mem_fits(DEV_CPU, model_cpu_bytes_ckpt(c, B, T, ckpt), err, sizeof err))
+    if (!mem_fits(DEV_CPU, model_cpu_bytes_head(c, B, T, ckpt, head_chunk), err, sizeof err))
         fail("the %s model at batch %d x sequence %d (context %d) on the CPU %s; the attention scores "
              "grow as batch x heads x sequence^2", c->name, B, T, c->context, err);
     memset(m, 0, sizeof *m);
@@ -105,6 +126,7 @@ void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T
     m->B = B;
     m->T = T;
     m->ckpt = ckpt;
+    m->head_chunk = head_chunk;
     const size_t P = m->layout.total;
     m->params = alloc_f32(P, MEM_PARAMS);
     m->grads = alloc_f32(P, MEM_GRADS);
@@ -140,7 +162,9 @@ void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T
     a->gate = alloc_f32(L * BT * F, MEM_ACTS);
     a->lnf = alloc_f32(BT * C, MEM_ACTS);
     a->lnf_rstd = alloc_f32(BT, MEM_ACTS);
-    a->logits = alloc_f32(BT * V, MEM_ACTS);
+    // The chunked head: one (rows, V) buffer of workspace, logits and then dlogits in place.
+    const size_t HR = head_rows(B, T, head_chunk);
+    a->logits = HR ? alloc_f32(HR * V, MEM_WORKSPACE) : alloc_f32(BT * V, MEM_ACTS);
     a->lse = alloc_f32(BT, MEM_ACTS);
 
     model_cpu_scratch_t* s = &m->s;
@@ -150,7 +174,7 @@ void model_cpu_create_ckpt(model_cpu_t* m, const model_config_t* c, int B, int T
     s->datty = alloc_f32(BT * C, MEM_WORKSPACE);
     s->dh13 = alloc_f32(BT * 2 * F, MEM_WORKSPACE);
     s->dgate = alloc_f32(BT * F, MEM_WORKSPACE);
-    s->dlogits = alloc_f32(BT * V, MEM_WORKSPACE);
+    s->dlogits = HR ? NULL : alloc_f32(BT * V, MEM_WORKSPACE);
 }
 
 void model_cpu_destroy(model_cpu_t* m) {
@@ -192,6 +216,7 @@ static model_cpu_range_acts_t whole_model_view(model_cpu_t* m) {
     w.targets = m->targets;
     w.a = m->a;
     w.ckpt = m->ckpt;
+    w.head_chunk = m->head_chunk;
     return w;
 }
 
@@ -206,6 +231,9 @@ float model_cpu_forward(model_cpu_t* m, const int32_t* inputs, const int32_t* ta
              m->B, m->T);
     check_tokens(inputs, B, T, c->vocab, "input");
     if (targets) check_tokens(targets, B, T, c->vocab, "target");
+    if (!targets && m->head_chunk > 0)
+        fail("a forward without targets wants the logits, which the chunked LM head (head chunk %d) never holds; "
+             "make the model with head chunk 0", m->head_chunk);
 
     model_cpu_range_acts_t w = whole_model_view(m);
     const float loss = model_cpu_range_forward(m, &w, inputs, targets, 1.0f, B, T);

@@ -36,7 +36,7 @@ typedef struct {
     float* gate;      // (L, B, T, F)   SiLU(h1) * h3
     float* lnf;       // (B, T, C)      final RMSNorm output
     float* lnf_rstd;  // (B, T)
-    float* logits;    // (B, T, V)
+    float* logits;    // (B, T, V); with the chunked head (head_chunk > 0) (rows, V) scratch only
     float* lse;       // (B, T)         logsumexp of each logits row
 } model_cpu_acts_t;
 
@@ -48,7 +48,7 @@ typedef struct {
     float* datty;    // (B, T, C)
     float* dh13;     // (B, T, 2F)
     float* dgate;    // (B, T, F)
-    float* dlogits;  // (B, T, V)
+    float* dlogits;  // (B, T, V); NULL with the chunked head (dlogits in place over a->logits)
 } model_cpu_scratch_t;
 
 // ZeRO-3's seam (stage 07; see "units and windows" below). base NULL: the whole flat buffer.
@@ -89,6 +89,7 @@ typedef struct {
     model_unit_hooks_t hooks;   // called at unit boundaries when any is non-NULL
     int ckpt;                   // activation checkpointing: K (0 none; model_cpu_create_ckpt)
     long block_fwds;            // block forwards run so far (a counter the checkpointing tests read)
+    int head_chunk;             // the chunked LM head's rows per chunk (0: whole logits; model_cpu_create_head)
 } model_cpu_t;
 
 // Checks the config (fail(): one line, exit 2 on a bad one, on B < 1, T < 1 or T > context),
@@ -151,6 +152,29 @@ double model_cpu_bytes_ckpt(const model_config_t* c, int B, int T, int ckpt);
 // Of those, the activations (the allocator's acts tag) exactly: what checkpointing shrinks.
 size_t model_cpu_acts_bytes(const model_config_t* c, int B, int T, int ckpt);
 
+// ---- the chunked LM head + cross-entropy ---------------------------------------------------
+// The head's logits (B·T, V) are the largest activation of a model with a large vocabulary
+// (B·T·V·4 bytes, and the same again for their gradient). With head_chunk = R > 0 the model
+// never holds them: the forward runs the N = B·T rows R at a time — the chunk's logits
+// (R, V), their logsumexp kept per row (lse, N floats), the loss summed — and the backward
+// recomputes each chunk's logits from the saved final-norm output, turns them into dlogits
+// in place, and from them the chunk's rows of d(lnf) and its share of dW_head (added chunk
+// after chunk into the gradient). One (R, V) buffer replaces the (N, V) logits and the (N, V)
+// dlogits. Cost: the head's forward product runs twice. Every row's arithmetic is that of the
+// whole-logits path and dW_head's sum over rows runs in the same order, so the loss and every
+// gradient are bitwise those of head_chunk 0 (tests/test_lm.c). R >= N is one chunk of N rows.
+// A forward without targets is refused (fail(), one line): it would want the logits.
+// Pipeline ranges (model_cpu_range_acts_create) keep the whole logits.
+// The flag of every program that makes a model (--head-chunk ROWS), its help and its bound.
+#define HEAD_CHUNK_HELP "LM head + loss over this many rows at a time, never holding the (batch x context, vocab) logits (0: the whole logits)"
+#define HEAD_CHUNK_MAX (1 << 30)
+void model_cpu_create_head(model_cpu_t* m, const model_config_t* c, int B, int T, uint64_t seed, int ckpt,
+                           int head_chunk);
+double model_cpu_bytes_head(const model_config_t* c, int B, int T, int ckpt, int head_chunk);
+// The acts-tagged bytes with the chunked head: model_cpu_acts_bytes less the B·T·V·4 of the
+// logits (the chunk buffer is workspace).
+size_t model_cpu_acts_bytes_head(const model_config_t* c, int B, int T, int ckpt, int head_chunk);
+
 // Forward over inputs (B, T). With targets (B, T) returns the mean cross-entropy over B·T;
 // with targets NULL returns NAN (logits only). Logits are in m->a.logits (B, T, V).
 // Bad input is a user error (fail(), exit 2): a token id outside [0, V), B < 1, T < 1,
@@ -208,6 +232,7 @@ typedef struct {
     float* d_emb;      // (B, T, C)      embed: gradient of the embedding output
     int ckpt;          // activation checkpointing K (0 none; only the whole model sets it, see
                        // "checkpointing" below): the layout of `a` then differs
+    int head_chunk;    // the chunked LM head's rows (0: whole logits; only the whole model sets it)
 } model_cpu_range_acts_t;
 
 // Where a backward puts the range's parameter gradients.

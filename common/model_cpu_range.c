@@ -324,6 +324,73 @@ static void block_forward(model_cpu_t* m, int l, const cblk_t* p, int B, int T) 
     for (size_t i = 0; i < NC; i++) p->out[i] += p->mid[i];
 }
 
+// ---- the chunked LM head (model_cpu.h "the chunked LM head") ----------------------------------
+// Rows [r0, r0 + n) of the logits into the (rows, V) buffer: the same per-row product as the
+// whole-logits path.
+static void head_chunk_logits(model_cpu_t* m, model_cpu_range_acts_t* s, int r0, int n) {
+    const int C = m->c.d_model, V = m->c.vocab;
+    matmul_fwd_cpu(s->a.logits, s->a.lnf + (size_t)r0 * C, wparam(m, PK_HEAD, -1), n, C, V);
+}
+
+// The mean cross-entropy over N rows, a chunk at a time; lse kept for every row. The sum runs
+// over the rows in order, in double, as cross_entropy_fwd_cpu's: the same bits.
+static float head_forward_chunked(model_cpu_t* m, model_cpu_range_acts_t* s, const int32_t* targets, int N) {
+    const int V = m->c.vocab, R = s->head_chunk < N ? s->head_chunk : N;
+    double total = 0.0;
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = N - r0 < R ? N - r0 : R;
+        head_chunk_logits(m, s, r0, n);
+        (void)cross_entropy_fwd_cpu(s->a.lse + r0, s->a.logits, targets + r0, n, V);  // lse of its rows
+        for (int i = 0; i < n; i++)
+            total += (double)s->a.lse[r0 + i] - (double)s->a.logits[(size_t)i * V + targets[r0 + i]];
+    }
+    return (float)(total / N);
+}
+
+// dlogits of n rows in place: (softmax − onehot) · invN with invN = 1/N of the WHOLE batch
+// (cross_entropy_bwd_cpu's expression, whose N is its row count).
+static void ce_bwd_rows_inplace(float* z, const float* lse, const int32_t* targets, int n, int V, float invN) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float* dz = z + (size_t)i * V;
+        for (int v = 0; v < V; v++) dz[v] = expf(dz[v] - lse[i]) * invN;
+        dz[targets[i]] -= invN;
+    }
+}
+
+// dW (V, C) += dyᵀ · x over n rows: matmul_bwd_cpu's dW loop without its zeroing, so that the
+// chunks, in order, add every row in the order of one whole product.
+static void head_dw_add(float* dW, const float* dy, const float* x, int n, int C, int V) {
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < V; o++) {
+        float* dw = dW + (size_t)o * C;
+        for (int i = 0; i < n; i++) {
+            const float go = dy[(size_t)i * V + o];
+            const float* xi = x + (size_t)i * C;
+#pragma omp simd
+            for (int k = 0; k < C; k++) dw[k] += go * xi[k];
+        }
+    }
+}
+
+// The head's backward a chunk at a time: recompute the chunk's logits, dlogits in place,
+// its rows of d(lnf) into sc->dln and its share of dW_head added into dw (zeroed here).
+static void head_backward_chunked(model_cpu_t* m, model_cpu_range_acts_t* s, float* dw, int N) {
+    const int C = m->c.d_model, V = m->c.vocab, R = s->head_chunk < N ? s->head_chunk : N;
+    const float invN = 1.0f / (float)N;
+    float* z = s->a.logits;
+    memset(dw, 0, (size_t)V * C * sizeof(float));
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = N - r0 < R ? N - r0 : R;
+        head_chunk_logits(m, s, r0, n);
+        ce_bwd_rows_inplace(z, s->a.lse + r0, s->targets + r0, n, V, invN);
+        if (s->loss_scale != 1.0f)
+            for (size_t i = 0; i < (size_t)n * V; i++) z[i] *= s->loss_scale;
+        matmul_dinp_cpu(m->s.dln + (size_t)r0 * C, z, wparam(m, PK_HEAD, -1), n, C, V);
+        head_dw_add(dw, z, s->a.lnf + (size_t)r0 * C, n, C, V);
+    }
+}
+
 float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const int32_t* inputs,
                               const int32_t* targets, float loss_scale, int B, int T) {
     const model_config_t* c = &m->c;
@@ -365,6 +432,7 @@ float model_cpu_range_forward(model_cpu_t* m, model_cpu_range_acts_t* s, const i
     memcpy(s->targets, targets, (size_t)N * sizeof(int32_t));
     unit_hook(m, m->hooks.before_fwd, c->n_layers + 1);
     rmsnorm_fwd_cpu(a->lnf, a->lnf_rstd, range_out(s, NC), wparam(m, PK_LNF, -1), N, C);
+    if (s->head_chunk > 0) return head_forward_chunked(m, s, targets, N);
     matmul_fwd_cpu(a->logits, a->lnf, wparam(m, PK_HEAD, -1), N, C, V);
     return cross_entropy_fwd_cpu(a->lse, a->logits, targets, N, V);
 }
@@ -527,17 +595,26 @@ static void range_backward(model_cpu_t* m, model_cpu_range_acts_t* s, const mode
         // Loss -> logits -> lm_head and the final norm. The gradient is that of
         // loss_scale · mean loss (skipped at 1 so the whole model's bits stay the same).
         bwd_unit_begin(m, k, c->n_layers + 1);
-        cross_entropy_bwd_cpu(sc->dlogits, a->logits, a->lse, s->targets, N, V);
-        if (s->loss_scale != 1.0f)
-            for (size_t i = 0; i < (size_t)N * V; i++) sc->dlogits[i] *= s->loss_scale;
-        if (split) {
-            memcpy(s->d_logits, sc->dlogits, (size_t)N * V * sizeof(float));
-            matmul_dinp_cpu(sc->dln, sc->dlogits, wparam(m, PK_HEAD, -1), N, C, V);
-        } else {
+        if (s->head_chunk > 0 && split)
+            DIE("model_cpu_range: the chunked LM head and the split backward do not go together");
+        if (s->head_chunk > 0) {
             dw = gw_begin(&g, PK_HEAD, -1);
-            matmul_bwd_cpu(sc->dln, dw, sc->dlogits, a->lnf, wparam(m, PK_HEAD, -1), N, C, V);
+            head_backward_chunked(m, s, dw, N);
             gw_end(&g, PK_HEAD, -1, (size_t)V * C);
             ready(&g, PK_HEAD, -1);
+        } else {
+            cross_entropy_bwd_cpu(sc->dlogits, a->logits, a->lse, s->targets, N, V);
+            if (s->loss_scale != 1.0f)
+                for (size_t i = 0; i < (size_t)N * V; i++) sc->dlogits[i] *= s->loss_scale;
+            if (split) {
+                memcpy(s->d_logits, sc->dlogits, (size_t)N * V * sizeof(float));
+                matmul_dinp_cpu(sc->dln, sc->dlogits, wparam(m, PK_HEAD, -1), N, C, V);
+            } else {
+                dw = gw_begin(&g, PK_HEAD, -1);
+                matmul_bwd_cpu(sc->dln, dw, sc->dlogits, a->lnf, wparam(m, PK_HEAD, -1), N, C, V);
+                gw_end(&g, PK_HEAD, -1, (size_t)V * C);
+                ready(&g, PK_HEAD, -1);
+            }
         }
         memset(sc->dres, 0, NC * sizeof(float));
         dw = gw_begin(&g, PK_LNF, -1);

@@ -95,8 +95,12 @@ typedef enum {
 
 static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precision_t prec,
                            const attention_impl_t* attn, uint64_t seed, int ranges_only, int ckpt,
-                           flat_mode_t flat, size_t flat_total, char* err, size_t errlen) {
+                           flat_mode_t flat, size_t flat_total, int head_chunk, char* err, size_t errlen) {
     if (model_config_check(cfg, err, errlen) != 0) return NULL;
+    if (head_chunk < 0 || (head_chunk > 0 && ranges_only)) {
+        set_err(err, errlen, "head chunk %d: must be >= 0 rows, and 0 for a pipeline stage's model", head_chunk);
+        return NULL;
+    }
     if (flat != FLAT_LAZY) {  // a model made to measure is made to train: refuse what cannot
         if (attn && !attn->backward) {
             set_err(err, errlen, "attention '%s' has no backward: a model for training needs one", attn->name);
@@ -148,6 +152,7 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     m->attn = attn;
     m->ranges_only = ranges_only;
     m->ckpt = ckpt;
+    m->head_chunk = head_chunk;
     if (check_adjacent(&m->lay, m->L, err, errlen) != 0) {
         model_gpu_destroy(m);
         return NULL;
@@ -213,7 +218,11 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     if (!ranges_only) {
         m->lnf = try_alloc(N * C * es, MEM_ACTS, "final norm output", &ok, err, errlen);
         m->rstdf = try_alloc(N * 4, MEM_ACTS, "norm statistics", &ok, err, errlen);
-        m->logits = try_alloc(N * V * es, MEM_ACTS, "logits", &ok, err, errlen);
+        if (head_chunk > 0)  // one chunk's logits (then dlogits), scratch: the (N, V) never exists
+            m->logits = try_alloc((head_chunk < (int)N ? (size_t)head_chunk : N) * V * es, MEM_WORKSPACE,
+                                  "logits of a head chunk", &ok, err, errlen);
+        else
+            m->logits = try_alloc(N * V * es, MEM_ACTS, "logits", &ok, err, errlen);
         m->ce_lse = try_alloc(N * 4, MEM_ACTS, "loss statistics", &ok, err, errlen);
         m->losses = try_alloc(N * 4, MEM_ACTS, "losses", &ok, err, errlen);
     }
@@ -279,12 +288,12 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
 model_gpu_t* model_gpu_create(const model_config_t* cfg, int B, int T, model_precision_t prec,
                               const attention_impl_t* attn, uint64_t seed, char* err,
                               size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 0, 0, FLAT_LAZY, 0, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 0, 0, FLAT_LAZY, 0, 0, err, errlen);
 }
 model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, int ckpt, char* err,
                                    size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 0, ckpt, FLAT_LAZY, 0, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 0, ckpt, FLAT_LAZY, 0, 0, err, errlen);
 }
 model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                    const attention_impl_t* attn, uint64_t seed, size_t flat_total, char* err,
@@ -301,8 +310,22 @@ model_gpu_t* model_gpu_create_flat_ckpt(const model_config_t* cfg, int B, int T,
         return NULL;
     }
     const flat_mode_t mode = flat_total == MODEL_GPU_NO_FLAT ? FLAT_NONE : no_grads ? FLAT_PARAMS : FLAT_GIVEN;
-    return create(cfg, B, T, prec, attn, seed, 0, ckpt, mode, flat_total, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 0, ckpt, mode, flat_total, 0, err, errlen);
 }
+model_gpu_t* model_gpu_create_head(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                   const attention_impl_t* attn, uint64_t seed, int ckpt, int flat, size_t flat_total,
+                                   int head_chunk, char* err, size_t errlen) {
+    if (!flat) return create(cfg, B, T, prec, attn, seed, 0, ckpt, FLAT_LAZY, 0, head_chunk, err, errlen);
+    const int no_grads = (flat_total & MODEL_GPU_NO_FLAT_GRADS) != 0;
+    flat_total &= ~MODEL_GPU_NO_FLAT_GRADS;
+    if (no_grads && flat_total == MODEL_GPU_NO_FLAT) {
+        set_err(err, errlen, "MODEL_GPU_NO_FLAT_GRADS needs a parameter length (it keeps the flat parameters)");
+        return NULL;
+    }
+    const flat_mode_t mode = flat_total == MODEL_GPU_NO_FLAT ? FLAT_NONE : no_grads ? FLAT_PARAMS : FLAT_GIVEN;
+    return create(cfg, B, T, prec, attn, seed, 0, ckpt, mode, flat_total, head_chunk, err, errlen);
+}
+int model_gpu_head_chunk(const model_gpu_t* m) { return m->head_chunk; }
 int model_gpu_ckpt(const model_gpu_t* m) { return m->ckpt; }
 // The acts-tagged allocations of create() above, exactly (keep the two together).
 size_t model_gpu_acts_bytes(const model_gpu_t* m) {
@@ -314,11 +337,11 @@ size_t model_gpu_acts_bytes(const model_gpu_t* m) {
            + 2 * L * N * C * es + 2 * L * N * 4     // ln1, ln2; rstd1, rstd2
            + L * N * 3 * C * es + att               // qkv; attention
            + L * N * C * es + L * N * 2 * F * es    // atty; h13
-           + N * C * es + N * 4 + N * V * es + 2 * N * 4;  // lnf, rstdf, logits, ce_lse + losses
+           + N * C * es + N * 4 + (m->head_chunk > 0 ? 0 : N * V * es) + 2 * N * 4;  // lnf, rstdf, logits, ce_lse + losses
 }
 model_gpu_t* model_gpu_create_ranges(const model_config_t* cfg, int B, int T, model_precision_t prec,
                                      const attention_impl_t* attn, uint64_t seed, char* err, size_t errlen) {
-    return create(cfg, B, T, prec, attn, seed, 1, 0, FLAT_LAZY, 0, err, errlen);
+    return create(cfg, B, T, prec, attn, seed, 1, 0, FLAT_LAZY, 0, 0, err, errlen);
 }
 
 void model_gpu_destroy(model_gpu_t* m) {
@@ -385,6 +408,8 @@ float model_gpu_forward(model_gpu_t* m, const int32_t* d_inputs, const int32_t* 
 }
 
 void model_gpu_get_logits(model_gpu_t* m, float* host) {
+    if (m->head_chunk > 0)
+        fail("the chunked LM head (head chunk %d) never holds the logits; make the model with head chunk 0", m->head_chunk);
     const size_t n = (size_t)m->N * m->V;
     if (m->adt == DT_F32) {
         CUDA_CHECK(cudaMemcpyAsync(host, m->logits, n * 4, cudaMemcpyDeviceToHost, m->stream));

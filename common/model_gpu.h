@@ -56,6 +56,19 @@ model_gpu_t* model_gpu_create_ckpt(const model_config_t* cfg, int B, int T, mode
                                    const attention_impl_t* attn, uint64_t seed, int ckpt, char* err,
                                    size_t errlen);
 int model_gpu_ckpt(const model_gpu_t* m);  // K (0 none)
+// The chunked LM head + cross-entropy (model_cpu.h "the chunked LM head"; lm.h head_chunk):
+// as model_gpu_create_ckpt (flat 0) or model_gpu_create_flat_ckpt (flat 1, flat_total as
+// there) with head_chunk > 0: the logits buffer is (min(head_chunk, N), V) workspace instead
+// of (N, V) activations, the forward and backward run the head chunk by chunk (the backward
+// recomputes each chunk's logits; dW_head's GEMMs add, beta 1). The loss and every gradient
+// but dW_head are those of head_chunk 0 up to the GEMMs' blocking over a shorter M; dW_head
+// sums its rows in another order (tests/test_lm.c gives the tolerances). A forward without
+// targets and model_gpu_get_logits are refused (one line, exit 2). head_chunk 0: the same as
+// those two.
+model_gpu_t* model_gpu_create_head(const model_config_t* cfg, int B, int T, model_precision_t prec,
+                                   const attention_impl_t* attn, uint64_t seed, int ckpt, int flat, size_t flat_total,
+                                   int head_chunk, char* err, size_t errlen);
+int model_gpu_head_chunk(const model_gpu_t* m);
 size_t model_gpu_acts_bytes(const model_gpu_t* m);  // its acts-tagged bytes, exactly (what K shrinks)
 // A model made to train with flat buffers of the caller's length from the start (stage 07), so
 // that setting up a sharded trainer never holds two copies of them (model_gpu_pad_flat's

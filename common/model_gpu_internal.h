@@ -83,6 +83,8 @@ struct model_gpu {
     int ckpt;              // activation checkpointing K (0 none): the per-layer arrays above
                            // then hold min(K, L) slots and resid1 the checkpoints (model_gpu_pass.c)
     int ranges_only;       // model_gpu_create_ranges: no whole-model activations (resid1.. NULL)
+    int head_chunk;        // the chunked LM head's rows (0: whole logits); logits is then (rows, V)
+                           // workspace (model_gpu_create_head)
     float* dw_tmp;         // (C) a norm's weight gradient before it is added (ADD sinks only)
 };
 
@@ -126,6 +128,13 @@ void mg_head_forward(model_gpu_t* m, const float* x, void* lnf, float* rstdf, vo
 // head: scale = d(loss)/d(sum of row losses) (1/N for the mean, loss_scale/N in a pipeline).
 // split 1 (the input pass): no LM head weight gradient; the logits buffer keeps dlogits for
 // mg_head_backward_weight.
+// The chunked LM head of the whole model (m->head_chunk > 0; model_cpu.h "the chunked LM
+// head"): the forward a chunk of rows at a time into the (rows, V) logits buffer (lse and
+// losses kept per row, then the mean); the backward recomputes each chunk's logits, dlogits in
+// place, dW_head added chunk after chunk (GEMM beta 1), d(lnf) rows, then the final norm.
+void mg_head_forward_chunked(model_gpu_t* m, const float* x, const int32_t* targets);
+void mg_head_backward_chunked(model_gpu_t* m, const float* x, const int32_t* targets, float scale,
+                              grad_ready_fn hook, void* ctx);
 void mg_head_backward(model_gpu_t* m, const float* x, const void* lnf, const float* rstdf, void* logits,
                       const int32_t* targets, const float* ce_lse, float scale, float beta, int split,
                       grad_ready_fn hook, void* ctx);

@@ -96,6 +96,25 @@ void mg_head_forward(model_gpu_t* m, const float* x, void* lnf, float* rstdf, vo
     k_cross_entropy_fwd(m->adt, logits, targets, ce_lse, losses, d_loss, N, V, m->stream);
 }
 
+// Rows [r0, r0 + n) of the logits into the (rows, V) buffer.
+static void head_chunk_logits(model_gpu_t* m, int r0, int n) {
+    const int C = m->C, V = m->V;
+    const char* lnf = (const char*)m->lnf + (size_t)r0 * C * m->asz;
+    mm_rm(&m->mm, 0, 1, n, V, C, 1.0f, lnf, m->adt, C, mg_weight(m, PK_HEAD, -1), m->adt, C, 0.0f, m->logits,
+          m->adt, V);
+}
+
+void mg_head_forward_chunked(model_gpu_t* m, const float* x, const int32_t* targets) {
+    const int N = m->N, C = m->C, V = m->V, R = m->head_chunk < N ? m->head_chunk : N;
+    k_rmsnorm_fwd(m->adt, x, mg_param(m, PK_LNF, -1), m->lnf, m->rstdf, N, C, RMS_EPS, m->stream);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = N - r0 < R ? N - r0 : R;
+        head_chunk_logits(m, r0, n);
+        k_cross_entropy_rows(m->adt, m->logits, targets + r0, m->ce_lse + r0, m->losses + r0, n, V, m->stream);
+    }
+    k_loss_mean(m->losses, m->d_loss, N, m->stream);
+}
+
 void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int32_t* d_targets) {
     if (m->ranges_only) DIE("model_gpu_forward: this model was made by model_gpu_create_ranges (no whole-model activations)");
     const int L = m->L;
@@ -116,8 +135,14 @@ void model_gpu_forward_async(model_gpu_t* m, const int32_t* d_inputs, const int3
         mg_block_forward(m, l, &b);
     }
     mg_unit_hook(m, m->hooks.before_fwd, L + 1);
-    mg_head_forward(m, m->resid1 + final_slice(m) * m->N * m->C, m->lnf, m->rstdf, m->logits, d_targets, m->ce_lse,
-                    m->losses, m->d_loss);
+    if (!d_targets && m->head_chunk > 0)
+        fail("a forward without targets wants the logits, which the chunked LM head (head chunk %d) never holds; "
+             "make the model with head chunk 0", m->head_chunk);
+    if (m->head_chunk > 0)
+        mg_head_forward_chunked(m, m->resid1 + final_slice(m) * m->N * m->C, d_targets);
+    else
+        mg_head_forward(m, m->resid1 + final_slice(m) * m->N * m->C, m->lnf, m->rstdf, m->logits, d_targets,
+                        m->ce_lse, m->losses, m->d_loss);
     m->last_targets = d_targets;
     m->last_inputs = d_inputs;
     nvtx_pop();
@@ -196,6 +221,28 @@ void mg_head_backward(model_gpu_t* m, const float* x, const void* lnf, const flo
     k_rmsnorm_bwd(a, m->dln, x, mg_param(m, PK_LNF, -1), rstdf, m->dres,
                   m->prec == MP_BF16 ? m->dres_lp : NULL, 0, norm_dw(m, PK_LNF, -1, beta), m->dw_partial, N, C, s);
     norm_dw_done(m, PK_LNF, -1, beta);
+    ready(m, hook, ctx, PK_LNF, -1);
+}
+
+void mg_head_backward_chunked(model_gpu_t* m, const float* x, const int32_t* targets, float scale,
+                              grad_ready_fn hook, void* ctx) {
+    const int N = m->N, C = m->C, V = m->V, R = m->head_chunk < N ? m->head_chunk : N;
+    const dtype_t a = m->adt;
+    cudaStream_t s = m->stream;
+    float* dW = mg_grad(m, PK_HEAD, -1);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = N - r0 < R ? N - r0 : R;
+        const char* lnf = (const char*)m->lnf + (size_t)r0 * C * m->asz;
+        head_chunk_logits(m, r0, n);
+        k_cross_entropy_bwd(a, m->logits, targets + r0, m->ce_lse + r0, scale, n, V, s);
+        // dW_head (V, C) = Σ over chunks of dlogitsᵀ · lnf rows: the first written, the rest added
+        mm_rm(&m->mm, 1, 0, V, C, n, 1.0f, m->logits, a, V, lnf, a, C, r0 == 0 ? 0.0f : 1.0f, dW, DT_F32, C);
+        mm_rm(&m->mm, 0, 0, n, C, V, 1.0f, m->logits, a, V, mg_weight(m, PK_HEAD, -1), a, C, 0.0f,
+              (char*)m->dln + (size_t)r0 * C * m->asz, a, C);
+    }
+    ready(m, hook, ctx, PK_HEAD, -1);
+    k_rmsnorm_bwd(a, m->dln, x, mg_param(m, PK_LNF, -1), m->rstdf, m->dres,
+                  m->prec == MP_BF16 ? m->dres_lp : NULL, 0, norm_dw(m, PK_LNF, -1, 0.0f), m->dw_partial, N, C, s);
     ready(m, hook, ctx, PK_LNF, -1);
 }
 
@@ -304,8 +351,11 @@ int model_gpu_backward(model_gpu_t* m, grad_ready_fn hook, void* ctx, char* err,
     nvtx_push("backward");
     // Loss and LM head. dlogits = (softmax − onehot) / N, in place over the logits.
     mg_unit_hook(m, m->hooks.before_bwd, L + 1);  // ZeRO-3: unit L+1 = ln_final + lm_head
-    mg_head_backward(m, m->resid1 + final_slice(m) * N * m->C, m->lnf, m->rstdf, m->logits, m->last_targets, m->ce_lse,
-                     1.0f / (float)N, 0.0f, 0, hook, ctx);
+    if (m->head_chunk > 0)
+        mg_head_backward_chunked(m, m->resid1 + final_slice(m) * N * m->C, m->last_targets, 1.0f / (float)N, hook, ctx);
+    else
+        mg_head_backward(m, m->resid1 + final_slice(m) * N * m->C, m->lnf, m->rstdf, m->logits, m->last_targets,
+                         m->ce_lse, 1.0f / (float)N, 0.0f, 0, hook, ctx);
     mg_unit_hook(m, m->hooks.after_bwd, L + 1);
     if (m->ckpt == 0) {
         for (int l = L - 1; l >= 0; l--) {

@@ -55,6 +55,11 @@ void k_embedding_bwd(const int32_t* tokens, const float* dx, float* dE, int N, i
 // target out of range); loss[0] = mean of losses (one block, deterministic order).
 void k_cross_entropy_fwd(dtype_t adt, const void* logits, const int32_t* targets, float* lse,
                          float* losses, float* loss, int N, int V, cudaStream_t s);
+// The same per row, without the mean (the chunked LM head runs it chunk by chunk) ...
+void k_cross_entropy_rows(dtype_t adt, const void* logits, const int32_t* targets, float* lse,
+                          float* losses, int N, int V, cudaStream_t s);
+// ... and then loss[0] = mean of the N losses (k_cross_entropy_fwd's own mean kernel).
+void k_loss_mean(const float* losses, float* loss, int N, cudaStream_t s);
 // In place: logits := (softmax(logits) - onehot(target)) * scale.
 void k_cross_entropy_bwd(dtype_t adt, void* logits, const int32_t* targets, const float* lse,
                          float scale, int N, int V, cudaStream_t s);

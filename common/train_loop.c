@@ -15,7 +15,7 @@
 #include "common/timer.h"
 
 train_flags_t train_flags_default(void) {
-    train_flags_t f = {"tiny", 32, 2, "fp32", "naive", 5, 2, "auto", 1, 1e-3, "", 0};
+    train_flags_t f = {"tiny", 32, 2, "fp32", "naive", 5, 2, "auto", 1, 1e-3, "", 0, 0};
     return f;
 }
 
@@ -33,6 +33,7 @@ int train_flags_opts(train_flags_t* f, cli_opt_t* o) {
     o[n++] = (cli_opt_t){"lr", CLI_DOUBLE, &f->lr, "1e-3", "AdamW learning rate", NULL};
     o[n++] = (cli_opt_t){"csv", CLI_STR, &f->csv, "", "append the timing rows to this CSV (rank 0)", NULL};
     o[n++] = (cli_opt_t){"comm-timeout", CLI_DOUBLE, &f->comm_timeout, "0", COMM_TIMEOUT_HELP, NULL};
+    o[n++] = (cli_opt_t){"head-chunk", CLI_INT, &f->head_chunk, "0", HEAD_CHUNK_HELP, NULL};
     return n;
 }
 
@@ -49,6 +50,8 @@ void train_flags_check(const train_flags_t* f, int layers, train_setup_t* s) {
     if (f->steps < 1 || f->steps > 100000) BAD("--steps: %d is out of range (1..100000)", f->steps);
     if (f->warmup < 0 || f->warmup > 1000) BAD("--warmup: %d is out of range (0..1000)", f->warmup);
     if (!(f->lr > 0 && f->lr < 10)) BAD("--lr: %g is out of range (0, 10)", f->lr);
+    if (f->head_chunk < 0 || f->head_chunk > HEAD_CHUNK_MAX)
+        BAD("--head-chunk: %d is out of range (0 for the whole logits, or 1..%d rows)", f->head_chunk, HEAD_CHUNK_MAX);
     comm_backend_choose(f->backend, &s->backend);  // the flag's choices were checked by the parser
     s->precision = strcmp(f->precision, "bf16") == 0 ? MP_BF16 : MP_FP32;
     if (s->backend == COMM_MPI && s->precision != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
@@ -65,6 +68,7 @@ void train_setup(train_setup_t* s, lm_options_t o) {
     o.T = s->f.context;
     o.precision = s->precision;
     o.attn = s->attn;
+    o.head_chunk = s->f.head_chunk;
     replica_create(&s->rep, s->c, &s->cfg, o, s->f.seed);
 }
 

@@ -42,10 +42,11 @@ typedef struct {
     double lr;              // AdamW's learning rate
     const char* csv;        // rank 0 appends its rows here ("" none)
     double comm_timeout;    // --comm-timeout (0: the default)
+    int head_chunk;         // --head-chunk ROWS: the chunked LM head (lm.h head_chunk; 0 the whole logits)
 } train_flags_t;
 
 train_flags_t train_flags_default(void);  // tiny, context 32, batch 2, 5 steps after 2, lr 1e-3
-#define TRAIN_FLAGS_N 12
+#define TRAIN_FLAGS_N 13
 // Fills opts[0 .. TRAIN_FLAGS_N) with the shared flags bound to f; returns TRAIN_FLAGS_N.
 int train_flags_opts(train_flags_t* f, cli_opt_t* opts);
 
