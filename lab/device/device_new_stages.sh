@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU runs of the newest pieces on 2 GPUs, binaries built on the machine: stage 10's ring
+# (tests, checks, benchmarks beside PyTorch's context_parallel), the chunked LM head, stage 05's
+# hierarchical all-reduce under two emulated nodes. Parts (default all): cp head hier.
+#   OUT=$OUT lab/device/device_new_stages.sh [part...]
+# Logs under results/newstages/, packed into $OUT/newstages.tgz after every step.
+set -u
+B=${B:-build}
+O=${OUT:?set OUT}; L=results/newstages; mkdir -p "$L"
+source lab/device/device_lib.sh
+export NCCL_NVLS_ENABLE=0
+pack() { tar czf "$O/newstages.tgz" "$L" 2>/dev/null; }
+for part in ${*:-cp head hier}; do
+  case $part in
+  cp)
+    step cp_tests 120 "$B/10_context/test_10" --jobs 1 --filter 'ring_gpu/*'; pack
+    for dt in f32 bf16; do for sp in plain zigzag; do
+      step cp_check_${dt}_$sp 40 scripts/mpirun.sh 2 "$B/10_context/ring_check" --backend nccl --dtype $dt --split $sp \
+        --causal 1 --N 4099 --d 128 --BH 4; pack
+    done; done
+    for N in 32768 131072; do for sp in plain zigzag; do
+      step cp_bench_${sp}_$N 60 scripts/mpirun.sh 2 "$B/10_context/ring_bench" --N $N --d 128 --heads 16 --causal 1 \
+        --split $sp --dtype bf16 --warmup 3 --iters 10 --csv "$L/ring_bench.csv"; pack
+    done
+      step cp_torch_$N 90 python3 -m torch.distributed.run --nproc_per_node 2 10_context/bench_torch.py --N $N --d 128 \
+        --heads 16 --causal 1 --iters 10 --csv "$L/torch.csv"; pack
+    done ;;
+  head)
+    step head_tests 120 "$B/tests/test_common" --jobs 1 --filter 'head_chunk/gpu_*'; pack
+    step head_acct 60 "$B/07_zero/test_07" --jobs 1 --filter 'accounting/lm_acts_formula_is_the_gpu_models'; pack
+    for hc in 0 2048; do
+      step head_mem_$hc 90 "$B/04_flashattn_bwd/benchmark" --model 2.7B --context 4096 --batch 4 --precision bf16 \
+        --attention flash --checkpoint block --memory --warmup 1 --steps 3 --head-chunk $hc; pack
+    done ;;
+  hier)
+    step hier_tests 120 "$B/05_collectives/test_05" --jobs 1 --filter 'emulated_nccl/hier*'; pack
+    step hier_check 60 scripts/mpirun.sh --emulate-nodes 2 2 "$B/05_collectives/collectives_check" --backend nccl \
+      --counts 0,1,7,1000,65537,1000003; pack
+    step hier_bench 90 scripts/mpirun.sh --emulate-nodes 2 2 "$B/05_collectives/allreduce_bench" \
+      --backends nccl,ring-nccl,hier-nccl --sizes 1M,10M,100M,1G --iters 5 --warmup 2; pack ;;
+  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp head hier" >&2; exit 2 ;;
+  esac
+done
+cat "$O/steps.txt"
