@@ -42,6 +42,8 @@ typedef struct {
     double lr;              // AdamW's learning rate
     const char* csv;        // rank 0 appends its rows here ("" none)
     double comm_timeout;    // --comm-timeout (0: the default)
+    int bf16_cpu;           // set by a program (not a flag): --precision bf16 allowed on the MPI
+                            // backend (the CPU model's bf16 parameters, model_cpu.h)
 } train_flags_t;
 
 train_flags_t train_flags_default(void);  // tiny, context 32, batch 2, 5 steps after 2, lr 1e-3
