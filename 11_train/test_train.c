@@ -412,7 +412,7 @@ static double csv_norm(const char* d, int row) {
 // (the rounding happened), every parameter within 2 x steps x lr (each AdamW step moves one by
 // at most about lr); the other modes keep bf16 on the GPU, refused in one line.
 Test(train_zero, zero3_bf16_on_the_cpu_near_fp32_on_2_ranks, .timeout = 120) {
-    const char* common = "--steps 6 --context 16 --batch 2 --lr 1e-3 --log-every 100 --eval-every 6";
+    const char* common = "--steps 10 --context 16 --batch 2 --lr 1e-3 --log-every 100 --eval-every 10";
     char d32[512], d16[512];
     snprintf(d32, sizeof d32, "%s", test_path("z3f32"));
     snprintf(d16, sizeof d16, "%s", test_path("z3bf16"));
@@ -426,7 +426,7 @@ Test(train_zero, zero3_bf16_on_the_cpu_near_fp32_on_2_ranks, .timeout = 120) {
     cr_assert_eq(n32, n16);
     cr_assert(memcmp(a, b, n32) != 0, "bf16 parameters must change the run");
     for (size_t i = 0; i < n32 / sizeof(float); i++)
-        cr_assert(fabs((double)a[i] - b[i]) <= 2 * 6 * 1e-3, "parameter %zu: %.9g (fp32) vs %.9g (bf16)", i, a[i], b[i]);
+        cr_assert(fabs((double)a[i] - b[i]) <= 2 * 10 * 1e-3, "parameter %zu: %.9g (fp32) vs %.9g (bf16)", i, a[i], b[i]);
     free(a), free(b);
     st = train(2, "--zero 1 --precision bf16 --steps 1");
     cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
