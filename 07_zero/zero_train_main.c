@@ -279,7 +279,8 @@ static int check_run(trainer_t* t, zero_layer_t* L, result_t* R, const step_watc
         if (r == 0)
             printf("  %-7s grads %s the shard on every rank (4 x %zu = %zu bytes, no whole-model gradient buffer); working buffers %s %zu bytes on every rank (workspace: %s)\n",
                    name, z3_ok[0] ? "==" : "!=", S, S * sizeof(float), z3_ok[1] ? "==" : "!=", work,
-                   kind == ZL_ZERO3 ? "2 parameter + 2 gradient buffers of the largest padded unit"
+                   kind == ZL_ZERO3 ? (t->s.precision == MP_BF16 ? "2 parameter + 2 gradient buffers of the largest padded unit, the shard's bf16 copy and 2 bf16 parameter buffers"
+                                                                 : "2 parameter + 2 gradient buffers of the largest padded unit")
                                         : "2 gradient buffers of the largest padded unit + one piece");
         if (!state_ok || !z3_ok[0] || !z3_ok[1]) status = 1;
     }

@@ -152,6 +152,10 @@ Test(train_resume, zero3_2_ranks_killed_mid_step_is_bitexact, .timeout = 120) {
 Test(train_resume, zero3_2_ranks_accum_2_killed_mid_step_is_bitexact, .timeout = 120) {
     resume_bitexact(2, "--zero 3 --accum 2 --batch 2", "zero3a");
 }
+// bf16 ZeRO-3: the checkpoint holds the fp32 masters; the bf16 compute copy is remade from them.
+Test(train_resume, zero3_bf16_2_ranks_killed_mid_step_is_bitexact, .timeout = 120) {
+    resume_bitexact(2, "--zero 3 --precision bf16", "zero3b");
+}
 
 // The save's and the resume's lines give their times. The save (1 process: rank 0 writes every
 // file): "checkpoint: DIR (N ms: X ms host copy, Y ms checksum, Z ms write+fsync; rank 0 wrote B
@@ -905,6 +909,10 @@ Test(train_gpu, killed_2_gpus_zero2_resumes_bitexact, .timeout = 300) {
     resume_bitexact(test_gpu_ranks(), "--backend nccl --zero 2 --bucket-mb 0.05", "g2z2");
 }
 Test(train_gpu, killed_2_gpus_zero3_resumes_bitexact, .timeout = 300) { NEED_GPU_RANKS(); resume_bitexact(test_gpu_ranks(), "--backend nccl --zero 3", "g2z3"); }
+Test(train_gpu, killed_2_gpus_zero3_bf16_resumes_bitexact, .timeout = 300) {
+    NEED_GPU_RANKS();
+    resume_bitexact(test_gpu_ranks(), "--backend nccl --zero 3 --precision bf16", "g2z3b");
+}
 // --pp on 2 GPUs (the GPU executor, fp32, one GPU a pipeline rank): the loss falls, and a killed
 // run resumes bit-exact (device against device).
 Test(train_gpu, pp2_2_gpus_loss_falls, .timeout = 300) {
