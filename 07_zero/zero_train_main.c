@@ -406,7 +406,7 @@ static int check_single(trainer_t* t, single_ref_t* R, const char* name, const f
         }
         printf("check-single: %s against one %s model: %s; %zu of %zu parameters beyond atol %g + rtol %g%s, max |diff| %.3g "
                "at %zu (bound 2 x steps x lr = %g); %d of %d losses beyond rtol %.3g (max %.3g; last %.6f vs %.6f)\n",
-               name, j || !bf16 ? "fp32" : "bf16-parameter", bad || lbad ? "FAIL" : "ok", out, n, SINGLE_ATOL, SINGLE_RTOL,
+               name, j || !bf16 ? "fp32" : gpu_bf16 ? "bf16 (mixed-precision GPU)" : "bf16-parameter", bad || lbad ? "FAIL" : "ok", out, n, SINGLE_ATOL, SINGLE_RTOL,
                loose ? " (not required)" : "", worst_err, worst, bound, lbad, steps, lrtol, lworst, loss[steps - 1], R->loss[j][steps - 1]);
         status |= bad != 0 || lbad != 0;
     }
