@@ -2,6 +2,7 @@
 // - the CPU model's bf16 parameters (model_cpu.h): its loss and gradients are the bits of the
 //   fp32 model run on the rounded parameters, its masters stay fp32, and an AdamW step changes
 //   what the next forward reads;
+// - the GPU model in bf16 through fp32 + bf16 windows: the model on the rounded weights;
 // - the bf16 collectives (build/07_zero/bf16_comm_check) on 1-4 ranks over MPI: all-gather bits,
 //   reduce-scatter sum/avg;
 // - zero_train --zero 3 --precision bf16 on 2, 3, 4 ranks against one unsharded model of the same
@@ -85,6 +86,78 @@ Test(fsdp_cpu_model, bf16_parameters_are_the_fp32_model_on_rounded_weights) {
     free(p), free(q), free(g1), free(g2);
     lm_destroy(mp);
     lm_destroy(ref);
+}
+
+// The GPU model in bf16 through windows (what bf16 ZeRO-3 hands it): an fp32 window holding the
+// rounded weights and a bf16 window holding their bits, over device copies, unit by unit, with
+// the model's own flat buffers absent (LM_FLAT_NONE). It must compute what the same bf16 model
+// with flat buffers computes on masters already rounded to bf16 (its own bf16 copy is then the
+// same bits): the loss equal, the gradients within rtol 1e-5 (the embedding's gradient adds
+// with atomics, in an order the GPU decides).
+typedef struct {
+    lm_t* m;
+    const model_config_t* cfg;
+    float *p, *g;   // device: the rounded weights (fp32), the gradients
+    uint16_t* p16;  // device: their bf16 bits
+} gwin_t;
+static void gwin_set(gwin_t* w, int u, int grads) {
+    size_t b, e;
+    model_unit_span(lm_layout(w->m), w->cfg, u, &b, &e);
+    lm_set_windows(w->m, w->p + b, grads ? w->g + b : NULL, b, e);
+    lm_set_windows_bf16(w->m, w->p16 + b, b, e);
+}
+static void gwin_fwd(void* ctx, int u) { gwin_set(ctx, u, 0); }
+static void gwin_bwd(void* ctx, int u) { gwin_set(ctx, u, 1); }
+
+Test(fsdp_gpu_model, bf16_windows_are_the_model_on_rounded_weights) {
+    SKIP_WITHOUT_GPU();
+    model_config_t cfg;
+    cr_assert_eq(model_config_by_name("tiny", 16, &cfg), 0);
+    const int B = 2, T = 16;
+    char err[256];
+    lm_options_t o = lm_options(LM_GPU, B, T);
+    o.seed = 5;
+    o.precision = MP_BF16;
+    lm_t* a = lm_create(&cfg, &o, err, sizeof err);
+    cr_assert(a, "%s", err);
+    o.flat = LM_FLAT_NONE;
+    lm_t* m = lm_create(&cfg, &o, err, sizeof err);
+    cr_assert(m, "%s", err);
+    const size_t n = lm_layout(a)->total;
+    float* q = malloc(n * sizeof(float));
+    uint16_t* q16 = malloc(n * sizeof(uint16_t));
+    float* ga = malloc(n * sizeof(float));
+    float* gm = malloc(n * sizeof(float));
+    lm_get_params(a, q);
+    for (size_t i = 0; i < n; i++) q16[i] = bf16_from_f32(q[i]), q[i] = f32_from_bf16(q16[i]);
+    lm_set_params(a, q);
+    gwin_t w = {m, &cfg, mem_alloc(DEV_CUDA, n * sizeof(float), MEM_WORKSPACE), mem_alloc(DEV_CUDA, n * sizeof(float), MEM_WORKSPACE),
+                mem_alloc(DEV_CUDA, n * sizeof(uint16_t), MEM_WORKSPACE)};
+    CUDA_CHECK(cudaMemcpy(w.p, q, n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(w.p16, q16, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(w.g, 0, n * sizeof(float)));
+    const model_unit_hooks_t h = {gwin_fwd, gwin_bwd, NULL, &w};
+    lm_set_unit_hooks(m, &h);
+    int32_t in[32], tg[32];
+    tokens(in, tg, B * T, cfg.vocab);
+    lm_set_tokens(a, in, tg);
+    lm_set_tokens(m, in, tg);
+    lm_forward_async(a);
+    lm_forward_async(m);
+    const float la = lm_loss(a), lm = lm_loss(m);
+    cr_assert(memcmp(&la, &lm, sizeof la) == 0, "loss %.9g through bf16 windows, %.9g on the rounded weights", lm, la);
+    cr_assert_eq(lm_backward(a, NULL, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(lm_backward(m, NULL, NULL, err, sizeof err), 0, "%s", err);
+    lm_get_grads(a, ga);
+    CUDA_CHECK(cudaStreamSynchronize(lm_stream(m)));
+    CUDA_CHECK(cudaMemcpy(gm, w.g, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabs((double)gm[i] - ga[i]) <= 1e-7 + 1e-5 * fabs((double)ga[i]), "gradient %zu: %.9g vs %.9g", i, gm[i], ga[i]);
+    lm_set_unit_hooks(m, NULL);
+    mem_free(w.p), mem_free(w.g), mem_free(w.p16);
+    free(q), free(q16), free(ga), free(gm);
+    lm_destroy(a);
+    lm_destroy(m);
 }
 
 // ------------------------------------------------------------------ the bf16 collectives

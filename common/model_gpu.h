@@ -73,7 +73,7 @@ size_t model_gpu_acts_bytes(const model_gpu_t* m);  // its acts-tagged bytes, ex
 // Either way the gradient buffer and the backward scratch are allocated now (model_gpu_create
 // does it at the first backward), so the allocator's peak after creation is the training
 // footprint less the optimizer. Returns NULL with a reason (as model_gpu_create; also: a
-// length below the layout's, bf16 without flat buffers, an attention without a backward).
+// length below the layout's, bf16 without a flat gradient buffer, an attention without a backward).
 #define MODEL_GPU_NO_FLAT ((size_t)0)
 #define MODEL_GPU_NO_FLAT_GRADS ((size_t)1 << 62)  // a flag OR'd into flat_total (no length reaches it)
 model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
