@@ -7,10 +7,18 @@ step, warm-up, the median, the slowest rank), with PyTorch's answer to each of o
   zero   DDP + ZeroRedundancyOptimizer(AdamW): optimizer state sharded  (ours: --zero 1 / course)
   fsdp   FSDP2 fully_shard on every block, then the root: parameters,   (ours: --zero 3)
          gradients and optimizer state sharded, each block gathered for its forward and backward
+--precision bf16: the mixed-precision side by side with ours (zero_train --precision bf16):
+  none, ddp, zero  under torch.autocast(bf16): fp32 parameters, gradients and AdamW state, bf16
+                   matmul operands (ours: the GPU model's MP_BF16 at --zero 0 / 1);
+  fsdp             fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=bf16,
+                   reduce_dtype=--reduce-dtype)): each block's all-gather moves bf16 (half the
+                   bytes), the sharded parameters and AdamW state stay fp32 (ours: --zero 3
+                   --precision bf16 --reduce-dtype fp32|bf16).
 Memory: torch.cuda.max_memory_allocated per rank, the largest over ranks, both over the whole
 run (first steps included: the optimizer state appears in step 1) and over the measured steps
 alone (peak stats reset after the warm-up): the "steady" peak the issue compares.
     python3 -m torch.distributed.run --standalone --nproc_per_node 2 07_zero/bench_torch_zero.py --model xl
+    python3 -m torch.distributed.run --standalone --nproc_per_node 2 07_zero/bench_torch_zero.py --model xl --precision bf16
 Rank 0 prints one line per variant and appends rows to --csv.
 """
 import argparse
@@ -27,7 +35,7 @@ from torch_model import append_csv, config_by_name, dist_setup, timing_model  # 
 VARIANTS = ("none", "ddp", "zero", "fsdp")
 
 
-def build(variant, cfg, sdpa, lr):
+def build(variant, cfg, sdpa, lr, bf16=False, reduce_dtype="fp32"):
     model = timing_model(cfg, sdpa)
     net = model
     if variant == "ddp" or variant == "zero":
@@ -37,9 +45,14 @@ def build(variant, cfg, sdpa, lr):
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)
     elif variant == "fsdp":
         from torch.distributed.fsdp import fully_shard
+        kw = {}
+        if bf16:  # parameters cast to bf16 BEFORE the all-gather; fp32 masters and optimizer state
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+            kw["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16 if reduce_dtype == "bf16" else torch.float32)
         for block in model.layers:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, **kw)
+        fully_shard(model, **kw)
         opt = torch.optim.AdamW(model.parameters(), lr=lr)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -55,12 +68,18 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list of " + "|".join(VARIANTS))
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="bf16: autocast for none/ddp/zero, MixedPrecisionPolicy for fsdp")
+    ap.add_argument("--reduce-dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="fsdp with --precision bf16: the gradient reduce-scatter's dtype")
     ap.add_argument("--csv", default="results/07_zero/torch.csv")
     a = ap.parse_args()
     variants = a.variants.split(",")
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         sys.exit(f"bench_torch_zero: unknown variant {bad[0]!r} (allowed: {', '.join(VARIANTS)})")
+    if a.reduce_dtype == "bf16" and a.precision != "bf16":
+        sys.exit("bench_torch_zero: --reduce-dtype bf16 needs --precision bf16")
     if a.steps < 1 or a.warmup < 1:
         sys.exit("bench_torch_zero: --steps and --warmup must be at least 1")
     rank, W = dist_setup()
@@ -70,7 +89,10 @@ def main():
     for variant in variants:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        model, net, opt = build(variant, cfg, a.sdpa, 1e-3)
+        bf16 = a.precision == "bf16"
+        model, net, opt = build(variant, cfg, a.sdpa, 1e-3, bf16, a.reduce_dtype)
+        # FSDP's policy casts the parameters itself; the others run their forward under autocast
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16 and variant != "fsdp")
         times, peak_all = [], 0
         for k in range(a.warmup + a.steps):
             if k == a.warmup:  # the steady state: optimizer state exists, caches are warm
@@ -80,7 +102,8 @@ def main():
             y = torch.randint(0, cfg.vocab, (a.batch, a.context), device="cuda", generator=gen)
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-            logits = net(x)  # through the wrapper: DDP and FSDP hook in there
+            with autocast:
+                logits = net(x)  # through the wrapper: DDP and FSDP hook in there
             loss = torch.nn.functional.cross_entropy(logits.float().view(-1, cfg.vocab), y.view(-1))
             loss.backward()
             opt.step()
@@ -95,12 +118,13 @@ def main():
         t, pa, ps = (x.item() for x in v)
         rows.append((variant, t, pa, ps))
         if rank == 0:
-            print(f"torch {variant:5s} step {t:9.2f} ms  peak {pa:6.2f} GiB (steady {ps:6.2f} GiB)", flush=True)
+            print(f"torch {variant:5s} {a.precision} step {t:9.2f} ms  peak {pa:6.2f} GiB (steady {ps:6.2f} GiB)", flush=True)
         del net, model, opt
     if rank == 0:
         base = next((r[1] for r in rows if r[0] == "none"), None)
-        append_csv(a.csv, "model,context,batch,ranks,impl,variant,step_ms,peak_GiB,steady_peak_GiB,overhead_pct",
-                   [(a.model, a.context, a.batch, W, "torch", v, f"{t:.3f}", f"{pa:.2f}", f"{ps:.2f}",
+        prec = a.precision + ("/rs-bf16" if a.reduce_dtype == "bf16" else "")
+        append_csv(a.csv, "model,context,batch,ranks,impl,variant,precision,step_ms,peak_GiB,steady_peak_GiB,overhead_pct",
+                   [(a.model, a.context, a.batch, W, "torch", v, prec, f"{t:.3f}", f"{pa:.2f}", f"{ps:.2f}",
                      f"{100 * (t / base - 1):+.1f}%" if base else "") for v, t, pa, ps in rows])
     dist.destroy_process_group()
 

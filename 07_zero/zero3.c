@@ -12,6 +12,8 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/dtype.h"
+#include "common/model_kernels.h"  // k_cast_f32_bf16, k_cast_act_f32 (bf16 on the device)
 
 struct zero3 {
     comm_t* c;
@@ -40,6 +42,16 @@ struct zero3 {
     optim_t opt;
     size_t owned;
     zero3_stats_t st;
+
+    // bf16 parameters (zero3_set_mixed): the gathers move the bf16 compute copy of the shard.
+    int mixed, rs_bf16;       // bf16 all-gathers; bf16 reduce-scatters
+    uint16_t* pshard16;       // (S) pshard rounded to bf16, remade after every optimizer step
+    uint16_t* pbuf16[2];      // (W) the bf16 all-gather's destination, widened into pbuf[k]
+    uint16_t* gbuf16[2];      // (W) rs_bf16: gbuf[k] rounded to bf16, the reduce-scatter's input
+    uint16_t* rs16[2];        // (largest c_u) rs_bf16: its output, widened into gshard at rs_q[k]
+    size_t rs_q[2], rs_n[2];
+    int ag_widen[2];          // MPI: pbuf16[k] arrived and is not yet widened into pbuf[k]
+    zero3_window16_fn set_window16;
 };
 
 // ------------------------------------------------------------------ plan
@@ -69,6 +81,16 @@ static void* xcalloc(size_t n, size_t size) {
 static void zeros(zero3_t* z, float* dst, size_t n) { mem_zero_async(z->dev, dst, n * sizeof(float), z->compute); }
 static void copy(zero3_t* z, float* dst, const float* src, size_t n) {  // same memory kind
     mem_copy_async(z->dev, dst, src, n * sizeof(float), z->compute);
+}
+
+// bf16 <-> fp32 in the shard's memory: host loops (MPI) or kernels on stream `on` (NCCL).
+static void to_bf16(zero3_t* z, uint16_t* dst, const float* src, size_t n, cudaStream_t on) {
+    if (z->dev == DEV_CUDA) k_cast_f32_bf16(src, dst, n, on);
+    else bf16_from_f32_array(dst, src, n);
+}
+static void from_bf16(zero3_t* z, float* dst, const uint16_t* src, size_t n, cudaStream_t on) {
+    if (z->dev == DEV_CUDA) k_cast_act_f32(DT_BF16, src, dst, n, on);
+    else f32_from_bf16_array(dst, src, n);
 }
 
 // ---- the one place the backends differ in kind: NCCL runs collectives on streams, MPI has none.
@@ -243,11 +265,15 @@ void zero3_destroy(zero3_t* z) {
     streams_close(z);
     optim_free(&z->opt);
     mem_free(z->pshard);
+    mem_free(z->pshard16);
     mem_free(z->sbuf);
     mem_free(z->gshard);
     for (int k = 0; k < 2; k++) {
         mem_free(z->pbuf[k]);
         mem_free(z->gbuf[k]);
+        mem_free(z->pbuf16[k]);
+        mem_free(z->gbuf16[k]);
+        mem_free(z->rs16[k]);
     }
     free(z->p);
     free(z->u);
@@ -268,7 +294,7 @@ static void comm_after_compute(zero3_t* z) {
 
 // All-gather use i's unit into pbuf[i mod 2], unless that buffer holds it already.
 static void start_gather(zero3_t* z, int i) {
-    // STUDENT-BEGIN(07.zero3_gather): all-gather use i's unit (use_unit) from every rank's piece at pshard + q into pbuf[i mod 2], unless held[] says the buffer has it: NCCL on the comm stream after comm_after_compute (the buffer's last user), detached, then ag_done[k] recorded; MPI a request in ag_req[k] (the old one waited first; started does either); set held[k], count ag_calls and ag_bytes | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: use_unit comm_after_compute started | needs: 07.zero3_plan 07.zero3_reduce_scatter 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
+    // STUDENT-BEGIN(07.zero3_gather): all-gather use i's unit (use_unit) from every rank's piece at pshard + q into pbuf[i mod 2], unless held[] says the buffer has it: NCCL on the comm stream after comm_after_compute (the buffer's last user), detached, then ag_done[k] recorded; MPI a request in ag_req[k] (the old one waited first; started does either); set held[k], count ag_calls and ag_bytes; mixed (bf16): gather pshard16 + q as COMM_BF16 into pbuf16[k] and widen it into pbuf[k] (NCCL: from_bf16 on the comm stream after the detached gather, then ag_done[k]; MPI: the request in ag_req[k], ag_widen[k] = 1 for begin_use), 2 bytes an element in ag_bytes | see 07_zero/README.md §The four levels, §Mixed-precision sharding | test: test_07 zero_train_mpi/every_level_* fsdp_mpi/* | uses: use_unit comm_after_compute started | needs: 07.zero3_plan 07.zero3_reduce_scatter 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
     const int k = i % 2, u = use_unit(z, i);
     if (z->held[k] == u) return;
     const zero3_unit_t* un = &z->u[u];
@@ -276,11 +302,25 @@ static void start_gather(zero3_t* z, int i) {
     comm_after_compute(z);          // NCCL: use i-2, the buffer's last user, was enqueued before this hook
     comm_wait(z->c, z->ag_req[k]);  // MPI: the buffer's last request (already waited by its use; NULL then)
     z->ag_req[k] = NULL;
-    started(z, comm_iallgather(z->c, mine, z->pbuf[k], un->piece, COMM_F32, z->comm_stream), z->comm_stream,
-            z->ag_done[k], &z->ag_req[k]);
+    if (z->mixed) {  // bf16: the compute copy moves (2 bytes an element), widened where it lands
+        const size_t all = un->piece * (size_t)z->c->world;
+        comm_req_t* q = comm_iallgather(z->c, z->pshard16 + un->q, z->pbuf16[k], un->piece, COMM_BF16, z->comm_stream);
+        if (z->comm_stream) {  // NCCL: widened on the communication stream, behind the gather
+            comm_detach(z->c, q);
+            from_bf16(z, z->pbuf[k], z->pbuf16[k], all, z->comm_stream);
+            CUDA_CHECK(cudaEventRecord(z->ag_done[k], z->comm_stream));
+        } else {  // MPI: widened by begin_use once the request is waited
+            z->ag_req[k] = q;
+            z->ag_widen[k] = 1;
+        }
+        z->st.ag_bytes += (long long)(all * sizeof(uint16_t));
+    } else {
+        started(z, comm_iallgather(z->c, mine, z->pbuf[k], un->piece, COMM_F32, z->comm_stream), z->comm_stream,
+                z->ag_done[k], &z->ag_req[k]);
+        z->st.ag_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
+    }
     z->held[k] = u;
     z->st.ag_calls++;
-    z->st.ag_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
     // STUDENT-END(07.zero3_gather)
 }
 
@@ -290,6 +330,23 @@ static void begin_use(zero3_t* z, int i) {
     if (i + 1 < n_uses(z)) start_gather(z, i + 1);
     const int k = i % 2;
     wait_coll(z, z->ag_done[k], &z->ag_req[k]);
+    if (z->ag_widen[k]) {  // MPI, bf16: the gathered unit widened (exactly its bf16 values)
+        from_bf16(z, z->pbuf[k], z->pbuf16[k], z->W, NULL);
+        z->ag_widen[k] = 0;
+    }
+}
+
+// The parameter window of unit u in buffer k; bf16: the bf16 one beside it (the GPU's matmuls).
+static void param_window(zero3_t* z, int k, const zero3_unit_t* un, float* grads) {
+    z->set_window(z->model, z->pbuf[k], grads, un->begin, un->end);
+    if (z->mixed && z->set_window16) z->set_window16(z->model, z->pbuf16[k], un->begin, un->end);
+}
+
+// A reduce-scatter from gradient buffer k done; bf16 on MPI: its output widened into the shard.
+static void rs_wait(zero3_t* z, int k) {
+    wait_coll(z, z->rs_done[k], &z->rs_req[k]);
+    if (z->rs_bf16 && !z->comm_stream) from_bf16(z, z->gshard + z->rs_q[k], z->rs16[k], z->rs_n[k], NULL);
+    z->rs_pending[k] = 0;
 }
 
 static void check_unit(int u, int want, const char* hook) {
@@ -304,7 +361,7 @@ void zero3_before_fwd(void* zz, int u) {
         z->set_window(z->model, z->flat + un->begin, NULL, un->begin, un->end);
     } else {
         begin_use(z, u);
-        z->set_window(z->model, z->pbuf[u % 2], NULL, un->begin, un->end);
+        param_window(z, u % 2, un, NULL);
     }
     z->fwd_next = u + 1 == z->U ? 0 : u + 1;
     if (u + 1 == z->U) z->bwd_next = z->U - 1;
@@ -318,39 +375,50 @@ void zero3_before_bwd(void* zz, int u) {
     // The gradient buffer of this unit (j-th of the backward): the reduce-scatter that read it
     // two units ago must be done before the backward overwrites it.
     const int j = z->U - 1 - u, k = j % 2;
-    if (z->rs_pending[k]) {
-        wait_coll(z, z->rs_done[k], &z->rs_req[k]);
-        z->rs_pending[k] = 0;
-    }
+    if (z->rs_pending[k]) rs_wait(z, k);
     const zero3_unit_t* un = &z->u[u];
-    float* params = z->level == 3 ? z->pbuf[i % 2] : z->flat + un->begin;
-    z->set_window(z->model, params, z->gbuf[k], un->begin, un->end);
+    if (z->level == 3) param_window(z, i % 2, un, z->gbuf[k]);
+    else z->set_window(z->model, z->flat + un->begin, z->gbuf[k], un->begin, un->end);
 }
 
 void zero3_after_bwd(void* zz, int u) {
-    // STUDENT-BEGIN(07.zero3_reduce_scatter): after unit u's backward (check_unit against bwd_next): reduce-scatter (avg) its gradient buffer gbuf[k], k = (U-1-u) mod 2, in pieces of un->piece into gshard + q: NCCL on the comm stream after comm_after_compute, detached, then rs_done[k] recorded; MPI a request in rs_req[k] (started does either); rs_pending[k] = 1, count rs_calls and rs_bytes, bwd_next = u - 1 | see 07_zero/README.md §The four levels | test: test_07 zero_train_mpi/every_level_* | uses: comm_after_compute started | needs: 07.zero3_plan 07.zero3_gather 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
+    // STUDENT-BEGIN(07.zero3_reduce_scatter): after unit u's backward (check_unit against bwd_next): reduce-scatter (avg) its gradient buffer gbuf[k], k = (U-1-u) mod 2, in pieces of un->piece into gshard + q: NCCL on the comm stream after comm_after_compute, detached, then rs_done[k] recorded; MPI a request in rs_req[k] (started does either); rs_pending[k] = 1, count rs_calls and rs_bytes, bwd_next = u - 1; rs_bf16: gbuf[k] rounded into gbuf16[k] on the compute stream first, reduce-scattered (avg) as COMM_BF16 into rs16[k], widened into gshard + q (NCCL: on the comm stream before rs_done[k]; MPI: by rs_wait, from rs_q[k], rs_n[k]), 2 bytes an element in rs_bytes | see 07_zero/README.md §The four levels, §Mixed-precision sharding | test: test_07 zero_train_mpi/every_level_* fsdp_mpi/* | uses: comm_after_compute started | needs: 07.zero3_plan 07.zero3_gather 07.shard_range 07.assign_buckets 07.start_bucket 07.param_final 07.zero_step 07.sharded_assign 07.sharded_optim_step 06.assign_buckets 06.per_parameter_plan 06.flat_plan 06.start_bucket 06.param_final
     zero3_t* z = zz;
     check_unit(u, z->bwd_next, "after_bwd");
     const int j = z->U - 1 - u, k = j % 2;
     const zero3_unit_t* un = &z->u[u];
     // The unit's whole gradient (padded to n pieces), averaged; rank r keeps piece r.
-    comm_after_compute(z);  // NCCL: the kernels that wrote this unit's gradient
-    started(z, comm_ireduce_scatter(z->c, z->gbuf[k], z->gshard + un->q, un->piece, COMM_F32, COMM_AVG, z->comm_stream),
-            z->comm_stream, z->rs_done[k], &z->rs_req[k]);
+    const size_t all = un->piece * (size_t)z->c->world;
+    if (z->rs_bf16) {  // bf16: the gradient rounded, reduced in bf16, its average widened into the fp32 shard
+        to_bf16(z, z->gbuf16[k], z->gbuf[k], all, z->compute);
+        comm_after_compute(z);  // NCCL: the kernels that wrote this unit's gradient, and its cast
+        comm_req_t* q = comm_ireduce_scatter(z->c, z->gbuf16[k], z->rs16[k], un->piece, COMM_BF16, COMM_AVG, z->comm_stream);
+        z->rs_q[k] = un->q;
+        z->rs_n[k] = un->piece;
+        if (z->comm_stream) {
+            comm_detach(z->c, q);
+            from_bf16(z, z->gshard + un->q, z->rs16[k], un->piece, z->comm_stream);
+            CUDA_CHECK(cudaEventRecord(z->rs_done[k], z->comm_stream));
+        } else {
+            z->rs_req[k] = q;  // widened by rs_wait
+        }
+        z->st.rs_bytes += (long long)(all * sizeof(uint16_t));
+    } else {
+        comm_after_compute(z);  // NCCL: the kernels that wrote this unit's gradient
+        started(z, comm_ireduce_scatter(z->c, z->gbuf[k], z->gshard + un->q, un->piece, COMM_F32, COMM_AVG, z->comm_stream),
+                z->comm_stream, z->rs_done[k], &z->rs_req[k]);
+        z->st.rs_bytes += (long long)(all * sizeof(float));
+    }
     z->rs_pending[k] = 1;
     z->st.rs_calls++;
-    z->st.rs_bytes += (long long)(un->piece * (size_t)z->c->world * sizeof(float));
     z->bwd_next = u - 1;
     // STUDENT-END(07.zero3_reduce_scatter)
 }
 
 void zero3_finish_grads(zero3_t* z) {
     if (z->bwd_next != -1) DIE("zero3_finish_grads: the backward stopped before unit 0 (next %d)", z->bwd_next);
-    for (int k = 0; k < 2; k++) {
-        if (!z->rs_pending[k]) continue;
-        wait_coll(z, z->rs_done[k], &z->rs_req[k]);  // the optimizer after it
-        z->rs_pending[k] = 0;
-    }
+    for (int k = 0; k < 2; k++)
+        if (z->rs_pending[k]) rs_wait(z, k);  // the optimizer after it
     z->bwd_next = -1;  // no backward until the next forward ends
     z->fwd_next = 0;
 }
@@ -387,6 +455,7 @@ void zero3_step(zero3_t* z) {
         gather_flat(z);
     } else {
         optim_step(&z->opt, z->pshard, z->gshard, z->compute);
+        if (z->mixed) to_bf16(z, z->pshard16, z->pshard, z->S, z->compute);  // the next gathers' compute copy
         z->held[0] = z->held[1] = -1;  // the shard changed: every unit is gathered again
     }
     z->st.steps++;
@@ -395,7 +464,7 @@ void zero3_step(zero3_t* z) {
 void zero3_gather_params(zero3_t* z, float* out) {
     if (z->level == 2) DIE("zero3_gather_params: ZeRO-2 keeps the parameters whole (read the flat buffer)");
     comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");  // (MPI: nothing to wait for)
-    for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
+    for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL, z->ag_widen[k] = 0;
     for (int u = 0; u < z->U; u++) {
         const zero3_unit_t* un = &z->u[u];
         // Blocking on the compute stream (NCCL) or in host memory (MPI).
@@ -410,7 +479,7 @@ void zero3_gather_unit_host(zero3_t* z, int u, float* host) {
     if (u < 0 || u >= z->U) DIE("zero3_gather_unit_host: unit %d outside [0, %d)", u, z->U);
     if (z->level == 2) DIE("zero3_gather_unit_host: ZeRO-2 keeps the parameters whole (read the flat buffer)");
     comm_stream_sync(z->c, z->comm_stream, "ZeRO-3's collectives");  // (MPI: nothing to wait for)
-    for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL;
+    for (int k = 0; k < 2; k++) comm_wait(z->c, z->ag_req[k]), z->ag_req[k] = NULL, z->ag_widen[k] = 0;
     const zero3_unit_t* un = &z->u[u];
     // Into working buffer 0 (blocking), then its [begin, end) to the host.
     comm_allgather(z->c, z->pshard + un->q, z->pbuf[0], un->piece, COMM_F32, z->compute);
@@ -434,10 +503,13 @@ size_t zero3_shard_elems(const zero3_t* z) { return z->S; }
 size_t zero3_owned_trainable(const zero3_t* z) { return z->owned; }
 size_t zero3_state_bytes(const zero3_t* z) { return optim_state_bytes(&z->opt); }
 size_t zero3_work_bytes(const zero3_t* z) {  // level 3: 2 parameter + 2 gradient buffers; level 2: 2 gradient + sbuf
-    if (z->level == 3) return 4 * z->W * sizeof(float);
     size_t max_piece = 0;
     for (int k = 0; k < z->U; k++)
         if (z->u[k].piece > max_piece) max_piece = z->u[k].piece;
+    if (z->level == 3)  // bf16: the shard's compute copy, 2 bf16 parameter buffers (+ 2 gradient, 2 pieces)
+        return 4 * z->W * sizeof(float) +
+               (z->mixed ? (z->S + 2 * z->W) * sizeof(uint16_t) : 0) +
+               (z->rs_bf16 ? 2 * (z->W + max_piece) * sizeof(uint16_t) : 0);
     return (2 * z->W + max_piece) * sizeof(float);
 }
 int zero3_level(const zero3_t* z) { return z->level; }
@@ -445,3 +517,28 @@ zero3_stats_t zero3_stats(const zero3_t* z) { return z->st; }
 optim_t* zero3_optim(zero3_t* z) { return &z->opt; }
 void zero3_set_lr(zero3_t* z, float lr) { z->opt.cfg.lr = lr; }
 float* zero3_grad_shard(zero3_t* z) { return z->gshard; }
+
+// ------------------------------------------------------------------ bf16 parameters
+void zero3_set_mixed(zero3_t* z, int reduce_bf16, zero3_window16_fn set_window16) {
+    if (z->level != 3) DIE("zero3_set_mixed: ZeRO-3 only (level %d keeps fp32 parameters whole)", z->level);
+    if (z->st.steps || z->fwd_next || z->held[0] != -1 || z->held[1] != -1)
+        DIE("zero3_set_mixed: before the first step only");
+    if (z->mixed) DIE("zero3_set_mixed: called twice");
+    size_t max_piece = 0;
+    for (int k = 0; k < z->U; k++)
+        if (z->u[k].piece > max_piece) max_piece = z->u[k].piece;
+    z->mixed = 1;
+    z->rs_bf16 = reduce_bf16 != 0;
+    z->set_window16 = set_window16;
+    z->pshard16 = mem_alloc(z->dev, z->S * sizeof(uint16_t), MEM_WORKSPACE);
+    for (int k = 0; k < 2; k++) {
+        z->pbuf16[k] = mem_alloc(z->dev, z->W * sizeof(uint16_t), MEM_WORKSPACE);
+        mem_zero_async(z->dev, z->pbuf16[k], z->W * sizeof(uint16_t), z->compute);
+        if (!z->rs_bf16) continue;
+        z->gbuf16[k] = mem_alloc(z->dev, z->W * sizeof(uint16_t), MEM_WORKSPACE);
+        z->rs16[k] = mem_alloc(z->dev, max_piece * sizeof(uint16_t), MEM_WORKSPACE);
+    }
+    to_bf16(z, z->pshard16, z->pshard, z->S, z->compute);  // the first gathers' compute copy
+    comm_stream_sync(z->c, z->compute, "ZeRO-3's bf16 copy");
+}
+int zero3_mixed(const zero3_t* z) { return z->mixed + z->rs_bf16; }

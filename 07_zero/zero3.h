@@ -59,6 +59,7 @@
 // working buffers (MEM_WORKSPACE) 2 x the largest padded unit + one piece (the gather's input).
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 #include <cuda_runtime_api.h>
 #include "06_ddp/ddp.h"
 #include "07_zero/sharded_optim.h"
@@ -133,6 +134,23 @@ void zero3_gather_params(zero3_t* z, float* out);
 // all-gathered through a working buffer: a check of the whole model one unit at a time, with
 // no whole-model buffer. Collective; blocking; between steps only.
 void zero3_gather_unit_host(zero3_t* z, int u, float* host);
+
+// ---- bf16 parameters with fp32 masters (FSDP's MixedPrecisionPolicy(param_dtype=bf16)) ----
+// The shard stays fp32 (the masters, AdamW's moments beside them); a bf16 compute copy of it
+// (S elements, pshard16) is made here and after every zero3_step. Each unit's all-gather
+// moves that copy (COMM_BF16: 2 bytes an element, half of fp32's, counted in ag_bytes) into a
+// bf16 working buffer, widened into the fp32 working buffer the model's window points at —
+// its values exactly the bf16 ones — and, with set_window16, also handed to the model as a
+// bf16 window (the GPU's matmuls read it). Gradients: the model writes fp32 into the gradient
+// window as in fp32; the reduce-scatter runs in fp32 (reduce_bf16 0) or rounds the unit's
+// gradient to bf16, reduces in bf16 and widens the averaged piece into the fp32 gradient shard
+// (reduce_bf16 1: half the bytes again). AdamW then runs in fp32 on the masters either way.
+// Level 3 only; before the first step. Its buffers are workspace (zero3_work_bytes counts
+// them): the compute copy 2S bytes, two bf16 parameter buffers 4W, and with reduce_bf16 two
+// bf16 gradient buffers and two pieces.
+typedef void (*zero3_window16_fn)(void* model, const uint16_t* params, size_t lo, size_t hi);
+void zero3_set_mixed(zero3_t* z, int reduce_bf16, zero3_window16_fn set_window16);
+int zero3_mixed(const zero3_t* z);  // 0 fp32, 1 bf16 gathers, 2 bf16 gathers and reduce-scatters
 
 int zero3_n_units(const zero3_t* z);
 zero3_unit_t zero3_unit(const zero3_t* z, int u);

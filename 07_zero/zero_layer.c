@@ -19,6 +19,7 @@ static long long state_bytes(device_t dev) {  // live parameters + gradients + o
 
 // ZeRO-3's window into the model (zero3_window_fn).
 static void set_window(void* m, float* p, float* g, size_t lo, size_t hi) { lm_set_windows(m, p, g, lo, hi); }
+static void set_window16(void* m, const uint16_t* p, size_t lo, size_t hi) { lm_set_windows_bf16(m, p, lo, hi); }
 
 // Sharded construction (zero3_init_fn): flat elements [lo, hi) of rank 0's initial parameters,
 // which every rank would otherwise receive whole by the broadcast (model_init_params is a pure
@@ -52,6 +53,11 @@ static void zero3_layer_create(zero_layer_t* L) {
         L->z3 = zero3_create(c, x->table, x->lay->n, bounds, U, params, opt, cs, set_window, x->m);
     else
         L->z3 = zero3_create_init(c, x->table, x->lay->n, bounds, U, init_range, L, opt, cs, set_window, x->m);
+    // bf16 model: the gathers move the shard's bf16 compute copy (zero3_set_mixed), fp32 masters
+    if (lm_precision(x->m) == MP_BF16) {
+        if (level != 3) DIE("zero_layer: ZeRO-2 on zero3's engine runs fp32 only");
+        zero3_set_mixed(L->z3, L->reduce_bf16, set_window16);
+    }
     const long long mid = state_bytes(dev);
     L->work = (long long)mem_stats(dev).live_by_tag[MEM_WORKSPACE] - ws0;
     // zero3 frees both flat buffers, zero2 the gradients (none to free if the model has none)
@@ -66,7 +72,13 @@ static void zero3_layer_create(zero_layer_t* L) {
 
 void zero_layer_create(zero_layer_t* L, zl_kind_t kind, replica_t* x, const adamw_config_t* opt, size_t P,
                        double bucket_mb, int seed0) {
+    zero_layer_create_rs(L, kind, x, opt, P, bucket_mb, seed0, 0);
+}
+
+void zero_layer_create_rs(zero_layer_t* L, zl_kind_t kind, replica_t* x, const adamw_config_t* opt, size_t P,
+                          double bucket_mb, int seed0, int reduce_bf16) {
     memset(L, 0, sizeof *L);
+    L->reduce_bf16 = reduce_bf16;
     L->kind = kind;
     L->x = x;
     L->P = P;

@@ -57,6 +57,7 @@ typedef struct {
     comm_t* rep_c;     // hsdp: one rank per node, the same local rank (the replicas of a shard)
     long long state0;  // zero2/3: live params+grads+optim bytes that are not the level's own
     long long work;    // zero2/3: workspace bytes zero3_create* allocated (its working buffers)
+    int reduce_bf16;   // zero3 on a bf16 model: the gradient reduce-scatter in bf16 (else fp32)
 } zero_layer_t;
 
 // The layer over x's model, whose flat buffers are P (zero_padded_total) elements long, with
@@ -64,8 +65,13 @@ typedef struct {
 // model then reads and writes through the windows its unit hooks set); a model made without
 // them (lm.h's LM_FLAT_PARAMS / LM_FLAT_NONE) has nothing to free, and zero3 then makes its
 // shard piece by piece from seed0 (model_init_params_range). bucket_mb: DDP's and zero2s's cap.
+// On a bf16 model (lm_precision MP_BF16) zero3 gathers bf16 with fp32 masters (zero3_set_mixed);
+// zero2 refuses bf16 (DIE: the program refuses it first).
 void zero_layer_create(zero_layer_t* L, zl_kind_t kind, replica_t* x, const adamw_config_t* opt, size_t P,
                        double bucket_mb, int seed0);
+// The same, with zero3's gradient reduce-scatter in bf16 when reduce_bf16 (a bf16 model only).
+void zero_layer_create_rs(zero_layer_t* L, zl_kind_t kind, replica_t* x, const adamw_config_t* opt, size_t P,
+                          double bucket_mb, int seed0, int reduce_bf16);
 // Its collectives and last step done, then freed. restore: the model's flat buffers back (P
 // elements, padding zero; zero3: filled from the shards), as before zero_layer_create; 0: not
 // (a run built sharded ends without the whole model anywhere).

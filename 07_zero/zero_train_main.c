@@ -29,6 +29,13 @@
 // hooks gather one unit at a time, and block's recompute of block l runs inside unit 1 + l's
 // backward window on the parameters that window already holds (no extra collective).
 //
+// --precision bf16: on the GPU the model's mixed precision (model_gpu.h); on the CPU its bf16
+// parameters with fp32 compute (model_cpu.h), levels 0, 1, zero2s and course reading the flat
+// buffer's rounded copy. ZeRO-3 in bf16 is FSDP with MixedPrecisionPolicy(param_dtype=bf16):
+// fp32 master shard and moments, each unit's all-gather moving the shard's bf16 compute copy
+// (half the bytes: a line prints the all-gather and reduce-scatter bytes a step), the gradient
+// reduce-scatter in fp32 or, with --reduce-dtype bf16, in bf16 (zero3.h zero3_set_mixed).
+// ZeRO-2 on units (--zero2 units) stays fp32.
 // Backends: the CPU model over MPI (host memory), or the CUDA model over NCCL (one GPU a rank).
 // The flat buffers are padded to n equal 64-aligned shards (zero_shard_range) for every run.
 // Setup: several levels (or --check-ddp 1, or --keep-full 1) share one model built whole, then
@@ -70,6 +77,8 @@ typedef struct {
     train_setup_t s;            // the communicator, the replica (model, table, data), AdamW's settings
     lm_t* m;                    // s.rep.m
     size_t total, P;            // layout elements, padded elements
+    float* init;                // (not lean) the runs' initial parameters, host
+    int reduce_bf16;            // --reduce-dtype bf16 (zero3 on a bf16 model)
     int lean;                   // one level, sharded construction: no whole-model copy anywhere
                                 // (zero2: no flat gradient buffer; zero3: no flat buffers); see main()
 } trainer_t;
@@ -100,9 +109,16 @@ typedef struct {
     const char* name;
     int print;
     long long fb1, opt1, after1, fb, opt, after;
+    comm_t* c;       // --check-single: every step's global mean loss (the ranks' means averaged) into loss[k]
+    double* loss;
 } step_watch_t;
 static void watch_step(void* ctx, int k, const train_times_t* t) {
     step_watch_t* w = ctx;
+    if (w->loss) {  // (every rank runs this: a collective)
+        double l = t->loss;
+        comm_host_allreduce_f64(w->c, &l, 1, COMM_SUM);
+        w->loss[k] = l / w->c->world;
+    }
     if (k == 0) {
         w->fb1 = t->peak_fb, w->opt1 = t->peak_update, w->after1 = t->live_after;
     } else {
@@ -217,6 +233,11 @@ static int check_run(trainer_t* t, zero_layer_t* L, result_t* R, const step_watc
         R->state_formula[r] = (long long)(sizeof(float) * (zero3_level(L->z3) == 3 ? 2 * S : t->P + S)) + R->optim_formula[r];
         const zero3_stats_t zs = zero3_stats(L->z3);
         R->n_coll = (int)((zs.ag_calls + zs.rs_calls) / zs.steps);
+        if (r == 0) {  // what the collectives moved a step (every rank the same): bf16 halves them
+            const int mx = zero3_mixed(L->z3);
+            printf("  %-7s bytes a step: all-gather %lld (%s parameters), reduce-scatter %lld (%s gradients)\n", name,
+                   zs.ag_bytes / zs.steps, mx ? "bf16" : "fp32", zs.rs_bytes / zs.steps, mx == 2 ? "bf16" : "fp32");
+        }
         // Exact bytes: no gradient buffer of the whole model anywhere (the model's is gone),
         // and the workspace zero3 added is its working buffers, nothing else.
         z3_ok[0] = ms.live_by_tag[MEM_GRADS] == S * sizeof(float);
@@ -267,7 +288,8 @@ static int check_run(trainer_t* t, zero_layer_t* L, result_t* R, const step_watc
         if (r == 0)
             printf("  %-7s grads %s the shard on every rank (4 x %zu = %zu bytes, no whole-model gradient buffer); working buffers %s %zu bytes on every rank (workspace: %s)\n",
                    name, z3_ok[0] ? "==" : "!=", S, S * sizeof(float), z3_ok[1] ? "==" : "!=", work,
-                   kind != ZL_ZERO2 ? "2 parameter + 2 gradient buffers of the largest padded unit"
+                   kind != ZL_ZERO2 ? (t->s.precision == MP_BF16 ? "2 parameter + 2 gradient buffers of the largest padded unit, the shard's bf16 copy and 2 bf16 parameter buffers"
+                                                                 : "2 parameter + 2 gradient buffers of the largest padded unit")
                                         : "2 gradient buffers of the largest padded unit + one piece");
         if (!state_ok || !z3_ok[0] || !z3_ok[1]) status = 1;
     }
@@ -300,6 +322,105 @@ static int check_against_ddp(const char* name, const float* got, const float* re
     printf("check-ddp: %s: %zu of %zu parameters differ beyond rtol %g, atol %g (%zu bitwise equal; max |diff| %.3g at %zu)\n",
            name, bad, total, CHECK_RTOL, CHECK_ATOL, bitwise, worst_err, worst);
     return bad != 0;
+}
+
+// --check-single, rank 0: one model of the same precision on one process, trained on the whole
+// global batch (batch x ranks rows) for the same steps with its own AdamW — the unsharded
+// referee (bf16 on the CPU: the same rounded parameters, fp32 compute) — against a run's
+// parameters and global losses; in bf16 also one fp32 model, against which the distance is
+// bf16-sized. The referees are trained once (ref[]: the parameters, refl[]: the losses).
+// Tolerances (README "Mixed-precision sharding"). An AdamW step moves a parameter by lr x
+// |m^/(sqrt(v^) + eps)|, about lr at most in the first steps, so two runs K steps apart from the
+// same start differ by at most STEP_BOUND = 2 K lr anywhere (opposite signs every step): every
+// parameter must be within it. The same precision differs only by the order of fp32 sums (the
+// mean of n ranks' slices vs one mean over the whole batch, relative ~1e-7), which AdamW's
+// normalisation amplifies only where the second moment is near zero, and in bf16 by the rare
+// master that such a difference carries across a bf16 rounding boundary (its weight one bf16
+// ulp apart in the next steps): all but SINGLE_OUTLIERS x the count within SINGLE_ATOL +
+// SINGLE_RTOL x |p|, losses within SINGLE_LOSS_RTOL. Against fp32 the compute parameters
+// differ by bf16's rounding, a relative 2^-9 at most each: losses within BF16_LOSS_RTOL = 2^-9,
+// and the two must differ somewhere (the rounding happened). With --reduce-dtype bf16 the
+// gradient itself is rounded to bf16 before it is averaged (and the average rounded again): the
+// zero3 run then meets its own precision's referee with the bf16 tolerances, not the fp32 band.
+// The GPU's bf16 also rounds activations and matmul operands, whose cuBLAS kernels differ with
+// the batch's shape (the referee's batch is n times the rank's): bf16 tolerances there too,
+// losses within GPU_BF16_LOSS_RTOL (a 2^-9 rounding at each of a few dozen operations).
+#define SINGLE_ATOL 1e-5
+#define SINGLE_RTOL 1e-4
+#define SINGLE_OUTLIERS 1e-4
+#define SINGLE_LOSS_RTOL 1e-5
+#define BF16_LOSS_RTOL (1.0 / 512)
+#define GPU_BF16_LOSS_RTOL 1e-2
+typedef struct {
+    int have;
+    float* p[2];      // [0] the run's precision, [1] fp32 (bf16 runs)
+    double* loss[2];
+} single_ref_t;
+
+static void single_train(trainer_t* t, model_precision_t prec, int steps, float* out, double* losses) {
+    replica_t* x = &t->s.rep;
+    const int W = t->s.c->world;
+    char err[512];
+    lm_options_t o = lm_options(lm_backend(x->m), x->B * W, x->T);
+    o.seed = (uint64_t)t->s.f.seed;
+    o.precision = prec;
+    lm_t* one = lm_create(&x->cfg, &o, err, sizeof err);
+    if (!one) fail("--check-single: %s", err);
+    lm_set_params(one, t->init);
+    for (int k = 0; k < steps; k++) {
+        sample_batch(&x->data, x->B * W, x->T, k, x->in_all, x->tg_all);
+        lm_set_tokens(one, x->in_all, x->tg_all);
+        lm_forward_async(one);
+        losses[k] = lm_loss(one);
+        if (lm_backward(one, NULL, NULL, err, sizeof err) || lm_adamw(one, &t->s.opt, k + 1, err, sizeof err))
+            fail("--check-single: %s", err);
+    }
+    lm_get_params(one, out);
+    lm_destroy(one);
+}
+
+static int check_single(trainer_t* t, single_ref_t* R, const char* name, const float* got, const double* loss, int steps) {
+    const size_t n = t->total;
+    const int bf16 = t->s.precision == MP_BF16;
+    if (!R->have) {
+        for (int j = 0; j <= bf16; j++) {
+            R->p[j] = malloc(n * sizeof(float));
+            R->loss[j] = malloc((size_t)steps * sizeof(double));
+            if (!R->p[j] || !R->loss[j]) DIE("out of host memory");
+            single_train(t, j ? MP_FP32 : t->s.precision, steps, R->p[j], R->loss[j]);
+        }
+        R->have = 1;
+    }
+    int status = 0;
+    const double bound = 2.0 * steps * t->s.opt.lr;
+    const int gpu_bf16 = bf16 && lm_backend(t->m) == LM_GPU;
+    for (int j = 0; j <= bf16; j++) {
+        const int loose = j || gpu_bf16 || (t->reduce_bf16 && strcmp(name, "zero3") == 0);  // bf16-sized tolerances
+        const double lrtol = gpu_bf16 ? GPU_BF16_LOSS_RTOL : loose ? BF16_LOSS_RTOL : SINGLE_LOSS_RTOL;
+        size_t bad = 0, out = 0, worst = 0;
+        double worst_err = 0, lworst = 0;
+        for (size_t i = 0; i < n; i++) {
+            const double e = fabs((double)got[i] - R->p[j][i]), tol = SINGLE_ATOL + SINGLE_RTOL * fabs((double)R->p[j][i]);
+            if (!(e <= tol)) out++;
+            if (!(e <= bound)) bad++;
+            if (!(e <= worst_err)) { worst_err = e; worst = i; }
+        }
+        if (!loose && out > (size_t)(SINGLE_OUTLIERS * (double)n)) bad += out;  // same precision: the band, few outliers
+        if (j && worst_err == 0) bad++;  // bf16 against fp32: bits equal everywhere means nothing was rounded
+        int lbad = 0;
+        for (int k = 0; k < steps; k++) {
+            const double e = fabs(loss[k] - R->loss[j][k]) / fabs(R->loss[j][k]);
+            lbad += !(e <= lrtol);
+            if (!(e <= lworst)) lworst = e;
+        }
+        printf("check-single: %s against one %s model: %s; %zu of %zu parameters beyond atol %g + rtol %g%s, max |diff| %.3g "
+               "at %zu (bound 2 x steps x lr = %g); %d of %d losses beyond rtol %.3g (max %.3g; last %.6f vs %.6f)\n",
+               name, j || !bf16 ? "fp32" : gpu_bf16 ? "bf16 (mixed-precision GPU)" : "bf16-parameter", bad || lbad ? "FAIL" : "ok", out, n, SINGLE_ATOL, SINGLE_RTOL,
+               loose ? " (not required)" : "", worst_err, worst, bound, lbad, steps, lrtol, lworst, loss[steps - 1], R->loss[j][steps - 1]);
+        status |= bad != 0 || lbad != 0;
+    }
+    fflush(stdout);
+    return status;
 }
 
 // Rank 0's tables: timing (and the CSV rows), memory by tag beside the formulas (Ψ = the
@@ -366,18 +487,20 @@ static void print_tables(const trainer_t* t, const zl_kind_t* runs, int nruns, c
 
 int main(int argc, char** argv) {
     train_flags_t f = train_flags_default();
-    const char *zero_s = "1", *zero2_s = "units", *shard_s = "zero", *ckpt_s = "none";
-    int check = 0, layers = 0, keep_full = 0;
+    const char *zero_s = "1", *zero2_s = "units", *shard_s = "zero", *ckpt_s = "none", *rdt_s = "fp32";
+    int check = 0, layers = 0, keep_full = 0, single = 0;
     double bucket_mb = 25;
-    cli_opt_t opts[TRAIN_FLAGS_N + 8];
+    cli_opt_t opts[TRAIN_FLAGS_N + 10];
     int nopts = train_flags_opts(&f, opts);
     opts[nopts++] = (cli_opt_t){"layers", CLI_INT, &layers, "0", "blocks, in place of the size's own (0: the size's): a deeper model of the same width, to find the memory wall", NULL};
     opts[nopts++] = (cli_opt_t){"zero", CLI_STR, &zero_s, "1", "ZeRO levels to run: a comma list of 0 (DDP), 1, 2, 3, hsdp (ZeRO-3 inside a node, replicas across nodes; MPI), or all", NULL};
     opts[nopts++] = (cli_opt_t){"zero2", CLI_CHOICE, &zero2_s, "units", "which ZeRO-2 level 2 runs: units (zero3.h's engine: no flat gradient buffer, fp32), staging (zero.h's, run zero2s: the backward writes the flat 4Psi gradient buffer), or both", "units|staging|both"};
     opts[nopts++] = (cli_opt_t){"shard", CLI_CHOICE, &shard_s, "zero", "zero: ZeRO proper; course: the course's sharded optimizer in place of levels 1 and 2 (3 stays ZeRO-3)", "zero|course"};
     opts[nopts++] = (cli_opt_t){"checkpoint", CLI_STR, &ckpt_s, "none", "activation checkpointing: none, block, every-K (K >= 1) or nested (CPU only); with --zero 2 or 3 (unit hooks) none or block only", NULL};
+    opts[nopts++] = (cli_opt_t){"reduce-dtype", CLI_CHOICE, &rdt_s, "fp32", "ZeRO-3 with --precision bf16: the gradient reduce-scatter in fp32, or bf16 (half the bytes; the averaged shard widened to fp32 either way)", "fp32|bf16"};
     opts[nopts++] = (cli_opt_t){"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "bucket cap in MiB (DDP's buckets, ZeRO-2's buckets)", NULL};
     opts[nopts++] = (cli_opt_t){"check-ddp", CLI_INT, &check, "0", "1: run ddp too and compare every run's parameters with its own (rtol 1e-4, atol 1e-5)", NULL};
+    opts[nopts++] = (cli_opt_t){"check-single", CLI_INT, &single, "0", "1: rank 0 also trains one model of the same precision (and in bf16 one fp32 model) on the whole global batch and compares every run's parameters and losses (tolerances: README)", NULL};
     opts[nopts++] = (cli_opt_t){"keep-full", CLI_INT, &keep_full, "0", "1: even for one level, build the whole model first, pad it, keep a host copy of the initial parameters (what several levels or --check-ddp 1 always do); 0: one level is built sharded, so its setup peak is its own footprint (the memory wall)", NULL};
     comm_cli_parse(argc, argv, "Sharded-optimizer training of the Transformer LM: DDP, ZeRO-1, ZeRO-2, ZeRO-3, the course's version (run under mpirun). "
                    "A single level (--zero K without --check-ddp or --keep-full) is the memory-faithful run: its model is built "
@@ -386,12 +509,14 @@ int main(int argc, char** argv) {
                    opts, nopts);
     trainer_t t = {0};
     train_setup_t* s = &t.s;
+    f.bf16_cpu = 1;  // the CPU model's bf16 parameters (model_cpu.h)
     train_flags_check(&f, layers, s);
     char model_label[64];  // "2.7B", or "2.7B/L80" with --layers
     if (layers > 0) snprintf(model_label, sizeof model_label, "%s/L%d", f.model, layers);
     else snprintf(model_label, sizeof model_label, "%s", f.model);
     if (check != 0 && check != 1) BAD("--check-ddp: %d must be 0 or 1", check);
     if (keep_full != 0 && keep_full != 1) BAD("--keep-full: %d must be 0 or 1", keep_full);
+    if (single != 0 && single != 1) BAD("--check-single: %d must be 0 or 1", single);
     if (!(bucket_mb >= 0 && bucket_mb <= 1e6)) BAD("--bucket-mb: %g is out of range [0, 1e6]", bucket_mb);
     int ckpt = 0;
     {
@@ -402,11 +527,13 @@ int main(int argc, char** argv) {
     int want[ZL_N] = {0};
     const int nruns = parse_runs(zero_s, zero2_s, strcmp(shard_s, "course") == 0, check, runs, want);
     if (want[ZL_ZERO2] && s->precision != MP_FP32)
-        BAD("--zero 2 runs fp32 only: its gradients go through the model's windows, which are fp32 only (use --precision fp32, or --zero2 staging)");
+        BAD("--zero 2 runs fp32 only: its windows read the fp32 flat buffer, with no bf16 copy per unit (use --precision fp32, or --zero2 staging)");
     if (want[ZL_HSDP] && s->precision != MP_FP32)
-        BAD("--zero hsdp runs fp32 only, as ZeRO-3 does (use --precision fp32)");
-    if (want[ZL_ZERO3] && s->precision != MP_FP32)
-        BAD("--zero 3 runs fp32 only: bf16 compute copies of the gathered units are not implemented (use --precision fp32, or levels 0-2)");
+        BAD("--zero hsdp runs fp32 only (use --precision fp32; bf16 sharding with fp32 masters: --zero 3)");
+    const int reduce_bf16 = strcmp(rdt_s, "bf16") == 0;
+    t.reduce_bf16 = reduce_bf16;
+    if (reduce_bf16 && (!want[ZL_ZERO3] || s->precision != MP_BF16))
+        BAD("--reduce-dtype bf16: applies to --zero 3 with --precision bf16 (got --zero %s --precision %s)", zero_s, f.precision);
     // ZeRO-2/3's unit hooks hold one unit's parameters at a time (two working buffers): a
     // segment of K > 1 blocks would need K of them for its recompute (model_cpu.h).
     if (!model_ckpt_hooks_ok(ckpt) && (want[ZL_ZERO2] || want[ZL_ZERO3] || want[ZL_HSDP]))  // every-K (K > 1), nested
@@ -428,7 +555,7 @@ int main(int argc, char** argv) {
     // Lean: one level, nothing to compare with, so nothing is kept that the level does not
     // need. Levels 0-2 get the model with padded buffers from the start (no padded copy beside
     // the unpadded ones); ZeRO-3 gets it without flat buffers and makes its shard from the seed.
-    t.lean = nruns == 1 && !check && !keep_full;
+    t.lean = nruns == 1 && !check && !keep_full && !single;
     lm_options_t o = lm_options(LM_CPU, 0, 0);
     o.ckpt = ckpt;
     o.flat_total = t.P;
@@ -462,6 +589,7 @@ int main(int argc, char** argv) {
         got = malloc(t.total * sizeof(float));
         if (!init || !ref || !got) DIE("out of host memory");
         lm_get_params(t.m, init);
+        t.init = init;
     }
 
     train_banner(s, "zero_train", model_label);
@@ -482,6 +610,7 @@ int main(int argc, char** argv) {
     }
 
     int status = 0;
+    single_ref_t sref = {0};
     result_t* res = calloc((size_t)nruns, sizeof *res);
     if (!res) DIE("out of host memory");
     for (int ri = 0; ri < nruns; ri++) {
@@ -492,25 +621,30 @@ int main(int argc, char** argv) {
         if (!t.lean) lm_set_params(t.m, init);
         const size_t optim0 = mem_stats(dev).live_by_tag[MEM_OPTIM];
         zero_layer_t L;
-        zero_layer_create(&L, runs[ri], &s->rep, &s->opt, t.P, bucket_mb, f.seed);
+        zero_layer_create_rs(&L, runs[ri], &s->rep, &s->opt, t.P, bucket_mb, f.seed, reduce_bf16);
         R->n_coll = zero_layer_collectives(&L);
         report_setup_peak(&t, runs[ri], R);
         if (L.z3 && r == 0) print_units(&t, &L);
         // Every run's data from step 0 (the same global batches in every run).
         const train_method_t meth = zero_layer_method(&L);
-        step_watch_t w = {zl_name(runs[ri]), r == 0 && check, 0, 0, 0, 0, 0, 0};
+        double* losses = single ? calloc((size_t)(f.warmup + f.steps), sizeof(double)) : NULL;
+        if (single && !losses) DIE("out of host memory");
+        step_watch_t w = {zl_name(runs[ri]), r == 0 && (check || single), 0, 0, 0, 0, 0, 0, s->c, losses};
         train_run(s, &meth, f.warmup, f.steps, 1, watch_step, &w, R->ms);
         status |= check_run(&t, &L, R, &w, optim0, acts_formula, got);
         if (check && r == 0) {
             if (runs[ri] == ZL_DDP) memcpy(ref, got, t.total * sizeof(float));
             else status |= check_against_ddp(zl_name(runs[ri]), got, ref, t.total);
         }
+        if (single && r == 0) status |= check_single(&t, &sref, zl_name(runs[ri]), got, losses, f.warmup + f.steps);
+        free(losses);
     }
     if (r == 0) print_tables(&t, runs, nruns, res, want[ZL_DDP], model_label, bucket_mb);
     long long st_all = status;
     comm_host_allreduce_i64(s->c, &st_all, 1, COMM_MAX);
     train_teardown(s);
     free(res);
+    for (int j = 0; j < 2; j++) free(sref.p[j]), free(sref.loss[j]);
     free(init);
     free(ref);
     free(got);

@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
         {"zero", CLI_INT, &zero, "0", "0: replicated optimizer state; 1, 2, 3: ZeRO-1/2/3 over the ranks (stage 07: optimizer state; + gradients; + parameters)", NULL},
         {"variant", CLI_CHOICE, &variant_s, "bucketed", "DDP variant", DDP_VARIANT_CHOICES},
         {"backend", CLI_CHOICE, &backend_s, "auto", "auto: nccl (the GPU model, one GPU a rank) where every rank has a GPU, else mpi (the CPU model)", COMM_BACKEND_AUTO_CHOICES},
-        {"precision", CLI_CHOICE, &prec_s, "fp32", "GPU precision (the CPU model is fp32)", MODEL_PRECISION_CHOICES},
+        {"precision", CLI_CHOICE, &prec_s, "fp32", "precision: fp32, or bf16 (the GPU's mixed precision; on the CPU with --zero 3 only: bf16 parameters, fp32 compute)", MODEL_PRECISION_CHOICES},
         {"bucket-mb", CLI_DOUBLE, &bucket_mb, "25", "DDP bucket cap (MiB)", NULL},
         {"log-every", CLI_INT, &log_every, "10", "a progress line every k steps", NULL},
         {"eval-every", CLI_INT, &eval_every, "50", "evaluation loss every k steps (and at the end; 0: only at the end)", NULL},
@@ -265,8 +265,10 @@ int main(int argc, char** argv) {
     comm_backend_t backend;
     comm_backend_choose(backend_s, &backend);  // the flag's choices were checked by the parser
     const model_precision_t prec = strcmp(prec_s, "bf16") == 0 ? MP_BF16 : MP_FP32;
-    if (backend == COMM_MPI && prec != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
-    if (zero == 3 && prec != MP_FP32) BAD("--zero 3 runs the GPU model in fp32 only (its windows refuse bf16: common/model_gpu.h)");
+    // bf16 on the CPU: the CPU model's bf16 parameters (common/model_cpu.h) under ZeRO-3's bf16
+    // gathers (07_zero/zero3.h zero3_set_mixed); the other modes keep it on the GPU.
+    if (backend == COMM_MPI && prec != MP_FP32 && (zero != 3 || pp))
+        BAD("--precision bf16 needs the GPU (NCCL) backend, or --zero 3 without --pp on the CPU (bf16 parameters, fp32 compute)");
     // The backend decides the model: the CUDA model, one GPU a rank, over NCCL, else the CPU model
     // (lm_options below). Past the flag checks, only the printed names ask which.
     const int gpu = backend == COMM_NCCL;

@@ -22,6 +22,7 @@ static void grad_hook(void* ctx, int i) {
 
 // ZeRO-3's windows into the model (zero3_window_fn).
 static void lm_window(void* m, float* p, float* g, size_t lo, size_t hi) { lm_set_windows(m, p, g, lo, hi); }
+static void lm_window16(void* m, const uint16_t* p, size_t lo, size_t hi) { lm_set_windows_bf16(m, p, lo, hi); }
 
 // Copies between the host and the model's device (dir: cudaMemcpyDeviceToHost or
 // cudaMemcpyHostToDevice), once the model's stream is done; on the CPU a memcpy (a machine
@@ -393,6 +394,8 @@ void trainer_layer(trainer_t* t, int dp, const char* variant_s, double bucket_mb
         for (int u = 0; u < U; u++) model_unit_span(t->lay, &t->mc, u, &bounds[u], &bounds[u + 1]);
         bounds[U] = t->total;
         t->z3 = zero3_create(t->c, t->table, t->lay->n, bounds, U, lm_params(t->lm), &t->cfg, t->cs, lm_window, t->lm);
+        // bf16 model: bf16 all-gathers of the shard's compute copy, fp32 masters and reduce-scatters
+        if (lm_precision(t->lm) == MP_BF16) zero3_set_mixed(t->z3, 0, lm_window16);
         lm_free_flat(t->lm, 0);
         const model_unit_hooks_t h = {zero3_before_fwd, zero3_before_bwd, zero3_after_bwd, t->z3};
         lm_set_unit_hooks(t->lm, &h);

@@ -15,6 +15,7 @@
 #include "common/check.h"
 #include "common/check_mpi.h"
 #include "common/comm_internal.h"
+#include "common/dtype.h"
 #include "common/gpu.h"
 
 // ------------------------------------------------------------------ small helpers
@@ -339,6 +340,10 @@ void comm_scale(void* buf, size_t count, comm_dtype_t dt, double factor) {
     } else if (dt == COMM_F64) {
         double* p = buf;
         for (size_t i = 0; i < count; i++) p[i] *= factor;
+    } else if (dt == COMM_BF16) {  // widened, scaled in fp32, rounded back
+        uint16_t* p = buf;
+        const float f = (float)factor;
+        for (size_t i = 0; i < count; i++) p[i] = bf16_from_f32(f32_from_bf16(p[i]) * f);
     } else {
         DIE("comm: average of a non-float type");
     }
@@ -351,9 +356,28 @@ static MPI_Datatype mpi_type(comm_dtype_t dt) {
     case COMM_I32: return MPI_INT;
     case COMM_U8: return MPI_BYTE;
     case COMM_F64: return MPI_DOUBLE;
-    case COMM_BF16: break;
+    case COMM_BF16: return MPI_UINT16_T;  // moved as its 16 raw bits; reduced by bf16_sum below
     }
-    fail("the MPI backend has no bf16 type: use --backend nccl, or fp32 buffers");
+    DIE("comm: unknown dtype %d", (int)dt);
+}
+
+// bf16 has no MPI type: it travels as 16-bit words, and a SUM (or AVG) of it is a user op that
+// widens both operands to fp32, adds, and rounds the sum back to bf16 (round-to-nearest-even,
+// common/dtype.h) — what a bf16 reduction does on the GPU, one rounding per addition.
+static void bf16_sum(void* in, void* inout, int* len, MPI_Datatype* type) {
+    (void)type;
+    const uint16_t* a = in;
+    uint16_t* b = inout;
+    for (int i = 0; i < *len; i++) b[i] = bf16_from_f32(f32_from_bf16(a[i]) + f32_from_bf16(b[i]));
+}
+
+static MPI_Op mpi_op(comm_op_t op);
+static MPI_Op mpi_op_dt(comm_op_t op, comm_dtype_t dt) {
+    if (dt != COMM_BF16) return mpi_op(op);
+    if (op != COMM_SUM && op != COMM_AVG) fail("the MPI backend reduces bf16 by sum or avg only (got %s)", comm_op_name(op));
+    static MPI_Op sum = MPI_OP_NULL;  // made once, commutative
+    if (sum == MPI_OP_NULL) MPI_CHECK(MPI_Op_create(bf16_sum, 1, &sum));
+    return sum;
 }
 
 static MPI_Op mpi_op(comm_op_t op) {
@@ -682,7 +706,7 @@ static void check_bufs(comm_t* c, const void* a, const void* b, size_t count, co
 //   phase 2: all-gather of the blocks (+ a broadcast of the remainder)
 // — the ring all-reduce's own structure, with the same bytes on the wire.
 static MPI_Datatype mpi_type(comm_dtype_t dt);
-static MPI_Op mpi_op(comm_op_t op);
+static MPI_Op mpi_op_dt(comm_op_t op, comm_dtype_t dt);
 static int mpi_count(size_t count, const char* what);
 
 static void consistent_phase1(comm_t* c, comm_req_t* q, const void* s, void* r, size_t count,
@@ -703,14 +727,14 @@ static void consistent_phase1(comm_t* c, comm_req_t* q, const void* s, void* r, 
         const void* in = inplace ? MPI_IN_PLACE : s;
         void* dst = inplace ? out : out + (size_t)me * base * es;
         int nb = mpi_count(base, q->what);
-        if (blocking) MPI_CHECK(MPI_Reduce_scatter_block(in, dst, nb, mpi_type(dt), mpi_op(op), w));
-        else MPI_CHECK(MPI_Ireduce_scatter_block(in, dst, nb, mpi_type(dt), mpi_op(op), w, &q->mpi[q->n_mpi++]));
+        if (blocking) MPI_CHECK(MPI_Reduce_scatter_block(in, dst, nb, mpi_type(dt), mpi_op_dt(op, dt), w));
+        else MPI_CHECK(MPI_Ireduce_scatter_block(in, dst, nb, mpi_type(dt), mpi_op_dt(op, dt), w, &q->mpi[q->n_mpi++]));
     }
     if (rem > 0) {
         char* tail = out + (size_t)n * base * es;
         const void* in = inplace ? (me == 0 ? MPI_IN_PLACE : (const void*)tail) : (const char*)s + (size_t)n * base * es;
-        if (blocking) MPI_CHECK(MPI_Reduce(in, tail, (int)rem, mpi_type(dt), mpi_op(op), 0, w));
-        else MPI_CHECK(MPI_Ireduce(in, tail, (int)rem, mpi_type(dt), mpi_op(op), 0, w, &q->mpi[q->n_mpi++]));
+        if (blocking) MPI_CHECK(MPI_Reduce(in, tail, (int)rem, mpi_type(dt), mpi_op_dt(op, dt), 0, w));
+        else MPI_CHECK(MPI_Ireduce(in, tail, (int)rem, mpi_type(dt), mpi_op_dt(op, dt), 0, w, &q->mpi[q->n_mpi++]));
     }
 }
 
@@ -761,9 +785,9 @@ static comm_req_t* mpi_allreduce(comm_t* c, const void* s, void* r, size_t count
     } else {
         const void* sb = (s == r) ? MPI_IN_PLACE : s;
         if (blocking) {
-            BLOCKING_MPI(q->what, MPI_Allreduce(sb, r, n, mpi_type(dt), mpi_op(op), c->impl->world));
+            BLOCKING_MPI(q->what, MPI_Allreduce(sb, r, n, mpi_type(dt), mpi_op_dt(op, dt), c->impl->world));
         } else {
-            MPI_CHECK(MPI_Iallreduce(sb, r, n, mpi_type(dt), mpi_op(op), c->impl->world, &q->mpi[0]));
+            MPI_CHECK(MPI_Iallreduce(sb, r, n, mpi_type(dt), mpi_op_dt(op, dt), c->impl->world, &q->mpi[0]));
             q->n_mpi = 1;
         }
     }
@@ -804,10 +828,10 @@ static comm_req_t* mpi_reduce_scatter(comm_t* c, const void* s, void* r, size_t 
     int n = mpi_count(recvcount, q->what);
     mpi_count(recvcount * (size_t)c->world, q->what);
     if (blocking) {
-        BLOCKING_MPI(q->what, MPI_Reduce_scatter_block(s, out, n, mpi_type(dt), mpi_op(op), c->impl->world));
+        BLOCKING_MPI(q->what, MPI_Reduce_scatter_block(s, out, n, mpi_type(dt), mpi_op_dt(op, dt), c->impl->world));
         if (q->tmp) memcpy(q->tmp_dst, q->tmp, bytes);
     } else {
-        MPI_CHECK(MPI_Ireduce_scatter_block(s, out, n, mpi_type(dt), mpi_op(op), c->impl->world,
+        MPI_CHECK(MPI_Ireduce_scatter_block(s, out, n, mpi_type(dt), mpi_op_dt(op, dt), c->impl->world,
                                             &q->mpi[0]));
         q->n_mpi = 1;
     }

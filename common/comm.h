@@ -66,6 +66,8 @@ extern "C" {
 
 typedef enum { COMM_MPI = 0, COMM_NCCL = 1 } comm_backend_t;
 #define COMM_BACKEND_CHOICES "mpi|nccl"
+// COMM_BF16: 2-byte elements (common/dtype.h's raw bits). NCCL reduces them natively; MPI moves
+// them as 16-bit words and reduces SUM/AVG by a user op (widen, add in fp32, round to bf16).
 typedef enum { COMM_F32 = 0, COMM_I32, COMM_BF16, COMM_U8, COMM_F64 } comm_dtype_t;
 typedef enum { COMM_SUM = 0, COMM_AVG, COMM_MAX, COMM_MIN } comm_op_t;
 

@@ -20,10 +20,6 @@ lm_options_t lm_options(lm_backend_t backend, int B, int T) {
 }
 
 lm_t* lm_create(const model_config_t* cfg, const lm_options_t* o, char* err, size_t errlen) {
-    if (o->backend == LM_CPU && o->precision != MP_FP32) {
-        snprintf(err, errlen, "the CPU model is fp32 only (bf16 needs the GPU)");
-        return NULL;
-    }
     if (o->backend == LM_CPU && o->attn) {
         snprintf(err, errlen, "an attention plug-in (%s) needs the GPU model", o->attn->name);
         return NULL;
@@ -87,6 +83,11 @@ int lm_restore_flat(lm_t* m, size_t total, int grads_only, char* err, size_t err
     return m->ops->restore_flat(m, total, grads_only, err, errlen);
 }
 int lm_pad_flat(lm_t* m, size_t total, char* err, size_t errlen) { return m->ops->pad_flat(m, total, err, errlen); }
+
+model_precision_t lm_precision(const lm_t* m) { return m->o.precision; }
+void lm_set_windows_bf16(lm_t* m, const uint16_t* params, size_t lo, size_t hi) {
+    if (m->o.backend == LM_GPU) model_gpu_set_windows_bf16(m->gpu, params, lo, hi);
+}
 
 model_cpu_t* lm_cpu(lm_t* m) { return m->o.backend == LM_CPU ? &m->cpu : NULL; }
 model_gpu_t* lm_gpu(lm_t* m) { return m->o.backend == LM_GPU ? m->gpu : NULL; }

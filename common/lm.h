@@ -45,7 +45,8 @@ typedef enum {
 typedef struct {
     lm_backend_t backend;
     int B, T;                     // sequences and tokens per forward (T <= the context)
-    model_precision_t precision;  // MP_BF16: the GPU only
+    model_precision_t precision;  // MP_BF16: the GPU's mixed precision; on the CPU bf16-rounded
+                                  // parameters with fp32 compute (model_cpu.h "bf16 parameters")
     const attention_impl_t* attn; // NULL: the built-in attention; a plug-in: the GPU only
     uint64_t seed;                // parameters from model_init_params(seed)
     int ckpt;                     // activation checkpointing K (model_cpu.h): 0 none, 1 block, K every-K, MODEL_CKPT_NESTED (CPU)
@@ -65,7 +66,7 @@ lm_options_t lm_options(lm_backend_t backend, int B, int T);
 typedef struct lm lm_t;
 
 // NULL with the reason in err (out of memory, a configuration or plug-in that does not fit,
-// bf16 or a plug-in on the CPU, a flat length below the layout's). Sizes that are user errors
+// a plug-in on the CPU, a flat length below the layout's). Sizes that are user errors
 // (B, T, the config) fail() as the backends do.
 lm_t* lm_create(const model_config_t* cfg, const lm_options_t* o, char* err, size_t errlen);
 void lm_destroy(lm_t* m);  // NULL is fine
@@ -102,6 +103,12 @@ size_t lm_acts_bytes(const lm_t* m);  // its activation bytes, exactly (what che
 // ---- ZeRO-2/3 (stage 07): units, windows, hooks (model_cpu.h "units and windows") ----------
 void lm_set_unit_hooks(lm_t* m, const model_unit_hooks_t* hooks);  // NULL: none, windows cleared
 void lm_set_windows(lm_t* m, float* params, float* grads, size_t lo, size_t hi);  // grads NULL: keep
+// MP_BF16 under windows (ZeRO-3 with bf16 gathers): the unit's bf16 parameters, read by the
+// GPU's matmuls in place of its whole-model bf16 copy; the fp32 window (lm_set_windows, same
+// range) holds the same values widened, for what reads fp32 (norms, the embedding). The CPU
+// model reads the fp32 window only (nothing to do here).
+void lm_set_windows_bf16(lm_t* m, const uint16_t* params, size_t lo, size_t hi);
+model_precision_t lm_precision(const lm_t* m);
 // Frees the flat gradient buffer (grads_only) or both flat buffers; nothing may be in flight.
 void lm_free_flat(lm_t* m, int grads_only);
 // Gives them back, `total` (>= the layout's) zeroed elements each (grads_only: the gradients).

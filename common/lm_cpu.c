@@ -21,7 +21,10 @@ static int cpu_create(lm_t* m, char* err, size_t errlen) {
     m->in = calloc((size_t)o->B * o->T, sizeof(int32_t));
     m->tg = calloc((size_t)o->B * o->T, sizeof(int32_t));
     if (!m->in || !m->tg) DIE("out of host memory");
-    if (o->flat == LM_FLAT_WHOLE) return 0;
+    if (o->flat == LM_FLAT_WHOLE) {
+        model_cpu_set_bf16_params(&m->cpu, o->precision == MP_BF16);
+        return 0;
+    }
     const size_t total = m->cpu.layout.total;
     if (o->flat != LM_FLAT_NONE && o->flat_total < total) {
         snprintf(err, errlen, "flat buffers of %zu elements are shorter than the layout's %zu", o->flat_total, total);
@@ -39,6 +42,7 @@ static int cpu_create(lm_t* m, char* err, size_t errlen) {
     mem_free(m->cpu.grads);
     m->cpu.params = p;
     m->cpu.grads = g;
+    model_cpu_set_bf16_params(&m->cpu, o->precision == MP_BF16);  // (none without flat parameters)
     return 0;
 }
 
@@ -103,6 +107,7 @@ static void cpu_free_flat(lm_t* m, int grads_only) {
     if (!grads_only) {
         mem_free(m->cpu.params);
         m->cpu.params = NULL;
+        model_cpu_set_bf16_params(&m->cpu, 0);
     }
     mem_free(m->cpu.grads);
     m->cpu.grads = NULL;
@@ -112,6 +117,7 @@ static int cpu_restore_flat(lm_t* m, size_t total, int grads_only, char* err, si
     if (!grads_only) {
         mem_free(m->cpu.params);
         m->cpu.params = zeroed(total, MEM_PARAMS);
+        model_cpu_set_bf16_params(&m->cpu, m->o.precision == MP_BF16);
     }
     mem_free(m->cpu.grads);
     m->cpu.grads = zeroed(total, MEM_GRADS);

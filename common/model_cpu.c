@@ -14,6 +14,7 @@
 #include "common/adamw_cpu.h"
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/dtype.h"
 #include "common/ops_cpu.h"
 
 static float* alloc_f32(size_t n, mem_tag_t tag) {
@@ -178,7 +179,7 @@ void model_cpu_create_head(model_cpu_t* m, const model_config_t* c, int B, int T
 }
 
 void model_cpu_destroy(model_cpu_t* m) {
-    float** bufs[] = {&m->params, &m->grads, &m->adam_m, &m->adam_v, &m->rope_cos, &m->rope_sin,
+    float** bufs[] = {&m->params, &m->params_lp, &m->grads, &m->adam_m, &m->adam_v, &m->rope_cos, &m->rope_sin,
                       &m->a.res, &m->a.ln1, &m->a.ln1_rstd, &m->a.qkv, &m->a.att, &m->a.atty,
                       &m->a.res_mid, &m->a.ln2, &m->a.ln2_rstd, &m->a.h13, &m->a.gate, &m->a.lnf,
                       &m->a.lnf_rstd, &m->a.logits, &m->a.lse, &m->s.dres, &m->s.dln, &m->s.dqkv,
@@ -235,6 +236,8 @@ float model_cpu_forward(model_cpu_t* m, const int32_t* inputs, const int32_t* ta
         fail("a forward without targets wants the logits, which the chunked LM head (head chunk %d) never holds; "
              "make the model with head chunk 0", m->head_chunk);
 
+    // bf16 parameters: the compute copy from the current masters (with hooks the windows are read)
+    if (!(m->hooks.before_fwd || m->hooks.before_bwd || m->hooks.after_bwd)) model_cpu_round_params(m);
     model_cpu_range_acts_t w = whole_model_view(m);
     const float loss = model_cpu_range_forward(m, &w, inputs, targets, 1.0f, B, T);
     m->cur_B = B;
@@ -253,6 +256,20 @@ void model_cpu_backward(model_cpu_t* m, grad_ready_fn hook, void* ctx) {
     // WRITE: every gradient (and the padding, as 0) is overwritten.
     const model_cpu_grad_sink_t sink = {m->grads, 0, hook, ctx};
     model_cpu_range_backward(m, &w, &sink);
+}
+
+void model_cpu_set_bf16_params(model_cpu_t* m, int on) {
+    mem_free(m->params_lp);
+    m->params_lp = NULL;
+    if (!on || !m->params) return;
+    m->params_lp = alloc_f32(m->layout.total, MEM_PARAMS);
+    model_cpu_round_params(m);
+}
+
+void model_cpu_round_params(model_cpu_t* m) {
+    if (!m->params_lp || !m->params) return;
+    const size_t n = m->layout.total;
+    for (size_t i = 0; i < n; i++) m->params_lp[i] = f32_from_bf16(bf16_from_f32(m->params[i]));
 }
 
 void model_cpu_adamw_step(model_cpu_t* m, const adamw_config_t* cfg) {

@@ -88,6 +88,10 @@ typedef struct {
     model_window_t gwin;        // where the gradients are written (set by the hooks)
     model_unit_hooks_t hooks;   // called at unit boundaries when any is non-NULL
     int ckpt;                   // activation checkpointing: K (0 none; model_cpu_create_ckpt)
+    // bf16 parameters (model_cpu_set_bf16_params): params_lp holds `params` rounded to bf16 (as
+    // fp32 values), remade at every whole-model forward that runs without unit hooks, and read
+    // in place of `params`. NULL: fp32 parameters (the default).
+    float* params_lp;
     long block_fwds;            // block forwards run so far (a counter the checkpointing tests read)
     int head_chunk;             // the chunked LM head's rows per chunk (0: whole logits; model_cpu_create_head)
 } model_cpu_t;
@@ -190,6 +194,21 @@ void model_cpu_backward(model_cpu_t* m, grad_ready_fn hook, void* ctx);
 
 // One AdamW step over the whole flat buffer with m->grads (t = ++m->adam_t).
 void model_cpu_adamw_step(model_cpu_t* m, const adamw_config_t* cfg);
+
+// ---- bf16 parameters: the CPU's mixed-precision mode ------------------------------------------
+// What the CPU can run of mixed precision: every parameter ROUNDED to bf16 (round-to-nearest-
+// even, common/dtype.h) before the forward and backward read it — the compute copy — while the
+// activations, the arithmetic, the gradients, the masters and AdamW's moments stay fp32. The
+// gradient is that of the loss at the rounded parameters, applied to the fp32 masters (what
+// torch.autocast and FSDP's MixedPrecisionPolicy(param_dtype=bf16) do with the weights). What it
+// is NOT: the GPU's bf16 (model_gpu.h MP_BF16) also rounds activations and matmul operands and
+// accumulates in bf16-fed tensor cores, so the two agree to bf16's precision, not in bits.
+// With unit hooks (ZeRO-3) the model reads the windows as given: the caller puts bf16 values
+// there (zero3.h's bf16 all-gather, widened), so nothing is rounded here.
+// on: params_lp allocated (the layout's length, MEM_PARAMS) and filled; 0: freed. A model without
+// flat parameters (ZeRO-3's) keeps none: it reads only windows.
+void model_cpu_set_bf16_params(model_cpu_t* m, int on);
+void model_cpu_round_params(model_cpu_t* m);  // params_lp from params (no-op without either)
 
 // ---- a range of blocks: the seam pipeline parallelism cuts the model at (stage 08) -------
 // model_cpu_range.c runs the same operations as model_cpu_forward/backward over blocks

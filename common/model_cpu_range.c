@@ -179,9 +179,10 @@ static float* win_ptr(const model_cpu_t* m, const model_window_t* w, float* flat
             m->layout.p[i].name, o, e, w->lo, w->hi);
     return w->base + (o - w->lo);
 }
-// The parameters the forward and backward read: m->params, or the window.
+// The parameters the forward and backward read: m->params (its bf16-rounded copy with bf16
+// parameters, model_cpu.h), or the window.
 static float* wparam(model_cpu_t* m, param_kind_t kind, int layer) {
-    return win_ptr(m, &m->pwin, m->params, kind, layer, "parameter");
+    return win_ptr(m, &m->pwin, m->params_lp ? m->params_lp : m->params, kind, layer, "parameter");
 }
 
 // With hooks, a WRITE backward zeroes unit u's span of the gradients (through the window)

@@ -37,9 +37,14 @@ static float* win_ptr(const model_gpu_t* m, const model_window_t* w, float* flat
     return w->base + (off - w->lo);
 }
 const void* mg_weight(const model_gpu_t* m, param_kind_t k, int layer) {
-    if (m->prec == MP_BF16) {  // windows are refused in bf16 (model_gpu_set_windows)
+    if (m->prec == MP_BF16) {
         const size_t off = m->lay.p[param_index(&m->lay, k, layer)].offset;
-        return (const void*)(m->params_lp + off);
+        if (!m->pwin.base) return (const void*)(m->params_lp + off);
+        // Under windows (ZeRO-3's bf16 gathers): the unit's bf16 parameters, the access checked
+        // against the fp32 window's range (the two are set together).
+        const float* f = win_ptr(m, &m->pwin, m->params, k, layer, "parameter");
+        if (!m->pwin_lp) DIE("model_gpu: bf16 under windows needs model_gpu_set_windows_bf16 before the unit runs");
+        return (const void*)(m->pwin_lp + (size_t)(f - m->pwin.base));
     }
     return mg_param(m, k, layer);
 }
@@ -104,10 +109,6 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
     if (flat != FLAT_LAZY) {  // a model made to measure is made to train: refuse what cannot
         if (attn && !attn->backward) {
             set_err(err, errlen, "attention '%s' has no backward: a model for training needs one", attn->name);
-            return NULL;
-        }
-        if (flat == FLAT_NONE && prec != MP_FP32) {
-            set_err(err, errlen, "a model without flat buffers (ZeRO-3) runs fp32 only: the bf16 path reads a bf16 copy of the whole flat buffer");
             return NULL;
         }
         if (flat == FLAT_PARAMS && prec != MP_FP32) {  // (its gradients need windows, which are fp32 only)
@@ -192,7 +193,7 @@ static model_gpu_t* create(const model_config_t* cfg, int B, int T, model_precis
         m->flat_freed = flat == FLAT_NONE;  // set before a failure's model_gpu_destroy (it frees what exists)
         m->grads_freed = flat == FLAT_PARAMS;
     }
-    if (prec == MP_BF16)
+    if (prec == MP_BF16 && flat != FLAT_NONE)  // (without flat buffers: the bf16 windows)
         m->params_lp = try_alloc(total * 2, MEM_PARAMS, "bf16 weights", &ok, err, errlen);
     m->rope_cos = try_alloc((size_t)T * (m->HS / 2) * 4, MEM_OTHER, "RoPE table", &ok, err, errlen);
     m->rope_sin = try_alloc((size_t)T * (m->HS / 2) * 4, MEM_OTHER, "RoPE table", &ok, err, errlen);
@@ -495,25 +496,34 @@ void model_gpu_set_unit_hooks(model_gpu_t* m, const model_unit_hooks_t* hooks) {
     memset(&m->hooks, 0, sizeof m->hooks);
     memset(&m->pwin, 0, sizeof m->pwin);
     memset(&m->gwin, 0, sizeof m->gwin);
+    m->pwin_lp = NULL;
     if (hooks && m->ckpt > 1) fail("%s (this model was made with every-%d)", MODEL_CKPT_HOOKS_REFUSAL, m->ckpt);
     if (hooks) m->hooks = *hooks;
 }
 
 void model_gpu_set_windows(model_gpu_t* m, float* params, float* grads, size_t lo, size_t hi) {
-    if (m->prec != MP_FP32)
-        fail("parameter windows (ZeRO-3) support fp32 only: the bf16 path reads a bf16 copy of the whole flat buffer");
     if (!params || lo >= hi || hi > m->lay.total) DIE("model_gpu_set_windows: NULL buffer or range [%zu, %zu) of %zu", lo, hi, m->lay.total);
     m->pwin = (model_window_t){params, lo, hi};
+    m->pwin_lp = NULL;  // (bf16: set again by model_gpu_set_windows_bf16)
     if (grads) m->gwin = (model_window_t){grads, lo, hi};
 }
 
+void model_gpu_set_windows_bf16(model_gpu_t* m, const uint16_t* params, size_t lo, size_t hi) {
+    if (m->prec != MP_BF16) fail("bf16 parameter windows need a model made with --precision bf16");
+    if (!params || lo != m->pwin.lo || hi != m->pwin.hi || !m->pwin.base)
+        DIE("model_gpu_set_windows_bf16: [%zu, %zu) is not the fp32 window's range (set that first)", lo, hi);
+    m->pwin_lp = params;
+}
+
 void model_gpu_free_flat(model_gpu_t* m) {
-    if (m->prec != MP_FP32)
-        fail("freeing the flat buffers (ZeRO-3) supports fp32 only: the bf16 path reads a bf16 copy of the whole flat buffer");
     if (m->adam_m) DIE("model_gpu_free_flat after model_gpu_adamw: the model's own AdamW needs the flat buffers");
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
     mem_free(m->params);
     mem_free(m->grads);
+    mem_free(m->params_lp);  // bf16: the windows carry the bf16 units from now on
     m->params = m->grads = NULL;
+    m->params_lp = NULL;
+    m->lp_fresh = 0;
     m->flat_freed = 1;
 }
 
@@ -531,6 +541,15 @@ int model_gpu_restore_flat(model_gpu_t* m, size_t total, char* err, size_t errle
     CUDA_CHECK(cudaMemsetAsync(p, 0, total * 4, m->stream));
     CUDA_CHECK(cudaMemsetAsync(g, 0, total * 4, m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    if (m->prec == MP_BF16) {  // the whole-model bf16 copy back, remade at the next forward
+        m->params_lp = try_alloc(m->lay.total * 2, MEM_PARAMS, "bf16 weights", &ok, err, errlen);
+        if (!ok) {
+            mem_free(p);
+            mem_free(g);
+            return -1;
+        }
+        m->lp_fresh = 0;
+    }
     m->params = p;
     m->grads = g;
     m->flat_freed = 0;

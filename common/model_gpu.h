@@ -76,8 +76,9 @@ size_t model_gpu_acts_bytes(const model_gpu_t* m);  // its acts-tagged bytes, ex
 //   flat_total >= the layout's total: parameters (initialised as model_gpu_create's, the extra
 //       elements zero) and gradients (zero) of flat_total elements each;
 //   MODEL_GPU_NO_FLAT: no flat parameter or gradient buffer at all, as after
-//       model_gpu_free_flat (fp32 only): the model runs only through windows (the ZeRO-3 hooks
-//       set them) and the caller makes the parameters (model_init_params_range);
+//       model_gpu_free_flat: the model runs only through windows (the ZeRO-3 hooks set them;
+//       bf16 with bf16 windows too, and no whole-model bf16 copy) and the caller makes the
+//       parameters (model_init_params_range);
 //   flat_total | MODEL_GPU_NO_FLAT_GRADS (flat_total >= the layout's): the parameters as in the
 //       first case, NO flat gradient buffer, as after model_gpu_free_flat_grads (fp32 only):
 //       the backward writes gradients only through the gradient window (ZeRO-2's hooks set it
@@ -85,7 +86,7 @@ size_t model_gpu_acts_bytes(const model_gpu_t* m);  // its acts-tagged bytes, ex
 // Either way the gradient buffer and the backward scratch are allocated now (model_gpu_create
 // does it at the first backward), so the allocator's peak after creation is the training
 // footprint less the optimizer. Returns NULL with a reason (as model_gpu_create; also: a
-// length below the layout's, bf16 without flat buffers, an attention without a backward).
+// length below the layout's, bf16 without a flat gradient buffer, an attention without a backward).
 #define MODEL_GPU_NO_FLAT ((size_t)0)
 #define MODEL_GPU_NO_FLAT_GRADS ((size_t)1 << 62)  // a flag OR'd into flat_total (no length reaches it)
 model_gpu_t* model_gpu_create_flat(const model_config_t* cfg, int B, int T, model_precision_t prec,
@@ -155,15 +156,21 @@ int model_gpu_adamw(model_gpu_t* m, const adamw_config_t* opt, int step, char* e
 // gradient). The hooks point the windows (model_gpu_set_windows) at device buffers holding
 // the unit's parameters and receiving its gradient: flat element i at params[i - lo] and
 // grads[i - lo] for i in [lo, hi) (grads NULL: keep the gradient window). Every parameter
-// access is checked against the window (DIE with the parameter's name). fp32 only: the bf16
-// path reads a bf16 copy of the whole flat buffer, so windows refuse MP_BF16 (one line).
+// access is checked against the window (DIE with the parameter's name). MP_BF16 (ZeRO-3 with
+// bf16 gathers): the matmuls read the unit's bf16 parameters from model_gpu_set_windows_bf16
+// (set after model_gpu_set_windows, same range) in place of the whole-model bf16 copy, which a
+// model without flat buffers does not have; the fp32 window holds the same values widened, for
+// the norms and the embedding; gradients go to the fp32 gradient window as in fp32. A model
+// without a flat gradient buffer (ZeRO-2) stays fp32 only.
 // NULL hooks: none, windows cleared (the model reads its flat buffers again). With `block`
 // checkpointing before_bwd(1 + l) comes before block l's recompute (model_gpu_pass.c); hooks on
 // a model made with every-K (K > 1): fail() with MODEL_CKPT_HOOKS_REFUSAL (one line, exit 2).
 void model_gpu_set_unit_hooks(model_gpu_t* m, const model_unit_hooks_t* hooks);
 void model_gpu_set_windows(model_gpu_t* m, float* params, float* grads, size_t lo, size_t hi);
+void model_gpu_set_windows_bf16(model_gpu_t* m, const uint16_t* params, size_t lo, size_t hi);
 // Frees the flat parameter and gradient buffers (ZeRO-3 keeps only shards; the model must then
-// run through windows). Call with nothing in flight on the model's stream. fp32 only.
+// run through windows), and the whole-model bf16 copy (MP_BF16: bf16 windows from then on).
+// Call with nothing in flight on the model's stream.
 void model_gpu_free_flat(model_gpu_t* m);
 // Allocates them again, `total` (>= layout total) zeroed elements each; 0, or -1 on OOM.
 int model_gpu_restore_flat(model_gpu_t* m, size_t total, char* err, size_t errlen);

@@ -74,6 +74,7 @@ struct model_gpu {
 
     // ZeRO-3 (model_gpu.h): zero by default (the flat buffers above, no hooks)
     model_window_t pwin, gwin;  // where parameters are read and gradients written
+    const uint16_t* pwin_lp;    // MP_BF16 under windows: the unit's bf16 parameters over pwin's [lo, hi)
     model_unit_hooks_t hooks;
     int flat_freed;             // model_gpu_free_flat: params and grads are NULL
     int grads_freed;            // ZeRO-2 (MODEL_GPU_NO_FLAT_GRADS, model_gpu_free_flat_grads): grads is

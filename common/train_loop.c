@@ -15,7 +15,7 @@
 #include "common/timer.h"
 
 train_flags_t train_flags_default(void) {
-    train_flags_t f = {"tiny", 32, 2, "fp32", "naive", 5, 2, "auto", 1, 1e-3, "", 0, 0};
+    train_flags_t f = {"tiny", 32, 2, "fp32", "naive", 5, 2, "auto", 1, 1e-3, "", 0, 0, 0};
     return f;
 }
 
@@ -54,7 +54,7 @@ void train_flags_check(const train_flags_t* f, int layers, train_setup_t* s) {
         BAD("--head-chunk: %d is out of range (0 for the whole logits, or 1..%d rows)", f->head_chunk, HEAD_CHUNK_MAX);
     comm_backend_choose(f->backend, &s->backend);  // the flag's choices were checked by the parser
     s->precision = strcmp(f->precision, "bf16") == 0 ? MP_BF16 : MP_FP32;
-    if (s->backend == COMM_MPI && s->precision != MP_FP32) BAD("--precision bf16 needs the GPU (NCCL) backend");
+    if (s->backend == COMM_MPI && s->precision != MP_FP32 && !f->bf16_cpu) BAD("--precision bf16 needs the GPU (NCCL) backend");
     if (s->backend == COMM_MPI && strcmp(f->attention, "flash") == 0) BAD("--attention flash needs the GPU (NCCL) backend");
     char why[1024];
     if (*f->csv && file_check_writable(f->csv, 0, why, sizeof why) != 0) BAD("--csv: %s", why);

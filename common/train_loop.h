@@ -43,6 +43,8 @@ typedef struct {
     const char* csv;        // rank 0 appends its rows here ("" none)
     double comm_timeout;    // --comm-timeout (0: the default)
     int head_chunk;         // --head-chunk ROWS: the chunked LM head (lm.h head_chunk; 0 the whole logits)
+    int bf16_cpu;           // set by a program (not a flag): --precision bf16 allowed on the MPI
+                            // backend (the CPU model's bf16 parameters, model_cpu.h)
 } train_flags_t;
 
 train_flags_t train_flags_default(void);  // tiny, context 32, batch 2, 5 steps after 2, lr 1e-3
