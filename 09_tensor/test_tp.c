@@ -1,5 +1,6 @@
 // Stage 09, tensor and sequence parallelism, on the CPU over MPI:
-// - every layer of tp.h against its unsplit self on 1-4 ranks (build/09_tensor/tp_check):
+// - every layer of tp.h against its unsplit self on 1-4 ranks (build/09_tensor/tp_check), and
+//   each layer alone (tp_check --only, suite tp_region: one test per layer a student writes);
 //   bitwise where no sum is split, within n·eps·Σ|terms| where one is (the bound and its reason
 //   are in tp_check_main.c); the check must see a missing sum of the norm weight gradient;
 // - the tiny Transformer trained 5 steps tensor-parallel (build/09_tensor/tp_train --check)
@@ -83,6 +84,43 @@ Test(tp_layers, a_missing_norm_gradient_sum_under_sp_is_seen, .timeout = 120) {
     cr_assert_eq(st, 1, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "SP norm weight gradient: equal across the group") &&
               strstr(g_out, "tp_check: 2 ranks: 28 checks, 2 wrong"), "%s", g_out);
+}
+
+// ------------------------------------------------------------------ one layer at a time
+// Each region of tp_layers.c (and the model's norm-gradient sum) has a test of its own:
+// tp_check --only <group> calls that one function of the stage and nothing else of it, so
+// it passes as soon as that function is right, whatever the others are. 2 ranks and 3 (3
+// pads the last vocabulary shard: 50 = 17 + 17 + 16).
+static void only(const char* group, int nchecks) {
+    for (int np = 2; np <= 3; np++) {
+        char a[128], want[96];
+        snprintf(a, sizeof a, "--only %s", group);
+        const int st = run_prog("tp_check", np, a);
+        cr_assert_eq(st, 0, "--only %s, %d ranks: exit %d:\n%s", group, np, st, g_out);
+        snprintf(want, sizeof want, "tp_check: %d ranks: %d checks, 0 wrong", np, nchecks);
+        cr_assert(strstr(g_out, want), "--only %s, %d ranks: want '%s':\n%s", group, np, want, g_out);
+        cr_assert_eq(count(g_out, " ok\n"), nchecks, "--only %s, %d ranks:\n%s", group, np, g_out);
+    }
+}
+
+Test(tp_region, sp_allgather, .timeout = 120) { only("sp_allgather", 1); }
+Test(tp_region, sp_reduce_scatter, .timeout = 120) { only("sp_reduce_scatter", 1); }
+Test(tp_region, col_bwd, .timeout = 120) { only("col", 3); }
+Test(tp_region, row_fwd, .timeout = 120) { only("row", 3); }
+Test(tp_region, embed_fwd, .timeout = 120) { only("embed_fwd", 1); }
+Test(tp_region, embed_bwd, .timeout = 120) { only("embed_bwd", 1); }
+Test(tp_region, ce_fwd, .timeout = 120) { only("ce_fwd", 2); }
+Test(tp_region, ce_bwd, .timeout = 120) {
+    only("ce_bwd", 2);  // from the reference forward's lse: tp_ce_fwd is not called
+    cr_assert(strstr(g_out, "vocab-parallel padding: zero gradient") && !strstr(g_out, "cross-entropy lse"), "%s", g_out);
+}
+Test(tp_region, sp_norm_sum, .timeout = 120) { only("sp_norm_sum", 3); }
+
+Test(tp_region, only_names_known_groups, .timeout = 120) {
+    int st = run_prog("tp_check", 2, "--only col,bogus");
+    ASSERT_REFUSED(st, g_out, "tp_check", "--only bogus", "sp_norm_sum");
+    st = run_prog("tp_check", 2, "--only embed_fwd,embed_bwd");
+    cr_assert(st == 0 && strstr(g_out, "tp_check: 2 ranks: 2 checks, 0 wrong"), "exit %d:\n%s", st, g_out);
 }
 
 // ------------------------------------------------------------------ the tiny Transformer

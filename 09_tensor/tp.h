@@ -184,6 +184,10 @@ void tp_model_destroy(tp_model_t* m);
 float tp_model_forward(tp_model_t* m, const int32_t* inputs, const int32_t* targets, int B, int T);
 // Backward of the last forward: every local gradient written (masked vocabulary rows 0).
 void tp_model_backward(tp_model_t* m);
+// Under SP: the replicated (TP_REPL: RMSNorm) weights' gradients summed over the group, in one
+// all-reduce (each rank's backward saw only its rows). tp_model_backward calls it (unless
+// sp_norm_sum is 0); public for tp_check's own check of it.
+void tp_model_sum_norm_grads(tp_model_t* m);
 // AdamW (common/adamw_cpu.h) over the local shards.
 void tp_model_adamw(tp_model_t* m, const adamw_config_t* cfg);
 // Σ of squares of the whole model's gradient (each element once), the same on every rank.

@@ -82,7 +82,7 @@ void tp_reduce_scatter(comm_t* g, const float* send, float* recv, size_t recvcou
 
 // ---------------------------------------------------------------- sequence parallelism
 void tp_sp_allgather(comm_t* g, float* full, const float* local, int B, int T, int C, float* scratch) {
-    // STUDENT-BEGIN(09.sp_allgather): the all-gather along the sequence: every rank's (B, T/n, C) rows into place in (B, T, C) (tp_allgather into scratch, then each rank's block to positions k·T/n of every sequence) | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.sp_allgather): the all-gather along the sequence: every rank's (B, T/n, C) rows into place in (B, T, C) (tp_allgather into scratch, then each rank's block to positions k·T/n of every sequence) | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_region/sp_allgather
     const int n = g->world, Tl = T / n;
     const size_t blk = (size_t)B * Tl * C;  // one rank's share
     tp_allgather(g, local, scratch, blk);
@@ -95,7 +95,7 @@ void tp_sp_allgather(comm_t* g, float* full, const float* local, int B, int T, i
 }
 
 void tp_sp_reduce_scatter(comm_t* g, float* local, const float* full, int B, int T, int C, float* scratch) {
-    // STUDENT-BEGIN(09.sp_reduce_scatter): the reduce-scatter along the sequence: pack (B, T, C) into n blocks of this rank's layout, tp_reduce_scatter into local | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.sp_reduce_scatter): the reduce-scatter along the sequence: pack (B, T, C) into n blocks of this rank's layout, tp_reduce_scatter into local | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_region/sp_reduce_scatter
     const int n = g->world, Tl = T / n;
     const size_t blk = (size_t)B * Tl * C;
     for (int k = 0; k < n; k++)
@@ -113,7 +113,7 @@ void tp_col_fwd(float* y_l, const float* x, const float* W_l, int N, int din, in
 
 void tp_col_bwd(comm_t* g, float* dx, float* dW_l, const float* dy_l, const float* x,
                 const float* W_l, int N, int din, int dout_l, int allreduce) {
-    // STUDENT-BEGIN(09.col_bwd): the column-parallel backward: dW_l = dy_lᵀ x locally, dx = Σ_ranks dy_l W_l (all-reduce when asked) | see 09_tensor/README.md §Column-parallel and row-parallel linears | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.col_bwd): the column-parallel backward: dW_l = dy_lᵀ x locally, dx = Σ_ranks dy_l W_l (all-reduce when asked) | see 09_tensor/README.md §Column-parallel and row-parallel linears | test: test_09 tp_region/col_bwd
     matmul_bwd_cpu(dx, dW_l, dy_l, x, W_l, N, din, dout_l);
     // Every rank's input fed every rank's columns: its gradient is the sum of the n shares.
     if (dx && allreduce) tp_allreduce(g, dx, dx, (size_t)N * din, COMM_SUM);
@@ -122,7 +122,7 @@ void tp_col_bwd(comm_t* g, float* dx, float* dW_l, const float* dy_l, const floa
 
 void tp_row_fwd(comm_t* g, float* y, const float* x_l, const float* W_l, int N, int din_l, int dout,
                 int allreduce) {
-    // STUDENT-BEGIN(09.row_fwd): the row-parallel forward: the partial product x_l W_lᵀ, all-reduced when asked | see 09_tensor/README.md §Column-parallel and row-parallel linears | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.row_fwd): the row-parallel forward: the partial product x_l W_lᵀ, all-reduced when asked | see 09_tensor/README.md §Column-parallel and row-parallel linears | test: test_09 tp_region/row_fwd
     matmul_fwd_cpu(y, x_l, W_l, N, din_l, dout);
     // Each rank summed din_l of the din products: the rest are on the other ranks.
     if (allreduce) tp_allreduce(g, y, y, (size_t)N * dout, COMM_SUM);
@@ -145,7 +145,7 @@ void tp_put_cols(float* W, const float* in, int rows, int cols, int c0, int cl) 
 // ---------------------------------------------------------------- vocabulary
 void tp_embed_fwd(comm_t* g, float* out, const int32_t* tokens, const float* E_l, const tp_dims_t* d,
                   int N, int allreduce) {
-    // STUDENT-BEGIN(09.embed_fwd): the vocabulary-parallel embedding: this rank's rows for the tokens it owns, zeros for the others, all-reduced when asked | see 09_tensor/README.md §Vocabulary parallelism | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.embed_fwd): the vocabulary-parallel embedding: this rank's rows for the tokens it owns, zeros for the others, all-reduced when asked | see 09_tensor/README.md §Vocabulary parallelism | test: test_09 tp_region/embed_fwd
     const int C = d->C;
     for (int i = 0; i < N; i++) {
         const int v = tokens[i] - d->v0;
@@ -159,7 +159,7 @@ void tp_embed_fwd(comm_t* g, float* out, const int32_t* tokens, const float* E_l
 }
 
 void tp_embed_bwd(float* dE_l, const float* dout, const int32_t* tokens, const tp_dims_t* d, int N) {
-    // STUDENT-BEGIN(09.embed_bwd): its backward: dE_l rows of the owned tokens summed in token order, every other row zero | see 09_tensor/README.md §Vocabulary parallelism | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.embed_bwd): its backward: dE_l rows of the owned tokens summed in token order, every other row zero | see 09_tensor/README.md §Vocabulary parallelism | test: test_09 tp_region/embed_bwd
     const int C = d->C;
     memset(dE_l, 0, (size_t)d->Vl * C * sizeof(float));
     for (int i = 0; i < N; i++) {
@@ -173,7 +173,7 @@ void tp_embed_bwd(float* dE_l, const float* dout, const int32_t* tokens, const t
 }
 
 float tp_ce_fwd(comm_t* g, float* lse, const float* logits_l, const int32_t* targets, const tp_dims_t* d, int N) {
-    // STUDENT-BEGIN(09.ce_fwd): the vocabulary-parallel cross-entropy: all-reduce MAX of the row maxima, all-reduce SUM of Σ exp(z − m) and of the target logit from its owner, lse = m + log s, the mean of lse − z_target in double; masked columns never count | see 09_tensor/README.md §Vocabulary parallelism | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.ce_fwd): the vocabulary-parallel cross-entropy: all-reduce MAX of the row maxima, all-reduce SUM of Σ exp(z − m) and of the target logit from its owner, lse = m + log s, the mean of lse − z_target in double; masked columns never count | see 09_tensor/README.md §Vocabulary parallelism | test: test_09 tp_region/ce_fwd
     const int Vl = d->Vl, Vv = d->Vvalid;
     float* mx = calloc((size_t)3 * N + 1, sizeof(float));
     if (!mx) DIE("tp_ce_fwd: out of memory (%d rows)", N);
@@ -206,7 +206,7 @@ float tp_ce_fwd(comm_t* g, float* lse, const float* logits_l, const int32_t* tar
 
 void tp_ce_bwd(float* dlogits_l, const float* logits_l, const float* lse, const int32_t* targets,
                const tp_dims_t* d, int N) {
-    // STUDENT-BEGIN(09.ce_bwd): its backward on this rank's columns: (exp(z − lse) − onehot)/N, masked columns 0 | see 09_tensor/README.md §Vocabulary parallelism | test: test_09 tp_layers/* tp_train/*
+    // STUDENT-BEGIN(09.ce_bwd): its backward on this rank's columns: (exp(z − lse) − onehot)/N, masked columns 0 | see 09_tensor/README.md §Vocabulary parallelism | test: test_09 tp_region/ce_bwd
     const int Vl = d->Vl, Vv = d->Vvalid;
     const float invN = 1.0f / (float)N;
     for (int i = 0; i < N; i++) {

@@ -238,8 +238,8 @@ float tp_model_forward(tp_model_t* m, const int32_t* inputs, const int32_t* targ
 
 // Under SP each rank's norm-weight gradient covers only its rows: the weight is shared by all
 // rows, so its gradient is the sum over the group (without SP every rank saw every row).
-static void sum_norm_grads(tp_model_t* m) {
-    // STUDENT-BEGIN(09.sp_norm_sum): under SP, the RMSNorm weight gradients (the TP_REPL entries) summed over the group: one all-reduce of all of them | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_train/*
+void tp_model_sum_norm_grads(tp_model_t* m) {
+    // STUDENT-BEGIN(09.sp_norm_sum): under SP, the RMSNorm weight gradients (the TP_REPL entries) summed over the group: one all-reduce of all of them | see 09_tensor/README.md §Sequence parallelism | test: test_09 tp_region/sp_norm_sum
     size_t n = 0;
     for (int i = 0; i < m->layout.n; i++)
         if (m->p[i].split == TP_REPL) n += m->p[i].numel;
@@ -297,7 +297,7 @@ void tp_model_backward(tp_model_t* m) {
     }
     const float* demb = whole_rows(m, m->dfull, m->dres, B, T);
     tp_embed_bwd(G(m, PK_EMBED, -1), demb, m->inputs, d, N);
-    if (m->sp && m->sp_norm_sum) sum_norm_grads(m);
+    if (m->sp && m->sp_norm_sum) tp_model_sum_norm_grads(m);
 }
 
 void tp_model_adamw(tp_model_t* m, const adamw_config_t* cfg) {

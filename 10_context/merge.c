@@ -9,6 +9,7 @@
 #include "10_context/context.h"
 
 void cp_merge_f32(float* o, float* l, const float* ob, const float* lb, size_t rows, int d) {
+    // STUDENT-BEGIN(10.merge_f32): merge the partial (O_b, L_b) into the running (O, L), row by row: m = max(L, L_b), weights e^{L - m} and e^{L_b - m}, O = their weighted mean, L = m + log(their sum); a side at -inf saw no key (keep the other side unchanged) | see 10_context/README.md §The merge | test: test_10 merge/two_halves_* merge/associative_* merge/commutative_* merge/an_all_masked_*
     for (size_t r = 0; r < rows; r++) {
         const float la = l[r], lb_ = lb[r];
         if (lb_ == -INFINITY) continue;  // b saw no key: keep a
@@ -26,9 +27,11 @@ void cp_merge_f32(float* o, float* l, const float* ob, const float* lb, size_t r
         for (int x = 0; x < d; x++) orow[x] = ca * orow[x] + cb * brow[x];
         l[r] = m + logf(s);
     }
+    // STUDENT-END(10.merge_f32)
 }
 
 void cp_merge_f64(double* o, double* l, const double* ob, const double* lb, size_t rows, int d) {
+    // STUDENT-BEGIN(10.merge_f64): the same merge in float64 (the reference's) | see 10_context/README.md §The merge | test: test_10 merge/f64_*
     for (size_t r = 0; r < rows; r++) {
         const double la = l[r], lb_ = lb[r];
         if (lb_ == -INFINITY) continue;
@@ -45,4 +48,5 @@ void cp_merge_f64(double* o, double* l, const double* ob, const double* lb, size
         for (int x = 0; x < d; x++) orow[x] = (wa * orow[x] + wb * brow[x]) / s;
         l[r] = m + log(s);
     }
+    // STUDENT-END(10.merge_f64)
 }

@@ -8,6 +8,9 @@
 // backward on its own chunks, and compares. Rank 0 prints one line of scale-free errors
 // (max |got - want| / max |want|, over every rank) and "ok" or "FAIL"; the exit status is 1 on
 // FAIL.
+// --only fwd checks the ring forward alone (O, L; no backward is run); --only bwd the ring
+// backward alone (dQ, dK, dV), fed the one-process forward's O and L instead of the ring's, so
+// that each half has a check that needs nothing of the other.
 //
 // The bound against float64: fp32 flash attention over one process is within BASE of float64
 // (the dot products and the running softmax of one block); the ring adds, per query row, one LSE
@@ -130,7 +133,7 @@ static void flash_gpu_whole(const float* q, const float* k, const float* v, cons
 
 int main(int argc, char** argv) {
     int N = 53, d = 16, BH = 2, causal = 1, seed = 1, fault = 0;
-    const char *split_s = "zigzag", *backend_s = "mpi", *dtype_s = "f32";
+    const char *split_s = "zigzag", *backend_s = "mpi", *dtype_s = "f32", *only_s = "all";
     double timeout_s = 0;
     cli_opt_t opts[] = {
         {"N", CLI_INT, &N, "53", "sequence length (need not divide by the chunks)", NULL},
@@ -142,6 +145,7 @@ int main(int argc, char** argv) {
         {"fault", CLI_INT, &fault, "0", "1: a broken ring that computes on a stale block (the check must FAIL)", NULL},
         {"backend", CLI_CHOICE, &backend_s, "mpi", "mpi: the CPU ring; nccl: the GPU ring (one GPU a rank)", COMM_BACKEND_CHOICES},
         {"dtype", CLI_CHOICE, &dtype_s, "f32", "inputs and outputs of the GPU ring (the CPU ring is f32)", "f32|bf16"},
+        {"only", CLI_CHOICE, &only_s, "all", "all: forward and backward; fwd: the forward alone (O, L); bwd: the backward alone (dQ, dK, dV) on the one-process O, L", "all|fwd|bwd"},
         {"comm-timeout", CLI_DOUBLE, &timeout_s, "0", COMM_TIMEOUT_HELP, NULL},
     };
     comm_cli_parse(argc, argv,
@@ -160,6 +164,8 @@ int main(int argc, char** argv) {
     const dtype_t dt = strcmp(dtype_s, "bf16") ? DT_F32 : DT_BF16;
     if (backend == COMM_MPI && dt != DT_F32) comm_bad_input("--dtype %s: the CPU ring (--backend mpi) is f32; bf16 needs --backend nccl", dtype_s);
     if (backend == COMM_NCCL && fault) comm_bad_input("--fault: only the CPU ring (--backend mpi) has the broken variant");
+    const int do_fwd = strcmp(only_s, "bwd") != 0, do_bwd = strcmp(only_s, "fwd") != 0;
+    if (backend == COMM_NCCL && !(do_fwd && do_bwd)) comm_bad_input("--only %s: the GPU ring (--backend nccl) is checked whole; give --only all", only_s);
     comm_t* c = comm_init(backend, comm_timeout_flag(timeout_s));
     const int P = c->world, r = c->rank;
     char err[256];
@@ -188,13 +194,13 @@ int main(int argc, char** argv) {
         }
     }
     attn_forward_f64(q64, k64, v64, o64, l64, BH, N, d, causal, (double)g.scale);
-    attn_backward_f64(q64, k64, v64, o64, l64, do64, dq64, dk64, dv64, BH, N, d, causal, (double)g.scale);
+    if (do_bwd) attn_backward_f64(q64, k64, v64, o64, l64, do64, dq64, dk64, dv64, BH, N, d, causal, (double)g.scale);
     float *q = to_f32(q64, nG), *k = to_f32(k64, nG), *v = to_f32(v64, nG), *dO = to_f32(do64, nG);
     // one process, fp32 flash (stages 03 and 04)
     float *o1 = xalloc(nG), *l1 = xalloc((size_t)BH * N), *dq1 = xalloc(nG), *dk1 = xalloc(nG), *dv1 = xalloc(nG);
     if (backend == COMM_MPI) {
         flash_forward_cpu(q, k, v, o1, l1, BH, N, N, d, causal, g.scale, g.Bq, g.Bk);
-        flash_backward_cpu(q, k, v, o1, dO, l1, dq1, dk1, dv1, BH, N, N, d, causal, g.scale, g.Bq, g.Bk);
+        if (do_bwd) flash_backward_cpu(q, k, v, o1, dO, l1, dq1, dk1, dv1, BH, N, N, d, causal, g.scale, g.Bq, g.Bk);
     } else {
         flash_gpu_whole(q, k, v, dO, o1, l1, dq1, dk1, dv1, BH, N, d, causal, g.scale, dt);
     }
@@ -209,8 +215,13 @@ int main(int argc, char** argv) {
     gather_local(dO, ldo, &g, P, r, d);
     float *o = xalloc(nl), *lse = xalloc(nll), *dq = xalloc(nl), *dk = xalloc(nl), *dv = xalloc(nl);
     if (backend == COMM_MPI) {
-        ring_forward_cpu(c, &g, lq, lk, lv, o, lse);
-        ring_backward_cpu(c, &g, lq, lk, lv, o, lse, ldo, dq, dk, dv);
+        if (do_fwd) {
+            ring_forward_cpu(c, &g, lq, lk, lv, o, lse);
+        } else {  // the backward alone: one process's forward, in this rank's layout
+            gather_local(o1, o, &g, P, r, d);
+            gather_local(l1, lse, &g, P, r, 1);
+        }
+        if (do_bwd) ring_backward_cpu(c, &g, lq, lk, lv, o, lse, ldo, dq, dk, dv);
     } else {
         cp_gpu_t* rg = cp_gpu_create(c, &g, dt);
         void *Q = upload(lq, nl, dt), *K = upload(lk, nl, dt), *V = upload(lv, nl, dt), *DO = upload(ldo, nl, dt);
@@ -251,15 +262,20 @@ int main(int argc, char** argv) {
                                           : GPU_BF16_BASE_BOUND + GPU_BF16_PER_MERGE_BOUND * merges;
     int ok = 1;
     char line[1024];
-    int at = snprintf(line, sizeof line, "ring_check: %s %s P %d N %d d %d BH %d causal %d split %s merges %d: vs float64",
-                      backend_s, dtype_s, P, N, d, BH, causal, split_s, merges);
+    int at = snprintf(line, sizeof line, "ring_check: %s %s P %d N %d d %d BH %d causal %d split %s merges %d%s: vs float64",
+                      backend_s, dtype_s, P, N, d, BH, causal, split_s, merges,
+                      do_fwd && do_bwd ? "" : do_fwd ? " (forward alone)" : " (backward alone)");
+    // O and L belong to the forward, dQ, dK and dV to the backward.
+#define CHECKED(e) ((e) <= E_L ? do_fwd : do_bwd)
     for (int e = 0; e < N_E; e++) {
+        if (!CHECKED(e)) continue;
         const double rel = e64[2 * e] / (e64[2 * e + 1] + 1e-30);
         if (!(rel <= bound)) ok = 0;
         at += snprintf(line + at, sizeof line - at, " %s %.2e", e_name[e], rel);
     }
     at += snprintf(line + at, sizeof line - at, "; vs %s", backend == COMM_MPI ? "flash_cpu" : "flash_gpu");
     for (int e = 0; e < N_E; e++) {
+        if (!CHECKED(e)) continue;
         const double rel = e1[2 * e] / (e1[2 * e + 1] + 1e-30);
         if (!(rel <= bound)) ok = 0;
         at += snprintf(line + at, sizeof line - at, " %s %.2e", e_name[e], rel);

@@ -64,6 +64,7 @@ static void ring_post(comm_t* c, const float* send, float* recv, size_t count, c
 // start empty (0, -inf) and end merged over every visible key.
 static void forward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, const float* q, float* kv[2],
                           size_t blk, float* o, float* lse, float* o_part, float* l_part) {
+    // STUDENT-BEGIN(10.ring_fwd): the P steps of the ring forward: at step s hold owner (r - s) mod P's K|V; post its hand-on to r+1 and the next block's receipt from r-1 (ring_post) BEFORE computing; for each of my query chunks and each of the owner's key chunks (rank_chunks, cp_block_kind: skip, causal diagonal, full) flash_forward_cpu into o_part, l_part, then cp_merge_f32 into o, lse; wait, swap buffers (g->fault: from step 1 on keep computing on kv[0]) | see 10_context/README.md §The ring | test: test_10 ring_region/forward_* | uses: ring_post | needs: 10.merge_f32 10.zigzag 03.flash_fwd_cpu
     const int P = c->world, r = c->rank, BH = g->BH, d = g->d;
     int cur = 0;
     for (int s = 0; s < P; s++) {
@@ -92,6 +93,7 @@ static void forward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, con
             cur = 1 - cur;
         }
     }
+    // STUDENT-END(10.ring_fwd)
 }
 
 void ring_forward_cpu(comm_t* c, const cp_ring_t* g, const float* q, const float* k,
@@ -125,6 +127,7 @@ static void backward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, co
                            const float* lse, const float* dout, float* kv[2], size_t blk, float* part,
                            float* acc[2], float* dq_part, float* dk_part, float* dv_part, float* dq,
                            float* dk, float* dv, size_t nloc) {
+    // STUDENT-BEGIN(10.ring_bwd): the P steps of the ring backward: K|V travel as in the forward; at each step flash_backward_cpu of every visible (query chunk, key chunk) pair, dQ added into dq, the owner's dK|dV into part; the owner's accumulator started at step 0, else received from r-1 and part added; then handed on to r+1 (one step behind the K|V); after P steps the last hand-on brings this rank's own dK, dV home into dk, dv | see 10_context/README.md §The backward | test: test_10 ring_region/backward_* | uses: ring_post | needs: 10.zigzag 03.flash_fwd_cpu 04.flash_bwd_cpu
     const int P = c->world, r = c->rank, BH = g->BH, d = g->d;
     int cur = 0, in = 0;             // kv[cur]: block in hand; acc[in]: accumulator arriving
     comm_req_t* dreq[2] = {NULL, NULL};
@@ -172,6 +175,7 @@ static void backward_steps(comm_t* c, const cp_ring_t* g, const chunks_t* me, co
     comm_waitall(c, dreq, 2);  // the last hand-on: acc[in] holds this rank's own dK, dV
     memcpy(dk, acc[in], sizeof(float) * nloc);
     memcpy(dv, acc[in] + blk, sizeof(float) * nloc);
+    // STUDENT-END(10.ring_bwd)
 }
 
 void ring_backward_cpu(comm_t* c, const cp_ring_t* g, const float* q, const float* k,

@@ -92,9 +92,10 @@ cp_gpu_t* cp_gpu_create(comm_t* c, const cp_ring_t* g, dtype_t dt) {
         r->all[p] = chunks_of(g, P, p);
         for (int j = 0; j < r->all[p].n; j++) maxlen = r->all[p].len[j] > maxlen ? r->all[p].len[j] : maxlen;
     }
-    // What the kernels take, asked on the largest block, both masks.
+    // What the kernels take, asked on the largest block, both masks: shapes, dtype and strides
+    // only (the plug-in's check; the buffers do not exist yet).
     attn_args_t a = block_args(r, maxlen, maxlen, 1);
-    if (flash_fwd_supports(&a, err, sizeof err) || flash_bwd_supports(&a, err, sizeof err))
+    if (flash_attention_impl()->supports(&a, err, sizeof err))
         comm_refuse(c, "the flash kernels refuse this block: %s", err);
     r->ws_bytes = flash_bwd_workspace_bytes(&a);
     a.causal = 0;

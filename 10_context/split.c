@@ -28,12 +28,14 @@ void cp_chunk_range(int N, int n, int c, int* start, int* len) {
 }
 
 int cp_rank_chunks(cp_split_t s, int P, int r, int out[CP_MAX_CHUNKS]) {
+    // STUDENT-BEGIN(10.zigzag): rank r's chunk ids into out, returning how many: chunk r of P (plain), or chunks r and 2P-1-r of 2P (zigzag: an early chunk with a late one) | see 10_context/README.md §Causal load balance | test: test_10 split/*
     out[0] = r;
     if (s == CP_SPLIT_ZIGZAG) {
         out[1] = 2 * P - 1 - r;
         return 2;
     }
     return 1;
+    // STUDENT-END(10.zigzag)
 }
 
 int cp_rank_tokens(cp_split_t s, int N, int P, int r) {

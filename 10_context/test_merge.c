@@ -36,7 +36,8 @@ static void to_f(const double* a, float* f, int n) {
     for (int i = 0; i < n; i++) f[i] = (float)a[i];
 }
 
-Test(merge, two_halves_equal_attention_over_all_keys) {
+// The float64 merge (the reference's) and the fp32 one (the ring's), each on its own test.
+Test(merge, f64_two_halves_equal_attention_over_all_keys) {
     for (uint64_t seed = 1; seed <= 20; seed++) {
         double s[NK], v[NK * D], oa[D], ob[D], o[D], la, lb, l;
         draw(s, v, seed);
@@ -49,6 +50,17 @@ Test(merge, two_halves_equal_attention_over_all_keys) {
         cp_merge_f64(o64, &l64, ob, &lb, 1, D);
         for (int x = 0; x < D; x++) cr_assert(fabs(o64[x] - o[x]) <= 1e-12, "f64 O[%d] %g vs %g", x, o64[x], o[x]);
         cr_assert(fabs(l64 - l) <= 1e-12, "f64 L %g vs %g", l64, l);
+    }
+}
+
+Test(merge, two_halves_equal_attention_over_all_keys) {
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        double s[NK], v[NK * D], oa[D], ob[D], o[D], la, lb, l;
+        draw(s, v, seed);
+        const int cut = 1 + (int)(seed % (NK - 1));
+        row_attention(s, v, 0, cut, oa, &la);
+        row_attention(s, v, cut, NK, ob, &lb);
+        row_attention(s, v, 0, NK, o, &l);
         float fo[D], fob[D], fl = (float)la, flb = (float)lb, want[D], wl = (float)l;
         to_f(oa, fo, D);
         to_f(ob, fob, D);

@@ -40,6 +40,34 @@ Test(ring, p2_every_split_and_mask, .timeout = 300) { all_cases(2); }
 Test(ring, p3_every_split_and_mask, .timeout = 300) { all_cases(3); }
 Test(ring, p4_every_split_and_mask, .timeout = 300) { all_cases(4); }
 
+// Each half of the ring alone (ring_check --only): the forward checked on O and L with no
+// backward run; the backward on dQ, dK, dV, fed one process's O and L. 2 and 3 ranks, both
+// splits, causal (every block kind) on a length the chunks do not divide.
+static void one_half(const char* only) {
+    const char* splits[2] = {"plain", "zigzag"};
+    for (int P = 2; P <= 3; P++)
+        for (int s = 0; s < 2; s++) {
+            char args[256];
+            snprintf(args, sizeof args, "--N 37 --d 16 --BH 2 --causal 1 --split %s --only %s", splits[s], only);
+            const int st = ring_check(P, args);
+            cr_assert(st == 0 && strstr(g_out, ": ok"), "P %d %s: exit %d:\n%s", P, args, st, g_out);
+            const int fwd = !strcmp(only, "fwd");
+            cr_assert(strstr(g_out, fwd ? "(forward alone)" : "(backward alone)"), "%s", g_out);
+            cr_assert(fwd == !strstr(g_out, " dQ ") && fwd == !!strstr(g_out, " O "), "only %s:\n%s", only, g_out);
+        }
+}
+Test(ring_region, forward_alone, .timeout = 300) { one_half("fwd"); }
+Test(ring_region, backward_alone, .timeout = 300) { one_half("bwd"); }
+// Each half's check still sees a stale block.
+static void stale(const char* only) {
+    char args[128];
+    snprintf(args, sizeof args, "--N 53 --causal 1 --split zigzag --fault 1 --only %s", only);
+    const int st = ring_check(3, args);
+    cr_assert(st == 1 && strstr(g_out, "FAIL"), "%s: exit %d:\n%s", args, st, g_out);
+}
+Test(ring_region, forward_sees_a_stale_block, .timeout = 120) { stale("fwd"); }
+Test(ring_region, backward_sees_a_stale_block, .timeout = 120) { stale("bwd"); }
+
 // One rank: the ring degenerates to the plain call (zigzag: one merge of two chunks).
 Test(ring, p1_is_one_process, .timeout = 120) {
     const int st = ring_check(1, "--N 40 --causal 1 --split plain");
