@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU runs of the newest pieces on 2 GPUs, binaries built on the machine: stage 10's ring
 # (tests, checks, benchmarks beside PyTorch's context_parallel), the chunked LM head, stage 05's
-# hierarchical all-reduce under two emulated nodes. Parts (default all): cp head hier.
+# hierarchical all-reduce under two emulated nodes, bf16 ZeRO beside PyTorch's FSDP2 with
+# MixedPrecisionPolicy. Parts (default all): cp head hier fsdp.
 #   OUT=$OUT lab/device/device_new_stages.sh [part...]
 # Logs under results/newstages/, packed into $OUT/newstages.tgz after every step.
 set -u
@@ -10,7 +11,7 @@ O=${OUT:?set OUT}; L=results/newstages; mkdir -p "$L"
 source lab/device/device_lib.sh
 export NCCL_NVLS_ENABLE=0
 pack() { tar czf "$O/newstages.tgz" "$L" 2>/dev/null; }
-for part in ${*:-cp head hier}; do
+for part in ${*:-cp head hier fsdp}; do
   case $part in
   cp)
     step cp_tests 120 "$B/10_context/test_10" --jobs 1 --filter 'ring_gpu/*'; pack
@@ -38,7 +39,16 @@ for part in ${*:-cp head hier}; do
       --counts 0,1,7,1000,65537,1000003; pack
     step hier_bench 90 scripts/mpirun.sh --emulate-nodes 2 2 "$B/05_collectives/allreduce_bench" \
       --backends nccl,ring-nccl,hier-nccl --sizes 1M,10M,100M,1G --iters 5 --warmup 2; pack ;;
-  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp head hier" >&2; exit 2 ;;
+  fsdp)
+    x=(--model xl --context 512 --batch 2 --backend nccl --precision bf16 --attention flash --steps 10 --warmup 3 --comm-timeout 120)
+    step fsdp_one 90 scripts/mpirun.sh 2 "$B/06_ddp/ddp_train" "${x[@]}" --variant none,bucketed --bucket-mb 100 \
+      --csv "$L/ddp_bf16.csv"; pack
+    step fsdp_ours 150 scripts/mpirun.sh 2 "$B/07_zero/zero_train" "${x[@]}" --zero 1,3 --csv "$L/zero_bf16.csv"; pack
+    step fsdp_ours_rbf16 90 scripts/mpirun.sh 2 "$B/07_zero/zero_train" "${x[@]}" --zero 3 --reduce-dtype bf16 \
+      --csv "$L/zero_bf16.csv"; pack
+    step fsdp_torch 200 python3 -m torch.distributed.run --standalone --nproc_per_node 2 07_zero/bench_torch_zero.py \
+      --model xl --precision bf16 --sdpa --csv "$L/torch_bf16.csv"; pack ;;
+  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp head hier fsdp" >&2; exit 2 ;;
   esac
 done
 cat "$O/steps.txt"
