@@ -24,7 +24,7 @@ import torch.nn.functional as F
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--N", type=int, default=32768, help="the whole sequence length")
-    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--causal", type=int, default=1, choices=[0, 1])
@@ -48,7 +48,7 @@ def main():
     if a.N % (2 * P):
         raise SystemExit(f"bench_torch.py: error: --N {a.N} must be a multiple of 2P = {2 * P} (context_parallel's chunks)")
     mesh = init_device_mesh("cuda", (P,))
-    shape = (a.batch, a.heads, a.N, a.d)
+    shape = (a.batch, a.heads, a.N, a.head_dim)
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, dout = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
     fwd_t, bwd_t = [], []
@@ -70,7 +70,7 @@ def main():
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
     fwd, bwd = med.tolist()
     if rank == 0:
-        print(f"torch context_parallel: P {P} N {a.N} d {a.d} heads {a.heads} batch {a.batch} causal {a.causal}: "
+        print(f"torch context_parallel: P {P} N {a.N} d {a.head_dim} heads {a.heads} batch {a.batch} causal {a.causal}: "
               f"fwd {fwd:.3f} ms, bwd {bwd:.3f} ms, total {fwd + bwd:.3f} ms (median of {a.iters}, slowest rank)")
         if a.csv:
             fresh = not os.path.exists(a.csv)
@@ -78,7 +78,7 @@ def main():
                 w = csv.writer(f)
                 if fresh:
                     w.writerow(["impl", "P", "N", "d", "heads", "batch", "causal", "fwd_ms", "bwd_ms", "total_ms"])
-                w.writerow([f"torch {torch.__version__} context_parallel ({a.rotate})", P, a.N, a.d, a.heads,
+                w.writerow([f"torch {torch.__version__} context_parallel ({a.rotate})", P, a.N, a.head_dim, a.heads,
                             a.batch, a.causal, f"{fwd:.3f}", f"{bwd:.3f}", f"{fwd + bwd:.3f}"])
     dist.destroy_process_group()
 

@@ -19,7 +19,7 @@ for sp in plain zigzag; do for N in 8192 32768 131072; do
       --warmup 3 --iters 20 --csv "$out/ring_bench.csv" >> "$out/bench.log" 2>&1
 done; done
 for N in 8192 32768 131072; do
-  python3 -m torch.distributed.run --nproc_per_node $P 10_context/bench_torch.py --N $N --d 128 --heads 16 \
+  python3 -m torch.distributed.run --nproc_per_node $P 10_context/bench_torch.py --N $N --head-dim 128 --heads 16 \
       --causal 1 --iters 20 --csv "$out/torch.csv" >> "$out/bench.log" 2>&1
 done
 tail -n 40 "$out/check.log" "$out/bench.log"

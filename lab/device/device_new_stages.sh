@@ -17,13 +17,13 @@ for part in ${*:-cp head hier fsdp}; do
     step cp_tests 120 "$B/10_context/test_10" --jobs 1 --filter 'ring_gpu/*'; pack
     for dt in f32 bf16; do for sp in plain zigzag; do
       step cp_check_${dt}_$sp 40 scripts/mpirun.sh 2 "$B/10_context/ring_check" --backend nccl --dtype $dt --split $sp \
-        --causal 1 --N 4099 --d 128 --BH 4; pack
+        --causal 1 --N 4093 --d 128 --BH 4; pack
     done; done
     for N in 32768 131072; do for sp in plain zigzag; do
       step cp_bench_${sp}_$N 60 scripts/mpirun.sh 2 "$B/10_context/ring_bench" --N $N --d 128 --heads 16 --causal 1 \
         --split $sp --dtype bf16 --warmup 3 --iters 10 --csv "$L/ring_bench.csv"; pack
     done
-      step cp_torch_$N 90 python3 -m torch.distributed.run --nproc_per_node 2 10_context/bench_torch.py --N $N --d 128 \
+      step cp_torch_$N 90 python3 -m torch.distributed.run --nproc_per_node 2 10_context/bench_torch.py --N $N --head-dim 128 \
         --heads 16 --causal 1 --iters 10 --csv "$L/torch.csv"; pack
     done ;;
   head)
@@ -48,7 +48,23 @@ for part in ${*:-cp head hier fsdp}; do
       --csv "$L/zero_bf16.csv"; pack
     step fsdp_torch 200 python3 -m torch.distributed.run --standalone --nproc_per_node 2 07_zero/bench_torch_zero.py \
       --model xl --precision bf16 --sdpa --csv "$L/torch_bf16.csv"; pack ;;
-  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp head hier fsdp" >&2; exit 2 ;;
+  cpcheck)  # the ring's checks and PyTorch's context_parallel alone (cp without our benchmark)
+    for dt in f32 bf16; do for sp in plain zigzag; do
+      step cp_check_${dt}_$sp 40 scripts/mpirun.sh 2 "$B/10_context/ring_check" --backend nccl --dtype $dt --split $sp \
+        --causal 1 --N 4093 --d 128 --BH 4; pack
+    done; done
+    for N in 32768 131072; do
+      step cp_torch_$N 90 python3 -m torch.distributed.run --nproc_per_node 2 10_context/bench_torch.py --N $N --head-dim 128 \
+        --heads 16 --causal 1 --iters 10 --csv "$L/torch.csv"; pack
+    done ;;
+  hier4)  # 4 GPUs as 2 emulated nodes of 2
+    step hier4_check 60 scripts/mpirun.sh --emulate-nodes 2 4 "$B/05_collectives/collectives_check" --backend nccl \
+      --counts 0,1,7,1000,65537,1000003; pack
+    step hier4_bench 100 scripts/mpirun.sh --emulate-nodes 2 4 "$B/05_collectives/allreduce_bench" \
+      --backends nccl,ring-nccl,hier-nccl --sizes 1M,10M,100M,1G --iters 5 --warmup 2 --out "$L" --tag hier4; pack
+    step flat4_bench 60 scripts/mpirun.sh 4 "$B/05_collectives/allreduce_bench" \
+      --backends nccl,ring-nccl,hier-nccl --sizes 1M,10M,100M,1G --iters 5 --warmup 2 --out "$L" --tag flat4; pack ;;
+  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp cpcheck head hier hier4 fsdp" >&2; exit 2 ;;
   esac
 done
 cat "$O/steps.txt"
