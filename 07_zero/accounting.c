@@ -211,7 +211,7 @@ static double matmuls(double count, double rows, const acct_ffn_t* f) {
 }
 
 acct_par_t acct_dp(const acct_ffn_t* f, int64_t n) {
-    // STUDENT-BEGIN(07.acct_dp): data_parallel_calcs: one device's matmul FLOPs (2·m·D·F per matmul of m rows: 3 forward, 6 backward, B/N rows), their times over C, the all-reduce of the three fp16 weight gradients (6DF bytes, acct_ring_all_reduce_s), none forward (0), and the largest N_DP with communication <= computation (INFINITY forward) | see 07_zero/README.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/data_parallel | uses: matmuls | needs: 07.acct_ring_all_reduce
+    // STUDENT-BEGIN(07.acct_dp): data_parallel_calcs: one device's matmul FLOPs (2·m·D·F per matmul of m rows: 3 forward, 6 backward, B/N rows), their times over C, the all-reduce of the three fp16 weight gradients (6DF bytes, acct_ring_all_reduce_s), none forward (0), and the largest N_DP with communication <= computation (INFINITY forward) | see 07_zero/ACCOUNTING.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/data_parallel | uses: matmuls | needs: 07.acct_ring_all_reduce
     acct_par_t r;
     const double rows = f->tokens / (double)n, grads = 3.0 * f->d_model * f->d_ff * ACCT_FP16_BYTES;
     r.fwd_flops = matmuls(3, rows, f);
@@ -228,7 +228,7 @@ acct_par_t acct_dp(const acct_ffn_t* f, int64_t n) {
 }
 
 acct_par_t acct_fsdp(const acct_ffn_t* f, int64_t n) {
-    // STUDENT-BEGIN(07.acct_fsdp): fsdp_calcs: DP's batch-sharded math; forward all-gathers the three fp16 weights (6DF bytes), backward all-gathers them again and reduce-scatters their gradients; the largest N_FSDP each way | see 07_zero/README.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/fully_sharded | needs: 07.acct_dp 07.acct_ring_all_gather 07.acct_ring_reduce_scatter 07.acct_ring_all_reduce
+    // STUDENT-BEGIN(07.acct_fsdp): fsdp_calcs: DP's batch-sharded math; forward all-gathers the three fp16 weights (6DF bytes), backward all-gathers them again and reduce-scatters their gradients; the largest N_FSDP each way | see 07_zero/ACCOUNTING.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/fully_sharded | needs: 07.acct_dp 07.acct_ring_all_gather 07.acct_ring_reduce_scatter 07.acct_ring_all_reduce
     acct_par_t r = acct_dp(f, n);  // same batch-sharded math
     const double weights = 3.0 * f->d_model * f->d_ff * ACCT_FP16_BYTES, w = f->egress_bytes_per_s;
     r.fwd_comm_s = acct_ring_all_gather_s(weights, n, w);
@@ -241,7 +241,7 @@ acct_par_t acct_fsdp(const acct_ffn_t* f, int64_t n) {
 }
 
 acct_par_t acct_tp(const acct_ffn_t* f, int64_t n) {
-    // STUDENT-BEGIN(07.acct_tp): tp_calcs: W1, W2 column-parallel and W3 row-parallel: every matmul keeps all B rows and F/N columns; the all-reduce of y [B, D] forward and of dx backward (fp16); the largest N_TP each way | see 07_zero/README.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/tensor_parallel | uses: matmuls | needs: 07.acct_ring_all_reduce
+    // STUDENT-BEGIN(07.acct_tp): tp_calcs: W1, W2 column-parallel and W3 row-parallel: every matmul keeps all B rows and F/N columns; the all-reduce of y [B, D] forward and of dx backward (fp16); the largest N_TP each way | see 07_zero/ACCOUNTING.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/tensor_parallel | uses: matmuls | needs: 07.acct_ring_all_reduce
     acct_par_t r;
     const double w = f->egress_bytes_per_s, act = f->tokens * f->d_model * ACCT_FP16_BYTES;  // y or dx
     // Every matmul keeps all B rows and loses a factor N on its F side.
@@ -259,7 +259,7 @@ acct_par_t acct_tp(const acct_ffn_t* f, int64_t n) {
 }
 
 acct_2d_t acct_fsdp_tp(const acct_ffn_t* f, int64_t n_fsdp, int64_t n_tp) {
-    // STUDENT-BEGIN(07.acct_fsdp_tp): fsdp_tp_calcs: the forward pass on an N_FSDP × N_TP grid: FLOPs over N; the FSDP all-gather of the three [D/N_FSDP, F/N_TP] shards and the TP all-reduce of y [B/N_FSDP, D]; their max (overlapped) and sum (serial); the largest N both ways (exact and large-N forms) and the serial optimum's split, a degree below 1 clamped to 1 | see 07_zero/README.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/fsdp_times_tp | uses: matmuls | needs: 07.acct_ring_all_gather 07.acct_ring_reduce_scatter 07.acct_ring_all_reduce
+    // STUDENT-BEGIN(07.acct_fsdp_tp): fsdp_tp_calcs: the forward pass on an N_FSDP × N_TP grid: FLOPs over N; the FSDP all-gather of the three [D/N_FSDP, F/N_TP] shards and the TP all-reduce of y [B/N_FSDP, D]; their max (overlapped) and sum (serial); the largest N both ways (exact and large-N forms) and the serial optimum's split, a degree below 1 clamped to 1 | see 07_zero/ACCOUNTING.md §The 2026 handout's cost calculations | test: test_07 accounting_2026/fsdp_times_tp | uses: matmuls | needs: 07.acct_ring_all_gather 07.acct_ring_reduce_scatter 07.acct_ring_all_reduce
     acct_2d_t r;
     const double B = f->tokens, D = f->d_model, F = f->d_ff, C = f->flops_per_s, W = f->egress_bytes_per_s;
     const double n = (double)n_fsdp * (double)n_tp;
