@@ -8,6 +8,9 @@ import csv
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "device"))
+from table_csv import write_table  # noqa: E402
+
 WHAT = {
     "nccl": ("NCCL's own all-reduce across both nodes", "NCCL's choice"),
     "ring-nccl": ("the flat ring over all 4 ranks", "1.5 S, each hop in turn; 2 of the 4 hops cross nodes"),
@@ -29,13 +32,7 @@ def main(src, out):
                 raise SystemExit(f"hier_table.py: error: {src}: no single clean {be} row at {size} bytes")
             cells.append(f"{float(r[0]['oop_us']) / 1e3:.1f} ({float(r[0]['oop_busbw_GBs']):.2f})")
         table.append([be, what] + cells + [sends])
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out + ".tmp", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        w.writerows(table)
-    os.replace(out + ".tmp", out)
-    print(f"{out}: {len(table)} rows")
+    write_table(out, head, table)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,12 @@ The prediction is the cost if nothing hides it; what hides it is the measured di
         06_ddp/results/2026-11-27_h200-x2/slowlink.csv
 """
 import csv
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "device"))
+from table_csv import write_table  # noqa: E402
 
 D_MODEL = {"medium": 1024}
 
@@ -79,13 +83,8 @@ def main(src, out):
     act = 2 * m * (gb // m) * T * D_MODEL[model] * 4
     add("pipeline 1F1B, p 2, m 8 (16 sequences)", "activations and their gradients (send/recv)", act,
         pp_step(f"{src}/pp_nvlink.log"), pp_step(f"{src}/pp_socket.log"), "")
-    with open(out + ".tmp", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(out_rows[0]))
-        w.writeheader()
-        w.writerows(out_rows)
-    import os
-    os.replace(out + ".tmp", out)
-    print(f"{out}: {len(out_rows)} rows (Psi {psi}, socket busbw {bw / 1e9:.2f} GB/s)")
+    write_table(out, list(out_rows[0]), [list(r.values()) for r in out_rows])
+    print(f"(Psi {psi}, socket busbw {bw / 1e9:.2f} GB/s)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ import csv
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "device"))
+from table_csv import write_table  # noqa: E402
+
 GIB = 1024 ** 3
 
 
@@ -38,13 +41,7 @@ def main(src, out):
         ours("ZeRO-3, bf16 gathers, bf16 reduce-scatter", float(z3[1]["step_ms"]), peak(z3[1])) + ["", "", "", ""],
     ]
     head = ["ours", "step (ms)", "over one GPU", "peak (GiB)", "PyTorch", "PyTorch step (ms)", "over its one GPU", "PyTorch peak (GiB)"]
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out + ".tmp", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        w.writerows(rows)
-    os.replace(out + ".tmp", out)
-    print(f"{out}: {len(rows)} rows")
+    write_table(out, head, rows)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ import csv
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "device"))
+from table_csv import write_table  # noqa: E402
+
 
 def main(src, out):
     runs = {}
@@ -25,13 +28,7 @@ def main(src, out):
         busy = max(rs, key=lambda r: float(r["compute_ms"]))
         rows.append([N, split, f"{float(slow['total_ms']):.1f}", " / ".join(f"{c:.1f}" for c in comp),
                      f"{min(comp) / max(comp):.2f}", f"{float(busy['exposed_ms']):.1f}"])
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out + ".tmp", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        w.writerows(rows)
-    os.replace(out + ".tmp", out)
-    print(f"{out}: {len(rows)} rows")
+    write_table(out, head, rows)
 
 
 if __name__ == "__main__":
