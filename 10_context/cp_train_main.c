@@ -60,7 +60,7 @@ static double rel_norm(const float* a, const float* b, const float* ref0, const 
 // (attention_fwd_cpu) takes a softmax over a row's keys at once; the ring runs the flash
 // forward tile by tile and merges the partial results by their log-sum-exp, rescaling each
 // partial sum of up to T terms (a reordered fp32 sum of n terms moves by at most n·eps·Σ|terms|:
-// T = 64 terms · 1.2e-7 = 8e-6 relative, the rescaling adds a few eps per merge). The loss is
+// at a context of 64, 64 · 1.2e-7 = 8e-6 relative; the rescaling adds a few eps per merge). The loss is
 // summed over the ranks' rows in double; the weight gradients (dW = dyᵀx over B·T rows) are
 // summed per rank, then over the group: a reordered sum of B·T terms, 128 · 1.2e-7 = 1.5e-5.
 // The errors of the layers add at first order, so the loss, the gradient norm and step 0's
