@@ -8,10 +8,15 @@
 //   on 4 ranks, against one process (loss and gradient norm every step, step 0's gradient of
 //   every parameter, every parameter at the end; the tolerances are derived in tp_train_main.c);
 //   TP 1 equals one process bit for bit; the replicated norm weights equal across the group;
+// - ZeRO-1 over the data-parallel group (--zero 1): DP 2 x TP 2 with and without SP the same
+//   bits as without ZeRO, DP 3 x TP 1 equal to one process, DP 1 plain TP; the optimizer bytes
+//   counted against 8 x (the shard padded, over dp);
 // - SP without the norm-gradient sum is caught (the replicas drift, the gradients differ);
 // - refusals in one line, exit 2: heads or d_ff not divisible, T not divisible under SP, a TP
 //   size that does not divide the ranks, the NCCL backend.
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "09_tensor/tp.h"
@@ -230,6 +235,116 @@ Test(tp_train, activations_per_rank_are_the_formula_and_sp_divides_the_residual,
         }
 }
 
+// ------------------------------------------------------------------ ZeRO-1 inside the grid
+// One --check run's numbers: the loss and gradient norm of every step, the gathered
+// parameters' fingerprint, the optimizer bytes counted.
+typedef struct {
+    int steps;
+    double loss[8], gnorm[8];
+    char loss_txt[8][16];
+    unsigned long long fp;
+    long long opt_bytes;
+    size_t psi_tp;  // parameters per rank
+    char out[1 << 17];
+} zrun_t;
+
+static void zrun(zrun_t* z, int np, const char* args) {
+    char a[512];
+    snprintf(a, sizeof a, "--model tiny --context 16 --batch 2 --steps 5 --warmup 0 --check %s", args);
+    const int st = run_prog("tp_train", np, a);
+    cr_assert_eq(st, 0, "%d ranks, %s: exit %d:\n%s", np, args, st, g_out);
+    cr_assert(strstr(g_out, "check: OK: tp") && !strstr(g_out, "DIFFERENT"), "%d ranks, %s:\n%s", np, args, g_out);
+    snprintf(z->out, sizeof z->out, "%s", g_out);
+    z->steps = 0;
+    for (const char* q = g_out; (q = strstr(q, "  step ")); q++) {
+        int k;
+        char lt[16];
+        double g;
+        if (sscanf(q, "  step %d  loss %15s  grad norm %lf", &k, lt, &g) != 3 || k != z->steps || k >= 8) continue;
+        snprintf(z->loss_txt[k], sizeof z->loss_txt[k], "%s", lt);
+        z->loss[k] = strtod(lt, NULL), z->gnorm[k] = g;
+        z->steps++;
+    }
+    cr_assert_eq(z->steps, 5, "%s", g_out);
+    const char* f = strstr(g_out, "check: gathered parameters fnv1a ");
+    cr_assert(f && sscanf(f, "check: gathered parameters fnv1a %llx", &z->fp) == 1, "%s", g_out);
+    const char* o = strstr(g_out, "optimizer state per rank: counted ");
+    cr_assert(o && sscanf(o, "optimizer state per rank: counted %lld bytes (MEM_OPTIM, the same on every rank)", &z->opt_bytes) == 1,
+              "%s", g_out);
+    const char* pp = strstr(g_out, "parameters per rank: ");
+    cr_assert(pp && sscanf(pp, "parameters per rank: %zu", &z->psi_tp) == 1, "%s", g_out);
+}
+
+// ZeRO-1's optimizer state, by the layout's own arithmetic (tp.h): the shard of psi elements
+// padded to a multiple of dp·64, split dp ways, 2 moments of 4 bytes.
+static long long zero1_bytes(size_t psi, int dp) {
+    const size_t unit = (size_t)dp * 64, P = (psi + unit - 1) / unit * unit;
+    return 8LL * (long long)(P / (size_t)dp);
+}
+
+// At dp 2 every element of the reduce-scatter is a + b, as in the all-reduce (fp32 addition
+// commutes), and AdamW is element-wise: the trained model must be the same bits. The gradient
+// norm is the same squares summed in double in another grouping (pieces, then dp, then tp):
+// they may differ by ~2e5·1.1e-16 relative, and are printed to 6 decimals, so they must agree
+// within one unit of the last digit printed.
+static void zero1_bitwise(int np, const char* grid) {
+    static zrun_t a, b;
+    char args[256];
+    zrun(&a, np, grid);
+    snprintf(args, sizeof args, "%s --zero 1", grid);
+    zrun(&b, np, args);
+    cr_assert(strstr(b.out, "with ZeRO-1 equals one process"), "%s", b.out);
+    cr_assert_eq(a.fp, b.fp, "%s: parameters %016llx without ZeRO, %016llx with ZeRO-1:\n%s", grid, a.fp, b.fp, b.out);
+    for (int k = 0; k < 5; k++) {
+        cr_assert_str_eq(a.loss_txt[k], b.loss_txt[k], "%s: step %d's loss", grid, k);
+        cr_assert(fabs(a.gnorm[k] - b.gnorm[k]) <= 1.0001e-6, "%s: step %d's grad norm %.6f vs %.6f", grid, k, a.gnorm[k], b.gnorm[k]);
+    }
+    cr_assert_eq(a.opt_bytes, 8LL * (long long)a.psi_tp, "%s: without ZeRO 8 x %zu:\n%s", grid, a.psi_tp, a.out);
+    cr_assert_eq(b.opt_bytes, zero1_bytes(b.psi_tp, np / 2), "%s: ZeRO-1 8 x S:\n%s", grid, b.out);
+}
+
+Test(tp_zero, dp_2_x_tp_2_with_zero_1_is_the_same_bits_as_without, .timeout = 300) {
+    zero1_bitwise(4, "--tp 2");
+    zero1_bitwise(4, "--tp 2 --sp");
+}
+
+// The tiny model at TP 2: 86336 elements a rank, padded to 86400 = 675·128, S = 43200, so 8·S
+// = 345600 bytes of moments per rank (against 690688 without ZeRO); the data-parallel group
+// moves the padded 86400 elements once each way.
+Test(tp_zero, the_optimizer_state_is_a_dp_th_of_the_shard_plus_padding, .timeout = 120) {
+    static zrun_t z;
+    zrun(&z, 4, "--tp 2 --zero 1");
+    cr_assert_eq(z.psi_tp, 86336);
+    cr_assert_eq(z.opt_bytes, 345600, "%s", z.out);
+    cr_assert(strstr(z.out, "formula 8 x S = 8 x 43200 = 345600 bytes"), "%s", z.out);
+    cr_assert(strstr(z.out, "1 reduce-scatter (gradients) + 1 all-gather (parameters) of 86400 elements"), "%s", z.out);
+}
+
+// At dp 3 a reduce-scatter may add three gradients in another order than the all-reduce, so the
+// two runs may differ in the last bits; each must equal one process within --check's derived
+// tolerances. Step 0's loss is computed before any update: the same on both.
+Test(tp_zero, dp_3_x_tp_1_with_zero_1_equals_one_process, .timeout = 300) {
+    static zrun_t a, b;
+    zrun(&a, 3, "--tp 1");
+    zrun(&b, 3, "--tp 1 --zero 1");
+    cr_assert(strstr(b.out, "tp 1 x dp 3 with ZeRO-1 equals one process"), "%s", b.out);
+    cr_assert_str_eq(a.loss_txt[0], b.loss_txt[0]);
+    cr_assert_eq(a.opt_bytes, 8LL * (long long)a.psi_tp);
+    cr_assert_eq(b.opt_bytes, zero1_bytes(b.psi_tp, 3), "%s", b.out);
+    cr_assert(b.opt_bytes * 3 >= a.opt_bytes && b.opt_bytes * 3 < a.opt_bytes + 3 * 8 * 64, "a third, plus padding");
+}
+
+// --zero 1 without data parallelism is allowed: one piece, the collectives of a one-rank group,
+// the whole shard's moments (no padding for 86336 = 1349·64): plain TP bit for bit.
+Test(tp_zero, zero_1_at_dp_1_is_plain_tp, .timeout = 120) {
+    static zrun_t a, b;
+    zrun(&a, 2, "");
+    zrun(&b, 2, "--zero 1");
+    cr_assert_eq(a.fp, b.fp, "%016llx vs %016llx:\n%s", a.fp, b.fp, b.out);
+    cr_assert_eq(a.opt_bytes, b.opt_bytes);
+    cr_assert(!strstr(b.out, "data-parallel collectives"), "%s", b.out);
+}
+
 // ------------------------------------------------------------------ refusals
 Test(tp_train, refusals_in_one_line, .timeout = 300) {
     int st = run_prog("tp_train", 4, "--model tiny --tp 3");
@@ -246,4 +361,8 @@ Test(tp_train, refusals_in_one_line, .timeout = 300) {
     ASSERT_REFUSED(st, g_out, "tp_train", "--sp-norm-sum");
     st = run_prog("tp_train", 2, "--model tiny --sp-keep-gathered");
     ASSERT_REFUSED(st, g_out, "tp_train", "--sp-keep-gathered", "--sp");
+    st = run_prog("tp_train", 4, "--model tiny --tp 2 --zero 2");
+    ASSERT_REFUSED(st, g_out, "tp_train", "--zero: 2", "give 0", "or 1");
+    st = run_prog("tp_train", 2, "--model tiny --zero -1");
+    ASSERT_REFUSED(st, g_out, "tp_train", "--zero: -1");
 }

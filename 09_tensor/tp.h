@@ -198,6 +198,47 @@ void tp_model_gather(tp_model_t* m, const float* local, float* out);
 // Bytes of the local parameters (the ~1/n of the README), and of the saved activations.
 size_t tp_model_param_bytes(const tp_model_t* m);
 size_t tp_model_acts_bytes(const tp_model_t* m);
+// The flat parameter and gradient buffers lengthened to P >= total elements, the tail zero
+// (ZeRO-1's padded layout below; the model itself never reads past total).
+void tp_model_pad_flat(tp_model_t* m, size_t P);
+
+// ---- ZeRO-1 over the data-parallel group (tp_zero.c) ---------------------------------------
+// In a dp x tp grid the dp ranks at one place of the tensor group hold the same local shard of
+// Ψ_tp = m->total elements. Without ZeRO each keeps AdamW's two moments for all of it (8·Ψ_tp
+// bytes, allocated at the first tp_model_adamw). ZeRO-1 splits them over the dp group dg, as
+// stage 07 does with a whole model: the flat buffers are padded to P = dp·S elements, S = Ψ_tp
+// rounded up to a multiple of dp·64, divided by dp; dp rank j owns [j·S, (j+1)·S) and keeps
+// the moments of those S elements alone (8·S bytes, tag MEM_OPTIM of common/alloc.h). A step,
+// after tp_model_backward (which wrote this rank's gradient of the local shard):
+//   reduce-scatter (avg) over dg, in place   rank j's S elements of the dp average
+//   AdamW on params[j·S, (j+1)·S)            the same element-wise update as tp_model_adamw
+//   all-gather over dg, in place             every dp rank gets the whole updated shard
+// The tensor group's collectives are untouched. A dg of one rank is allowed: S = P, the two
+// collectives copy nothing, and the step is tp_model_adamw's bit for bit.
+typedef struct {
+    comm_t* dg;      // the data-parallel group (not owned)
+    int dp, j;       // its size, this rank in it
+    size_t total;    // Ψ_tp, the local shard's real elements
+    size_t S, P;     // piece and padded lengths
+    float *m, *v;    // (S) AdamW moments of this rank's piece
+    int t;           // AdamW steps taken
+} tp_zero1_t;
+
+// S and P for a shard of `total` elements over dp ranks (dp >= 1).
+void tp_zero1_layout(size_t total, int dp, size_t* S, size_t* P);
+// Pads m's flat buffers to P (tp_model_pad_flat) and allocates the moments. Collective-free.
+void tp_zero1_create(tp_zero1_t* z, tp_model_t* m, comm_t* dg);
+void tp_zero1_destroy(tp_zero1_t* z);
+// Collective over dg: the reduce-scatter, AdamW on the piece, the all-gather. m->grads then
+// holds the dp average only in [j·S, (j+1)·S) (elsewhere this rank's own gradient).
+void tp_zero1_step(tp_zero1_t* z, tp_model_t* m, const adamw_config_t* cfg);
+// Σ of squares of the whole model's averaged gradient (each element once), from the pieces:
+// collective over dg, then over the tensor group. Call after tp_zero1_step.
+double tp_zero1_grad_sq(const tp_zero1_t* z, const tp_model_t* m);
+// out (P elements) = the averaged local gradient put together from the dp pieces (all-gather
+// over dg; for the check against one process).
+void tp_zero1_gather_grads(const tp_zero1_t* z, const tp_model_t* m, float* out);
+size_t tp_zero1_state_bytes(const tp_zero1_t* z);  // 2·4·S
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/adamw_cpu.h"
+#include "common/alloc.h"
 #include "common/check.h"
 #include "common/ops_cpu.h"
 
@@ -100,8 +101,7 @@ void tp_model_create(tp_model_t* m, comm_t* g, const model_config_t* c, int B, i
     m->total = off;
     m->params = xalloc(off);
     m->grads = xalloc(off);
-    m->adam_m = xalloc(off);
-    m->adam_v = xalloc(off);
+    // AdamW's moments: allocated by the first tp_model_adamw (ZeRO-1 keeps its own instead).
     for (int i = 0; i < m->layout.n; i++) init_shard(m, &m->p[i], m->params + m->p[i].off, seed);
     const tp_dims_t* d = &m->d;
     m->rope_cos = xalloc((size_t)c->context * d->HS / 2);
@@ -151,7 +151,8 @@ void tp_model_create(tp_model_t* m, comm_t* g, const model_config_t* c, int B, i
 }
 
 void tp_model_destroy(tp_model_t* m) {
-    float* bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->rope_cos, m->rope_sin, m->res, m->ln1,
+    mem_free(m->adam_m), mem_free(m->adam_v);
+    float* bufs[] = {m->params, m->grads, m->rope_cos, m->rope_sin, m->res, m->ln1,
                      m->ln1_rstd, m->ln1_full, m->qkv, m->att, m->atty, m->mid, m->ln2, m->ln2_rstd,
                      m->ln2_full, m->h13, m->gate, m->lnf, m->lnf_rstd, m->lnf_full, m->hfull, m->logits, m->lse,
                      m->part, m->scratch, m->dres, m->dln, m->dfull, m->datty, m->dqkv, m->dh13, m->dgate,
@@ -301,8 +302,26 @@ void tp_model_backward(tp_model_t* m) {
 }
 
 void tp_model_adamw(tp_model_t* m, const adamw_config_t* cfg) {
+    if (!m->adam_m) {  // counted as optimizer state (common/alloc.h), as torch allocates it lazily
+        m->adam_m = mem_alloc(DEV_CPU, m->total * sizeof(float), MEM_OPTIM);
+        m->adam_v = mem_alloc(DEV_CPU, m->total * sizeof(float), MEM_OPTIM);
+        memset(m->adam_m, 0, m->total * sizeof(float));
+        memset(m->adam_v, 0, m->total * sizeof(float));
+    }
     m->adam_t++;
     adamw_cpu_step(cfg, m->params, m->grads, m->adam_m, m->adam_v, m->total, m->adam_t);
+}
+
+void tp_model_pad_flat(tp_model_t* m, size_t P) {
+    if (P < m->total) DIE("tp_model_pad_flat: %zu elements is less than the shard's %zu", P, m->total);
+    float* bufs[2] = {m->params, m->grads};
+    for (int k = 0; k < 2; k++) {
+        float* q = realloc(bufs[k], (P ? P : 1) * sizeof(float));
+        if (!q) DIE("tp_model: out of memory (%zu floats)", P);
+        memset(q + m->total, 0, (P - m->total) * sizeof(float));
+        bufs[k] = q;
+    }
+    m->params = bufs[0], m->grads = bufs[1];
 }
 
 double tp_model_grad_sq(tp_model_t* m) {

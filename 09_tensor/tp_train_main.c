@@ -4,12 +4,16 @@
 //   scripts/mpirun.sh 2 build/09_tensor/tp_train --model tiny --check              # TP 2
 //   scripts/mpirun.sh 4 build/09_tensor/tp_train --model tiny --sp --check         # TP 4 + SP
 //   scripts/mpirun.sh 4 build/09_tensor/tp_train --model tiny --tp 2 --check       # DP 2 x TP 2
+//   scripts/mpirun.sh 4 build/09_tensor/tp_train --model tiny --tp 2 --zero 1 --check  # + ZeRO-1
 //
 // The ranks form the grid dp x tp (common/grid.h; tensor parallelism innermost, so a tensor
 // group is consecutive ranks). Every tensor group holds the shards of the one model that
 // model_init_params(seed) makes and sees the same B sequences; the dp groups split the global
 // batch of B·dp sequences (a pure function of the seed and the step) and average the gradient
-// shards over dp before AdamW, as DDP does. Rank 0 prints the loss and the gradient norm per
+// shards over dp before AdamW, as DDP does; with --zero 1 they reduce-scatter them over dp
+// instead, each keeps AdamW's moments for its 1/dp piece of the shard alone, and the updated
+// pieces are all-gathered (tp.h tp_zero1_t; a dp of 1 is allowed and is plain TP bit for bit).
+// Rank 0 prints the loss and the gradient norm per
 // step and the median step time. At the end every rank checks that the replicated parameters
 // (the RMSNorm weights) are bitwise the same across its tensor group and that every shard is
 // bitwise the same across its dp group; with --check rank 0 also trains one process's model
@@ -21,6 +25,7 @@
 #include <string.h>
 
 #include "09_tensor/tp.h"
+#include "common/alloc.h"
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
@@ -76,7 +81,7 @@ static double rel_norm(const float* a, const float* b, const float* ref0, const 
 // check's rtol 1e-4, atol 1e-5 are shown as well.
 static int check_single(const model_config_t* cfg, const adamw_config_t* opt, const data_source_t* data, int B, int T,
                         int K, uint64_t seed, const double* losses, const double* gnorms, const float* g0,
-                        const float* gp, int tp, int sp, int dp) {
+                        const float* gp, int tp, int sp, int dp, int zero) {
     const double REL = 1e-4, UPD = 1e-3;
     model_cpu_t ref;
     model_cpu_create(&ref, cfg, B, T, seed);
@@ -130,7 +135,9 @@ static int check_single(const model_config_t* cfg, const adamw_config_t* opt, co
     printf("check: parameters after %d steps: ||p_tp - p_one|| / ||p_one - p_init|| = %.3g%s (worst parameter %s: %.3g); %zu of %zu elements beyond rtol 1e-4, atol 1e-5\n",
            K, all, all <= UPD ? "" : " DIFFERENT", lay->p[wi].name, worst, nbeyond, param_count(lay));
     bad += !(all <= UPD);
-    if (!bad) printf("check: OK: tp %d%s x dp %d equals one process over %d steps\n", tp, sp ? " + SP" : "", dp, K);
+    if (!bad)
+        printf("check: OK: tp %d%s x dp %d%s equals one process over %d steps\n", tp, sp ? " + SP" : "", dp,
+               zero ? " with ZeRO-1" : "", K);
     free(p_init), free(in), free(tg);
     model_cpu_destroy(&ref);
     return bad ? 1 : 0;
@@ -138,8 +145,8 @@ static int check_single(const model_config_t* cfg, const adamw_config_t* opt, co
 
 int main(int argc, char** argv) {
     train_flags_t f = train_flags_default();
-    int tp = 0, sp = 0, keep = 0, check = 0, vocab = 0, layers = 0, norm_sum = 1;
-    cli_opt_t opts[TRAIN_FLAGS_N + 7];
+    int tp = 0, sp = 0, keep = 0, check = 0, vocab = 0, layers = 0, norm_sum = 1, zero = 0;
+    cli_opt_t opts[TRAIN_FLAGS_N + 8];
     int nopts = train_flags_opts(&f, opts);
     // What three shared flags mean here.
     for (int i = 0; i < nopts; i++) {
@@ -154,6 +161,7 @@ int main(int argc, char** argv) {
     opts[nopts++] = (cli_opt_t){"vocab", CLI_INT, &vocab, "0", "vocabulary size in place of the model's (0: its own; one that tp does not divide pads the last shard)", NULL};
     opts[nopts++] = (cli_opt_t){"layers", CLI_INT, &layers, "0", "blocks in place of the model's own (0: its own)", NULL};
     opts[nopts++] = (cli_opt_t){"sp-norm-sum", CLI_INT, &norm_sum, "1", "1: under --sp the RMSNorm weight gradients are summed over the tensor group; 0 leaves the sum out, to watch the replicas drift apart", NULL};
+    opts[nopts++] = (cli_opt_t){"zero", CLI_INT, &zero, "0", "0: every rank keeps AdamW's moments for its whole shard; 1: ZeRO-1, the moments split over the data-parallel group (reduce-scatter, AdamW on 1/dp, all-gather)", NULL};
     comm_cli_parse(argc, argv, "Tensor-parallel (Megatron) training of the Transformer LM, with --sp sequence parallelism (run under mpirun).",
                    opts, nopts);
 #define BAD(...) comm_bad_input(__VA_ARGS__)
@@ -165,6 +173,8 @@ int main(int argc, char** argv) {
     if (vocab < 0 || vocab > 1000000) BAD("--vocab: %d is out of range (0 for the model's own, or 1..1000000)", vocab);
     if (vocab > 0) s.cfg.vocab = vocab;
     if (tp < 0 || tp > 4096) BAD("--tp: %d is out of range (0 for every rank, or 1..4096)", tp);
+    if (zero != 0 && zero != 1)
+        BAD("--zero: %d is not a level here; give 0 (no sharding) or 1 (ZeRO-1: the optimizer state split over the data-parallel group)", zero);
     if (norm_sum != 0 && norm_sum != 1) BAD("--sp-norm-sum: %d must be 0 or 1", norm_sum);
     if (keep && !sp) BAD("--sp-keep-gathered: give it with --sp (without sequence parallelism nothing is gathered)");
     if (f.warmup + f.steps > MAX_STEPS) BAD("--warmup + --steps: %d is more than %d", f.warmup + f.steps, MAX_STEPS);
@@ -193,6 +203,8 @@ int main(int argc, char** argv) {
     tp_model_t m;
     tp_model_create(&m, tg, &s.cfg, B, T, sp ? (keep ? TP_SP_KEEP : TP_SP) : TP_SP_OFF, (uint64_t)f.seed);
     m.sp_norm_sum = norm_sum;
+    tp_zero1_t z;
+    if (zero) tp_zero1_create(&z, &m, dg);  // pads the flat buffers to dp equal pieces
     const size_t psi = param_count(&m.layout);
     if (c->rank == 0) {
         printf("# tp_train: %s%s, context %d, batch %d per data-parallel group x %d, tp %d%s, mpi backend, %zu parameters (%.2f GB fp32)\n",
@@ -223,17 +235,32 @@ int main(int argc, char** argv) {
         const float loss = tp_model_forward(&m, in_all + (size_t)di * B * T, tg_all + (size_t)di * B * T, B, T);
         tp_model_backward(&m);
         cs = tp_comm_stats();
-        // Data parallelism: the shards of one place in the tensor group are averaged over dp.
-        if (dp > 1) comm_allreduce(dg, m.grads, m.grads, m.total, COMM_F32, COMM_AVG, NULL);
-        tp_model_adamw(&m, &s.opt);
+        if (zero) {
+            // ZeRO-1: reduce-scatter over dp, AdamW on this rank's piece, all-gather over dp.
+            tp_zero1_step(&z, &m, &s.opt);
+        } else {
+            // Data parallelism: the shards of one place in the tensor group are averaged over dp.
+            if (dp > 1) comm_allreduce(dg, m.grads, m.grads, m.total, COMM_F32, COMM_AVG, NULL);
+            tp_model_adamw(&m, &s.opt);
+        }
         double t = (time_now_s() - t0) * 1e3;
-        if (check && k == 0) tp_model_gather(&m, m.grads, g0);  // (AdamW leaves the gradients as they were)
+        if (check && k == 0) {  // (AdamW leaves the gradients as they were)
+            if (zero) {  // the averaged gradient lives in dp pieces: put them together first
+                float* gl = malloc(z.P * sizeof(float));
+                if (!gl) DIE("tp_train: out of memory");
+                tp_zero1_gather_grads(&z, &m, gl);
+                tp_model_gather(&m, gl, g0);
+                free(gl);
+            } else {
+                tp_model_gather(&m, m.grads, g0);
+            }
+        }
         comm_host_allreduce_f64(c, &t, 1, COMM_MAX);  // the slowest rank's
         ms[k] = t;
         double l = loss;
         comm_host_allreduce_f64(dg, &l, 1, COMM_SUM);  // the mean over the global batch
         losses[k] = l / dp;
-        gnorms[k] = sqrt(tp_model_grad_sq(&m));
+        gnorms[k] = sqrt(zero ? tp_zero1_grad_sq(&z, &m) : tp_model_grad_sq(&m));
         if (!isfinite(losses[k])) comm_fatal(c, 1, "step %d: the loss is not finite (%g)", k, losses[k]);
         if (c->rank == 0) printf("  step %3d  loss %.6f  grad norm %.6f  %.1f ms\n", k, losses[k], gnorms[k], ms[k]);
     }
@@ -247,6 +274,11 @@ int main(int argc, char** argv) {
         free(v);
     }
     int status = 0;
+    // AdamW's moments as the counting allocator (common/alloc.h) holds them, beside the formula:
+    // ZeRO-1 8·S (S = the shard padded to dp·64s, over dp), without it 8·Ψ_tp.
+    long long opt_lo = (long long)mem_stats(DEV_CPU).live_by_tag[MEM_OPTIM], opt_hi = opt_lo;
+    comm_host_allreduce_i64(c, &opt_lo, 1, COMM_MIN);
+    comm_host_allreduce_i64(c, &opt_hi, 1, COMM_MAX);
     // The replicated RMSNorm weights: bitwise the same on every rank of a tensor group.
     unsigned long long h = 1469598103934665603ull;
     for (int i = 0; i < m.layout.n; i++)
@@ -260,14 +292,29 @@ int main(int argc, char** argv) {
                cs.calls[TP_AR], cs.elems[TP_AR], cs.calls[TP_AG], cs.elems[TP_AG], cs.calls[TP_RS], cs.elems[TP_RS],
                cs.ring_bytes / 1048576.0);
         printf("replicated norm weights: %s\n", repl_same ? "bitwise identical across each tensor group" : "DIFFERENT across a tensor group");
+        if (opt_lo == opt_hi) printf("optimizer state per rank: counted %lld bytes (MEM_OPTIM, the same on every rank); ", opt_hi);
+        else printf("optimizer state per rank: counted %lld to %lld bytes (MEM_OPTIM) DIFFERENT across ranks; ", opt_lo, opt_hi);
+        if (zero)
+            printf("formula 8 x S = 8 x %zu = %zu bytes (ZeRO-1 over dp %d: the %zu-element shard padded to %zu and cut in %d pieces); without ZeRO 8 x %zu = %zu\n",
+                   z.S, tp_zero1_state_bytes(&z), dp, m.total, z.P, dp, m.total, 8 * m.total);
+        else
+            printf("formula 8 x %zu = %zu bytes (the whole shard)\n", m.total, 8 * m.total);
+        if (dp > 1) {
+            // The data-parallel group's traffic: a ring sends 2(dp-1)/dp of an all-reduce's tensor,
+            // (dp-1)/dp of a reduce-scatter's or an all-gather's: the same bytes, padding aside.
+            const size_t n = zero ? z.P : m.total;
+            printf("data-parallel collectives per step: %s of %zu elements; a ring sends %.4f MiB from each rank\n",
+                   zero ? "1 reduce-scatter (gradients) + 1 all-gather (parameters)" : "1 all-reduce (gradients)", n,
+                   2.0 * (dp - 1) / dp * 4.0 * (double)n / 1048576.0);
+        }
         if (dp > 1) printf("shards: %s\n", dp_same ? "bitwise identical across each data-parallel group" : "DIFFERENT across a data-parallel group");
     }
-    if (!repl_same || !dp_same) status = 1;
+    if (!repl_same || !dp_same || opt_lo != opt_hi) status = 1;
     if (*f.csv && c->rank == 0) {
-        FILE* csv = train_csv_open("csv", f.csv, "model,context,batch,ranks,tp,dp,sp,backend,step_ms,params_per_rank,acts_bytes_per_rank,all_reduces,all_gathers,reduce_scatters,ring_mib_per_rank");
-        fprintf(csv, "%s,%d,%d,%d,%d,%d,%s,mpi,%.3f,%zu,%zu,%lld,%lld,%lld,%.4f\n", f.model, T, B, W, tp, dp,
+        FILE* csv = train_csv_open("csv", f.csv, "model,context,batch,ranks,tp,dp,sp,backend,step_ms,params_per_rank,acts_bytes_per_rank,all_reduces,all_gathers,reduce_scatters,ring_mib_per_rank,zero,optim_bytes_per_rank");
+        fprintf(csv, "%s,%d,%d,%d,%d,%d,%s,mpi,%.3f,%zu,%zu,%lld,%lld,%lld,%.4f,%d,%lld\n", f.model, T, B, W, tp, dp,
                 sp ? (keep ? "keep" : "yes") : "no", med, m.total, tp_model_acts_bytes(&m),
-                cs.calls[TP_AR], cs.calls[TP_AG], cs.calls[TP_RS], cs.ring_bytes / 1048576.0);
+                cs.calls[TP_AR], cs.calls[TP_AG], cs.calls[TP_RS], cs.ring_bytes / 1048576.0, zero, opt_hi);
         fclose(csv);
     }
     if (check) {
@@ -275,8 +322,12 @@ int main(int argc, char** argv) {
         float* gp = malloc(m.layout.total * sizeof(float));
         if (!gp) DIE("tp_train: out of memory");
         tp_model_gather(&m, m.params, gp);
-        if (c->rank == 0) status |= check_single(&s.cfg, &s.opt, &data, B * dp, T, K, (uint64_t)f.seed, losses, gnorms, g0, gp,
-                                                 tp, sp, dp);
+        if (c->rank == 0) {
+            // A fingerprint of the whole trained model, to compare two layouts of one run bit for bit.
+            printf("check: gathered parameters fnv1a %016llx\n", fnv1a(1469598103934665603ull, gp, m.layout.total * sizeof(float)));
+            status |= check_single(&s.cfg, &s.opt, &data, B * dp, T, K, (uint64_t)f.seed, losses, gnorms, g0, gp, tp, sp,
+                                   dp, zero);
+        }
         free(gp);
         free(g0);
     }
@@ -284,6 +335,7 @@ int main(int argc, char** argv) {
     comm_host_allreduce_i64(c, &st, 1, COMM_MAX);
     free(in_all), free(tg_all), free(losses), free(gnorms), free(ms);
     data_close(&data);
+    if (zero) tp_zero1_destroy(&z);
     tp_model_destroy(&m);
     grid_destroy(grid);
     comm_destroy(c, 1);

@@ -44,5 +44,6 @@ suite 2 07_zero/test_07 'zero_train_mpi/@(every_level_equals_ddp|zero2_on_units_
 suite 2 08_pipeline/test_08 'pp_train_mpi/*'
 suite "" 07_zero/test_07 'zero_train_mpi/hsdp_*'
 suite 2 09_tensor/test_09 'tp_@(layers/*|train/@(tp_*|dp_*|a_*|sp_*|collectives_*|activations_*))'
+suite 2 09_tensor/test_09 'tp_zero/*'
 echo "$pass passed, $fail failed ($(( $(date +%s) - t0 )) s)"
 [ "$bad" -eq 0 ] && [ "$fail" -eq 0 ]
