@@ -498,7 +498,7 @@ Test(accounting_cli, lm_8b_table) {
 // The formula against the GPU model's own count of its acts-tagged buffers (model_gpu_acts_bytes,
 // itself checked against the counting allocator in tests/test_head_chunk.c): tiny, naive
 // attention, fp32 and bf16, checkpointing none / block / every-2, whole and chunked logits.
-Test(accounting, lm_acts_formula_is_the_gpu_models) {
+Test(accounting_gpu, lm_acts_formula_is_the_gpu_models) {
     SKIP_WITHOUT_GPU();
     model_config_t mc;
     cr_assert_eq(model_config_by_name("tiny", 16, &mc), 0);

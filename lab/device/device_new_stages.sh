@@ -28,7 +28,7 @@ for part in ${*:-cp head hier fsdp}; do
     done ;;
   head)
     step head_tests 120 "$B/tests/test_common" --jobs 1 --filter 'head_chunk/gpu_*'; pack
-    step head_acct 60 "$B/07_zero/test_07" --jobs 1 --filter 'accounting/lm_acts_formula_is_the_gpu_models'; pack
+    step head_acct 60 "$B/07_zero/test_07" --jobs 1 --filter 'accounting_gpu/lm_acts_formula_is_the_gpu_models'; pack
     for hc in 0 2048; do
       step head_mem_$hc 90 "$B/04_flashattn_bwd/benchmark" --model 2.7B --context 4096 --batch 4 --precision bf16 \
         --attention flash --checkpoint block --memory --warmup 1 --steps 3 --head-chunk $hc; pack
