@@ -32,6 +32,7 @@
 #include "common/data.h"
 #include "common/grid.h"
 #include "common/model_cpu.h"
+#include "common/referee.h"
 #include "common/stats.h"
 #include "common/timer.h"
 #include "common/train_loop.h"
@@ -49,20 +50,10 @@ static int cmp_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-// ||a − b||₂ / ||ref||₂ over n elements (0/0 = 0).
-static double rel_norm(const float* a, const float* b, const float* ref0, const float* ref, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double e = (double)a[i] - b[i], q = (double)ref[i] - (ref0 ? ref0[i] : 0.0f);
-        d += e * e;
-        r += q * q;
-    }
-    return r > 0 ? sqrt(d / r) : (d > 0 ? INFINITY : 0.0);
-}
 
-// Rank 0's referee: one process's model (common/model_cpu.h) trained on the whole global batch
-// of every step, against the tensor-parallel run's losses, gradient norms, step 0's gathered
-// gradient g0 and the gathered parameters gp at the end. Returns 0 if all agree, else 1.
+// --check: rank 0 runs common/referee.h (one process's model on the whole global batch of every
+// step, against this run's losses, gradient norms, step 0's gathered gradient and the gathered
+// parameters at the end); why its bounds (REFEREE_REL, REFEREE_UPD) hold under tensor parallelism:
 //
 // Tolerances. The tensor-parallel model makes the same products as one process; what differs
 // is the order in which sums split over ranks are added (every all-reduce and reduce-scatter,
@@ -79,69 +70,6 @@ static double rel_norm(const float* a, const float* b, const float* ref0, const 
 // at least sqrt(C·C / total) of the model's (0.15 for the tiny model); a few sign-noise elements
 // make 1e-4 of it. The worst parameter and the count of elements beyond the data-parallel
 // check's rtol 1e-4, atol 1e-5 are shown as well.
-static int check_single(const model_config_t* cfg, const adamw_config_t* opt, const data_source_t* data, int B, int T,
-                        int K, uint64_t seed, const double* losses, const double* gnorms, const float* g0,
-                        const float* gp, int tp, int sp, int dp, int zero) {
-    const double REL = 1e-4, UPD = 1e-3;
-    model_cpu_t ref;
-    model_cpu_create(&ref, cfg, B, T, seed);
-    const param_layout_t* lay = &ref.layout;
-    float* p_init = malloc(lay->total * sizeof(float));
-    int32_t* in = malloc((size_t)B * T * sizeof(int32_t));
-    int32_t* tg = malloc((size_t)B * T * sizeof(int32_t));
-    if (!p_init || !in || !tg) DIE("tp_train: out of memory");
-    memcpy(p_init, ref.params, lay->total * sizeof(float));
-    int bad = 0;
-    for (int k = 0; k < K; k++) {
-        sample_batch(data, B, T, k, in, tg);
-        const float l = model_cpu_forward(&ref, in, tg, B, T);
-        model_cpu_backward(&ref, NULL, NULL);
-        double sq = 0;
-        for (size_t i = 0; i < lay->total; i++) sq += (double)ref.grads[i] * ref.grads[i];
-        const double gn = sqrt(sq);
-        const int lok = fabs(losses[k] - l) <= REL * fabs(l), gok = fabs(gnorms[k] - gn) <= REL * gn;
-        printf("check: step %d: loss %.7f vs one process %.7f%s, grad norm %.7f vs %.7f%s\n", k, losses[k], l,
-               lok ? "" : " DIFFERENT", gnorms[k], gn, gok ? "" : " DIFFERENT");
-        bad += !lok + !gok;
-        if (k == 0) {
-            double worst = 0;
-            int wi = 0;
-            for (int i = 0; i < lay->n; i++) {
-                const param_info_t* pi = &lay->p[i];
-                const double e = rel_norm(g0 + pi->offset, ref.grads + pi->offset, NULL, ref.grads + pi->offset, pi->numel);
-                if (!(e <= worst)) worst = e, wi = i;
-            }
-            printf("check: step 0 gradients: worst parameter %s, ||g_tp - g_one|| / ||g_one|| = %.3g%s\n", lay->p[wi].name, worst,
-                   worst <= REL ? "" : " DIFFERENT");
-            bad += !(worst <= REL);
-        }
-        model_cpu_adamw_step(&ref, opt);
-    }
-    double worst = 0, dd = 0, du = 0;
-    int wi = 0;
-    size_t nbeyond = 0;
-    for (int i = 0; i < lay->n; i++) {
-        const param_info_t* pi = &lay->p[i];
-        const double e = rel_norm(gp + pi->offset, ref.params + pi->offset, p_init + pi->offset, ref.params + pi->offset, pi->numel);
-        if (!(e <= worst)) worst = e, wi = i;
-    }
-    for (size_t i = 0; i < lay->total; i++) {
-        const double e = (double)gp[i] - ref.params[i], u = (double)ref.params[i] - p_init[i];
-        dd += e * e;
-        du += u * u;
-        if (!(fabs(e) <= 1e-5 + 1e-4 * fabs(ref.params[i]))) nbeyond++;
-    }
-    const double all = du > 0 ? sqrt(dd / du) : INFINITY;
-    printf("check: parameters after %d steps: ||p_tp - p_one|| / ||p_one - p_init|| = %.3g%s (worst parameter %s: %.3g); %zu of %zu elements beyond rtol 1e-4, atol 1e-5\n",
-           K, all, all <= UPD ? "" : " DIFFERENT", lay->p[wi].name, worst, nbeyond, param_count(lay));
-    bad += !(all <= UPD);
-    if (!bad)
-        printf("check: OK: tp %d%s x dp %d%s equals one process over %d steps\n", tp, sp ? " + SP" : "", dp,
-               zero ? " with ZeRO-1" : "", K);
-    free(p_init), free(in), free(tg);
-    model_cpu_destroy(&ref);
-    return bad ? 1 : 0;
-}
 
 int main(int argc, char** argv) {
     train_flags_t f = train_flags_default();
@@ -325,8 +253,10 @@ int main(int argc, char** argv) {
         if (c->rank == 0) {
             // A fingerprint of the whole trained model, to compare two layouts of one run bit for bit.
             printf("check: gathered parameters fnv1a %016llx\n", fnv1a(1469598103934665603ull, gp, m.layout.total * sizeof(float)));
-            status |= check_single(&s.cfg, &s.opt, &data, B * dp, T, K, (uint64_t)f.seed, losses, gnorms, g0, gp, tp, sp,
-                                   dp, zero);
+            char what[96];
+            snprintf(what, sizeof what, "tp %d%s x dp %d%s", tp, sp ? " + SP" : "", dp, zero ? " with ZeRO-1" : "");
+            status |= referee_one_process(&s.cfg, &s.opt, &data, B * dp, T, K, (uint64_t)f.seed, losses, gnorms, g0, gp,
+                                          "tp", what);
         }
         free(gp);
         free(g0);
