@@ -2,7 +2,8 @@
 # The GPU runs of the newest pieces on 2 GPUs, binaries built on the machine: stage 10's ring
 # (tests, checks, benchmarks beside PyTorch's context_parallel), the chunked LM head, stage 05's
 # hierarchical all-reduce under two emulated nodes, bf16 ZeRO beside PyTorch's FSDP2 with
-# MixedPrecisionPolicy. Parts (default all): cp head hier fsdp.
+# MixedPrecisionPolicy; the 2026 leaderboard's 8b step beside FSDP2 (lb); the distributed tests
+# under two emulated nodes (emu); compute-sanitizer (san). Parts (default): cp head hier fsdp.
 #   OUT=$OUT lab/device/device_new_stages.sh [part...]
 # Logs under results/newstages/, packed into $OUT/newstages.tgz after every step.
 set -u
@@ -64,7 +65,32 @@ for part in ${*:-cp head hier fsdp}; do
       --backends nccl,ring-nccl,hier-nccl --sizes 1M,10M,100M,1G --iters 5 --warmup 2 --out "$L" --tag hier4; pack
     step flat4_bench 60 scripts/mpirun.sh 4 "$B/05_collectives/allreduce_bench" \
       --backends nccl,ring-nccl,hier-nccl --sizes 1M,10M,100M,1G --iters 5 --warmup 2 --out "$L" --tag flat4; pack ;;
-  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp cpcheck head hier hier4 fsdp" >&2; exit 2 ;;
+  lb)  # the 2026 leaderboard's step: 8b, context 32768, batch 2 over 2 GPUs, bf16, one AdamW step
+    step lb_ours 240 scripts/mpirun.sh 2 "$B/07_zero/zero_train" --model 8b --context 32768 --batch 1 --backend nccl \
+      --precision bf16 --attention flash --checkpoint block --head-chunk 4096 --zero 3 --steps 5 --warmup 2 \
+      --comm-timeout 300 --csv "$L/lb_ours.csv"; pack
+    step lb_torch 300 python3 -m torch.distributed.run --standalone --nproc_per_node 2 07_zero/bench_torch_zero.py \
+      --model 8b --context 32768 --batch 1 --precision bf16 --sdpa --variants fsdp --checkpoint block \
+      --head-chunk 4096 --steps 5 --warmup 2 --csv "$L/lb_torch.csv"; pack ;;
+  cp2)  # the ring at 64k and d 64, one GPU (P = 1) beside it, PyTorch's context_parallel
+    for d in 64 128; do for N in 32768 65536 131072; do
+      [ $d = 128 ] && [ $N != 65536 ] && continue  # d 128 at 32k and 128k: measured before
+      for sp in plain zigzag; do
+        step cp_bench_${sp}_${N}_d$d 60 scripts/mpirun.sh 2 "$B/10_context/ring_bench" --N $N --d $d --heads 16 --causal 1 \
+          --split $sp --dtype bf16 --warmup 3 --iters 10 --csv "$L/ring_bench.csv"; pack
+      done
+    done; done
+    for d in 64 128; do for N in 32768 65536 131072; do
+      step cp_one_${N}_d$d 60 scripts/mpirun.sh 1 "$B/10_context/ring_bench" --N $N --d $d --heads 16 --causal 1 \
+        --split plain --dtype bf16 --warmup 3 --iters 10 --csv "$L/ring_bench.csv"; pack
+      step cp_torch_${N}_d$d 90 python3 -m torch.distributed.run --standalone --nproc_per_node 2 10_context/bench_torch.py \
+        --N $N --head-dim $d --heads 16 --causal 1 --iters 10 --csv "$L/torch.csv"; pack
+    done; done ;;
+  emu)  # the distributed tests over NCCL with the 2 GPUs as 2 emulated nodes
+    step emu_gpu 330 env BUILD="$B" scripts/test_emulated.sh --gpu; pack ;;
+  san)  # compute-sanitizer over every stage's kernels, the ring's and the chunked head's included
+    step sanitize 280 env BUILD="$B" scripts/gpu_sanitize.sh; pack ;;
+  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp cpcheck cp2 head hier hier4 fsdp lb emu san" >&2; exit 2 ;;
   esac
 done
 cat "$O/steps.txt"
