@@ -314,6 +314,11 @@ test-gpu: all
 test-emulated: deps build-05 build-06 build-07 build-08
 	@BUILD=$(BUILD) scripts/test_emulated.sh
 
+# The same emulation on GPUs over NCCL (2 GPUs or more; without them one line, exit 0).
+.PHONY: test-emulated-gpu
+test-emulated-gpu: deps build-05 build-06 build-07 build-08
+	@BUILD=$(BUILD) scripts/test_emulated.sh --gpu
+
 test-common: deps $(COMMON_TEST_BIN) $(COMMON_PROGS)
 	@BUILD=$(BUILD) scripts/run_tests.sh $(COMMON_TEST_BIN)
 

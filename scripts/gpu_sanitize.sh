@@ -46,5 +46,21 @@ done
 # the model's block-range path (stage 08): the split backward (ZB-H1's B and W, and their copies)
 # against the fused one, through its GPU tests (one process: Criterion runs them in order)
 [ -x "$B/08_pipeline/test_08" ] && run memcheck "$B/08_pipeline/test_08" --jobs 1 --filter 'model_gpu_range/*'
+# the chunked LM head's loss kernels (one process, its GPU tests in order)
+[ -x "$B/tests/test_common" ] && run memcheck "$B/tests/test_common" --jobs 1 --filter 'head_chunk/gpu_*_close_*'
+# stage 10's ring (its merge, split and LSE kernels), each of the two ranks under the sanitizer
+ring_mpi() {  # $1 tool, $2 dtype, $3 split
+  local log; log=$(mktemp)
+  MPIRUN_TIMEOUT=150 scripts/mpirun.sh 2 compute-sanitizer --tool "$1" --error-exitcode 9 "$B/10_context/ring_check" \
+    --backend nccl --dtype "$2" --split "$3" --causal 1 --N 301 --d 64 --BH 2 --comm-timeout 120 > "$log" 2>&1
+  local rc=$? n m; n=$(grep -cE 'SUMMARY: 0 (errors|hazards)' "$log"); m=$(grep -cE 'SUMMARY: [1-9]' "$log")
+  echo "$1 rc=$rc clean summaries $n, with findings $m :: ring_check --backend nccl --dtype $2 --split $3"
+  if [ $rc -ne 0 ] || [ "$n" -lt 2 ] || [ "$m" -ne 0 ]; then bad=1; grep -m 20 -E '=====|error' "$log"; fi
+  rm -f "$log"
+}
+if [ -x "$B/10_context/ring_check" ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ]; then
+  for tool in memcheck racecheck synccheck; do ring_mpi $tool f32 zigzag; done
+  ring_mpi memcheck bf16 plain
+fi
 echo "sanitizer: $([ $bad = 0 ] && echo clean || echo ERRORS)"
 exit $bad

@@ -14,6 +14,12 @@
 # Left out on purpose: tests that count lines of a job's whole output (the node report adds
 # lines; a deadline line comes once per node, not once per job) and the shared-memory
 # all-reduce's tests (the path is off when a job spans nodes).
+# --gpu: the same on GPUs over NCCL (`make test-emulated-gpu`; 2 GPUs or more): each emulated
+# node gets its own NCCL host id, so NCCL moves the traffic between them over its socket
+# transport on lo (mpirun.sh --emulate-nodes): the communicator and its groups, the hierarchical
+# all-reduce, DDP's every variant, every ZeRO level (bf16 ZeRO-3 and the course's FSDP test
+# included) and the pipeline, each against the one-GPU run it is tested against without emulation.
+# Without 2 GPUs it says so in one line and exits 0 (the CPU suite above is what CI runs).
 # Prints each binary's summary and a total "N passed, N failed"; non-zero exit if any failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -35,6 +41,25 @@ suite() {  # MPIRUN_EMULATE_NODES value, binary, Criterion filter
   fi
 }
 t0=$(date +%s)
+if [ "${1:-}" = "--gpu" ]; then
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+  if [ "${ngpu:-0}" -lt 2 ]; then
+    echo "test-emulated-gpu: skipped: needs 2 GPUs, this machine has ${ngpu:-0} (the CPU suite is make test-emulated)"; exit 0
+  fi
+  export TEST_JOBS=1  # one job at a time: each takes both GPUs
+  suite 2 05_collectives/test_05 'collectives_nccl/@(every_operation_*|a_dead_rank_*|bench_gpu_rows_check)'
+  suite 2 05_collectives/test_05 'groups_nccl/split_and_grid_on_gpus'
+  suite "" 05_collectives/test_05 'emulated_nccl/*'
+  suite 2 06_ddp/test_06 'ddp_train_nccl/*'
+  suite 2 06_ddp/test_06 'ddp_gpu/*'
+  suite 2 07_zero/test_07 'zero_train_nccl/@(every_level|zero2_on_units|zero3_alone|checkpoint_block)*'
+  suite 2 07_zero/test_07 'fsdp*nccl/*'
+  suite 2 08_pipeline/test_08 'pp_train_nccl/@(gpipe|zbh1|forward_only)*'
+  echo "$pass passed, $fail failed ($(( $(date +%s) - t0 )) s)"
+  [ "$bad" -eq 0 ] && [ "$fail" -eq 0 ]; exit
+elif [ -n "${1:-}" ]; then
+  echo "test_emulated.sh: error: unknown argument '$1'; allowed: --gpu" >&2; exit 2
+fi
 suite "" 05_collectives/test_05 'emulated_mpi/*'
 suite "" 05_collectives/test_05 'hier_mpi/*'
 suite 2 05_collectives/test_05 'collectives_mpi/@(every_operation_*|shm_off_*|a_dead_rank_*|bench_runs_*)'
