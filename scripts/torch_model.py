@@ -40,7 +40,9 @@ SIZES = {
     "large": (1280, 5120, 36, 20),
     "xl": (1600, 6400, 48, 25),
     "2.7B": (2560, 10240, 32, 32),
+    "8b": (4096, 11008, 34, 32),  # the 2026 leaderboard's class, vocabulary LB8B_VOCAB
 }
+LB8B_VOCAB = 151936
 
 
 @dataclass
@@ -55,7 +57,7 @@ class ModelConfig:
 
 def config_by_name(name, context):
     d_model, d_ff, n_layers, n_heads = SIZES[name]
-    vocab = 512 if name == "tiny" else 10000
+    vocab = 512 if name == "tiny" else LB8B_VOCAB if name == "8b" else 10000
     return ModelConfig(vocab, context, d_model, n_layers, n_heads, d_ff)
 
 
@@ -177,11 +179,27 @@ class TransformerLM(nn.Module):
             nn.init.trunc_normal_(w, mean=0.0, std=std, a=-3 * std, b=3 * std, generator=gen)
             p.copy_(w)
 
-    def forward(self, inputs):  # inputs (B, T) int -> logits (B, T, V)
+    def forward(self, inputs, targets=None, head_chunk=0):
+        """inputs (B, T) int -> logits (B, T, V); with targets, the mean cross-entropy instead,
+        and with head_chunk > 0 over that many rows at a time, each chunk's logits recomputed in
+        the backward (torch.utils.checkpoint), so the (B*T, V) logits never exist at once. Inside
+        forward so that wrappers' hooks (FSDP's gathers of the head) run around it."""
         x = self.token_embeddings(inputs)
         for layer in self.layers:
             x = layer(x)
-        return self.lm_head(self.ln_final(x))
+        h = self.ln_final(x)
+        if targets is None:
+            return self.lm_head(h)
+        h, y = h.reshape(-1, h.shape[-1]), targets.reshape(-1).long()
+        if head_chunk <= 0:
+            return F.cross_entropy(self.lm_head(h).float(), y)
+
+        def chunk_loss(hc, yc):
+            return F.cross_entropy(self.lm_head(hc).float(), yc, reduction="sum")
+        from torch.utils.checkpoint import checkpoint
+        total = sum(checkpoint(chunk_loss, h[i:i + head_chunk], y[i:i + head_chunk], use_reentrant=False)
+                    for i in range(0, h.shape[0], head_chunk))
+        return total / h.shape[0]
 
     def loss(self, inputs, targets):
         logits = self.forward(inputs)
@@ -296,6 +314,14 @@ def _self_check():
     assert [(n, tuple(s)) for n, s, _ in layout] == \
         [(n, tuple(p.shape)) for n, p in naive.named_parameters()], "layout and state dict differ"
     assert all(off % PARAM_ALIGN == 0 for _, _, off in layout) and total % PARAM_ALIGN == 0
+    # The chunked head: the same loss and head gradient as the whole logits (float64; 74 rows in
+    # chunks of 16, the last one short).
+    whole = naive(x, y)
+    gw = torch.autograd.grad(whole, naive.lm_head.weight)[0]
+    chunked = naive(x, y, head_chunk=16)
+    gc = torch.autograd.grad(chunked, naive.lm_head.weight)[0]
+    assert abs(whole.item() - chunked.item()) < 1e-12 and (gw - gc).abs().max().item() < 1e-12, \
+        "the chunked head differs from the whole logits"
     std = naive.token_embeddings.weight.std().item()
     print(f"torch_model self-check ok: naive vs SDPA {diff:.1e}, {total} flat elements, "
           f"embedding std {std:.4f} (truncated N(0,1) at 3: 0.9866)")
