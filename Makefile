@@ -195,7 +195,7 @@ TEST_BINS  += $$($(1)_TBIN)
 
 .PHONY: test-$(2) bench-$(2) build-$(2) report-$(2)
 report-$(2):
-	@python3 scripts/report.py $(1)/README.md
+	@python3 scripts/report.py $(wildcard $(1)/*.md)
 
 build-$(2): $$($(1)_PROGS) $$($(1)_TBIN) $(COMMON_PROGS)
 test-$(2): deps build-$(2) $(COMMON_PROGS)
@@ -231,11 +231,11 @@ lab: deps check-layout $(COMMON_LIB) $(LAB_PROGS) $(LAB_TEST_BINS)
 test-lab: lab
 	@BUILD=$(BUILD) scripts/run_tests.sh $(LAB_TEST_BINS) $(if $(LAB_TEST_BINS),,--none "lab: no tests$(if $(HAVE_CRITERION),, (Criterion not found))")
 
-# Every stage README's measured tables are what its results/ folder regenerates (make report-NN
+# Every stage README's (and its other .md's) measured tables are what its results/ folder regenerates (make report-NN
 # rewrites them; check-reports only compares).
 .PHONY: check-reports
 check-reports:
-	@python3 scripts/report.py --check $(wildcard $(addsuffix /README.md,$(STAGE_DIRS)))
+	@python3 scripts/report.py --check $(wildcard $(addsuffix /*.md,$(STAGE_DIRS)))
 
 # Dependencies run one way: common/ includes no stage, a stage includes only common/ and earlier
 # stages, and nothing outside lab/ includes or links lab/.
@@ -313,6 +313,12 @@ test-gpu: all
 .PHONY: test-emulated
 test-emulated: deps build-05 build-06 build-07 build-08
 	@BUILD=$(BUILD) scripts/test_emulated.sh
+
+# The course's 2026 leaderboard step on 2 GPUs, ours and PyTorch's (07_zero/leaderboard.sh;
+# LEADERBOARD_ARGS: --steps N --warmup N --out DIR).
+.PHONY: leaderboard
+leaderboard: deps build-07
+	@BUILD=$(BUILD) 07_zero/leaderboard.sh $(LEADERBOARD_ARGS)
 
 # The same emulation on GPUs over NCCL (2 GPUs or more; without them one line, exit 0).
 .PHONY: test-emulated-gpu

@@ -11,7 +11,9 @@
 //   and against one fp32 model within bf16-sized tolerances (losses within 2^-9) yet not equal;
 // - the all-gather moves exactly half of fp32's bytes; --reduce-dtype bf16 halves the
 //   reduce-scatter's too and stays within bf16 tolerances of the referee;
-// - the same on 2 GPUs (skipped without them).
+// - the same on 2 GPUs (skipped without them);
+// - the 2026 leaderboard's configuration (bf16 ZeRO-3 + block checkpointing + chunked head) against
+//   the same referees on the CPU, and at the 8b's width on 2 GPUs.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,4 +304,37 @@ Test(fsdp_nccl, zero3_bf16_equals_the_unsharded_mixed_model_2_gpus, .timeout = 3
     st = run_job("07_zero/zero_train", np, BASE "--backend nccl --zero 3 --precision bf16 --reduce-dtype bf16 --check-single 1");
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     check_single_ok(g_out, "zero3", np);
+}
+
+// ------------------------------------------------------------------ the leaderboard's configuration
+// The 2026 leaderboard's step (07_zero/leaderboard.sh, ACCOUNTING.md "The 8b-class step") is
+// ZeRO-3 with bf16 all-gathers and fp32 masters, block checkpointing and the chunked LM head at
+// once. On the CPU (2 and 3 ranks, a head chunk that divides no rank's rows) it must equal the
+// unsharded bf16-parameter model and stay within bf16's distance of the fp32 one, as each piece
+// alone does above. On 2 GPUs the model is the 8b's own width (d 4096, 32 heads of 128, d_ff
+// 11008, vocabulary 151936) cut to one block, flash attention, a ragged context and a last head
+// chunk shorter than the others: the step must run, leave the replicas bitwise identical and
+// hold exactly the state, working buffers and activations of its formulas (about 27 GB a GPU).
+#define LB_FLAGS "--zero 3 --precision bf16 --checkpoint block "
+Test(leaderboard_mpi, the_steps_configuration_equals_the_unsharded_models_2_3_ranks, .timeout = 300) {
+    for (int np = 2; np <= 3; np++) {
+        int st = run_job("07_zero/zero_train", np, BASE LB_FLAGS "--backend mpi --head-chunk 12 --check-single 1");
+        cr_assert_eq(st, 0, "%d ranks: exit %d:\n%s", np, st, g_out);
+        cr_assert(strstr(g_out, "(checkpoint block:"), "%d ranks: not checkpointed:\n%s", np, g_out);
+        check_single_ok(g_out, "zero3", np);
+    }
+}
+
+Test(leaderboard_gpu, the_8b_width_cut_to_one_block_2_gpus, .timeout = 300) {
+    NEED_GPU_RANKS();
+    const int np = test_gpu_ranks();
+    int st = run_job("07_zero/zero_train", np, "--model 8b --layers 1 --context 1000 --batch 1 --steps 2 --warmup 1 "
+                     "--comm-timeout 120 --backend nccl --attention flash --head-chunk 384 " LB_FLAGS);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "8125698048") == NULL && strstr(g_out, "(bf16 parameters)"), "%s", g_out);
+    cr_assert(strstr(g_out, "replicas bitwise identical on every rank") &&
+                  strstr(g_out, "activations on every rank == the acts formula (checkpoint block:") &&
+                  strstr(g_out, "== 16Psi/n on every rank") && strstr(g_out, "working buffers == "),
+              "%s", g_out);
+    cr_assert(!strstr(g_out, "DIFFERENT") && !strstr(g_out, "!= "), "%s", g_out);
 }
