@@ -90,7 +90,20 @@ for part in ${*:-cp head hier fsdp}; do
     step emu_gpu 330 env BUILD="$B" scripts/test_emulated.sh --gpu; pack ;;
   san)  # compute-sanitizer over every stage's kernels, the ring's and the chunked head's included
     step sanitize 280 env BUILD="$B" scripts/gpu_sanitize.sh; pack ;;
-  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp cpcheck cp2 head hier hier4 fsdp lb emu san" >&2; exit 2 ;;
+  suite|suite4)  # the whole GPU suite (make test-gpu's binaries, from $B); suite4: the multi-GPU binaries at 4 ranks
+    multi=""; for s in 05_collectives/test_05 06_ddp/test_06 07_zero/test_07 08_pipeline/test_08 09_tensor/test_09 \
+      10_context/test_10 11_train/test_11; do multi+="$B/$s "; done
+    if [ $part = suite ]; then
+      step test_gpu 420 env BUILD="$B" TEST_GPU_LOGS="$L/test-gpu" scripts/test_gpu.sh --limit 240 --multi "$multi" \
+        "$B/tests/test_common" $(for n in 01_benchmarking/test_01 02_weighted_sum/test_02 03_flashattn_fwd/test_03 \
+        04_flashattn_bwd/test_04; do echo "$B/$n"; done) $multi; pack
+    else
+      step test_gpu_4ranks 300 env BUILD="$B" TEST_GPU_RANKS=4 TEST_GPU_LOGS="$L/test-gpu-4ranks" scripts/test_gpu.sh \
+        --limit 150 --multi "$multi" $multi; pack
+    fi ;;
+  ring_san)
+    step ring_sanitize 120 env BUILD="$B" scripts/gpu_sanitize.sh --ring-only; pack ;;
+  *) echo "device_new_stages.sh: error: unknown part '$part'; parts: cp cpcheck cp2 head hier hier4 fsdp lb emu san ring_san suite suite4" >&2; exit 2 ;;
   esac
 done
 cat "$O/steps.txt"
