@@ -267,16 +267,25 @@ Test(profiler, phase_is_taken_at_launch_not_at_completion) {
     cr_assert(profiler_available(), "GPU present but built without CUPTI (HAVE_CUPTI=%d)", HAVE_CUPTI);
     float* x = NULL;
     CUDA_CHECK(cudaMalloc((void**)&x, 64 * sizeof(float)));
-    profiler_start();
-    profiler_set_phase("forward");
-    ptk_spin_ms(50.0);               // still running on the GPU...
-    profiler_set_phase("backward");  // ...when the host moves on (no synchronisation)
-    ptk_alpha(x, 64);                // queued behind the spin: it runs after it, in "backward"
-    cudaError_t q = cudaStreamQuery(0);
-    (void)cudaGetLastError();  // "not ready" is an answer, not an error to keep
-    profiler_stop();
+    // The spin must still run when the host has moved on. A loaded host (other tests beside this
+    // one) can take longer than a short spin between the launch and the query: then the attempt
+    // proves nothing and a longer spin is tried.
+    const double spins[] = {50.0, 400.0, 2000.0};
+    double asked = 0;
+    cudaError_t q = cudaSuccess;
+    for (int i = 0; i < 3 && q != cudaErrorNotReady; i++) {
+        asked = spins[i];
+        profiler_start();
+        profiler_set_phase("forward");
+        ptk_spin_ms(asked);              // still running on the GPU...
+        profiler_set_phase("backward");  // ...when the host moves on (no synchronisation)
+        ptk_alpha(x, 64);                // queued behind the spin: it runs after it, in "backward"
+        q = cudaStreamQuery(0);
+        (void)cudaGetLastError();  // "not ready" is an answer, not an error to keep
+        profiler_stop();
+    }
     CUDA_CHECK(cudaFree(x));
-    cr_assert_eq(q, cudaErrorNotReady, "the spin kernel had already finished: the test proves nothing");
+    cr_assert_eq(q, cudaErrorNotReady, "even a %.0f ms spin had finished before the host moved on: the test proves nothing", asked);
 
     char path[512];
     snprintf(path, sizeof path, "%s/launch/k.csv", test_tmpdir());
@@ -286,8 +295,8 @@ Test(profiler, phase_is_taken_at_launch_not_at_completion) {
     dump(r, nr);
     double ms = 0;
     cr_assert_eq(calls_of(r, nr, "forward", "ptk_spin_kernel", &ms), 1, "spin belongs to forward");
-    // the spin is timed by the GPU: 50 ms asked, a loose floor for clock granularity
-    cr_assert_geq(ms, 45.0, "spin kernel took %.3f ms on the GPU, expected about 50", ms);
+    // the spin is timed by the GPU: a loose floor (90 % of what was asked) for clock granularity
+    cr_assert_geq(ms, 0.9 * asked, "spin kernel took %.3f ms on the GPU, expected about %.0f", ms, asked);
     cr_assert_eq(calls_of(r, nr, "backward", "ptk_spin_kernel", NULL), 0, "spin leaked into backward");
     cr_assert_eq(calls_of(r, nr, "backward", "ptk_alpha_kernel", NULL), 1, "alpha belongs to backward");
 }

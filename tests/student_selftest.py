@@ -364,16 +364,17 @@ def step_editions():
                 bad(f"editions: 2026 tree: {r.id} is not a stub")
             if r.id in COMM_2025 and not solved:
                 bad(f"editions: 2026 tree: {r.id} (communication_accounting, not in 2026) is not given code")
-        # make grade there grades the 2026 edition by default: stage 11's leaderboard is not built
+        # make grade there grades the 2026 edition by default (stage 11 has no 2026 row: nothing to
+        # run, the edition's heading all the same), and its map grades the leaderboard by tests
         out_dir = os.path.join(tmp, "g26")
         rc, out = run([sys.executable, "scripts/grade.py", "--stages", "11", "--out", out_dir], cwd=dest)
         g = json.load(open(os.path.join(out_dir, "grade.json"))) if rc == 0 else {}
-        lb = [p for p in g.get("problems", []) if p["problem"] == "leaderboard"]
-        if g.get("edition") != "2026" or not lb or lb[0]["status"] != "not built" or lb[0]["earned"] != 0:
-            bad(f"editions: make grade in a 2026 tree does not grade 2026 with leaderboard 'not built' (exit {rc}): "
-                f"{out.strip()[-600:]}")
-        elif g["total"]["possible"] != 10 or g["total"]["earned"] != 0 or "# Grade, 2026 edition" not in out:
-            bad(f"editions: a not-built problem must count 0 of its 10 points: {g['total']}; {out.strip()[-400:]}")
+        if g.get("edition") != "2026" or "# Grade, 2026 edition" not in out or g["total"]["possible"] != 0:
+            bad(f"editions: make grade in a 2026 tree does not grade the 2026 edition (exit {rc}): {out.strip()[-600:]}")
+        lb = [ln.split("\t") for ln in open(os.path.join(dest, "scripts", "grade_map_2026.tsv"), encoding="utf-8")
+              if ln.startswith("leaderboard\t")]
+        if len(lb) != 1 or "not-built" in lb[0][4] or "leaderboard" not in lb[0][4]:
+            bad(f"editions: the 2026 map's leaderboard row is not graded by its tests: {lb}")
         # a not-built row never passes, whatever else the map holds; 'not-built' stands alone
         fake = os.path.join(tmp, "map.tsv")
         open(fake, "w").write("ghost\t7\tcourse\t01\tnot-built\t-\nessay\t2\tcourse\t01\t-\t-\n")
