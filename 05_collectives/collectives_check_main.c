@@ -28,6 +28,7 @@
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
+#include "common/hash.h"
 #include "common/rng.h"
 
 typedef struct {
@@ -184,9 +185,7 @@ static void check_allreduce_ops(ctx_t* x, size_t count, int inplace) {
         comm_allreduce(c, x->d_send, out, count, COMM_F32, op, st);
         from_backend(x, x->h_recv, out, count);
         // FNV-1a of the result's bytes: equal on every rank iff the bits are.
-        unsigned long long h = 1469598103934665603ull;
-        const unsigned char* p = (const unsigned char*)x->h_recv;
-        for (size_t i = 0; i < count * sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ull;
+        const uint64_t h = fnv1a(FNV1A_INIT, x->h_recv, count * sizeof(float));
         long long lo = (long long)(h >> 1), hi = lo;
         comm_host_allreduce_i64(c, &lo, 1, COMM_MIN);
         comm_host_allreduce_i64(c, &hi, 1, COMM_MAX);
@@ -261,9 +260,7 @@ static void check_hier(ctx_t* x, size_t count, int inplace) {
     step(x);
     hier_allreduce(h, x->d_send, out, count, COMM_F32, COMM_SUM, st);
     from_backend(x, x->h_recv, out, count);
-    unsigned long long hash = 1469598103934665603ull;
-    const unsigned char* p = (const unsigned char*)x->h_recv;
-    for (size_t i = 0; i < count * sizeof(float); i++) hash = (hash ^ p[i]) * 1099511628211ull;
+    const uint64_t hash = fnv1a(FNV1A_INIT, x->h_recv, count * sizeof(float));
     long long lo = (long long)(hash >> 1), hi = lo;
     comm_host_allreduce_i64(c, &lo, 1, COMM_MIN);
     comm_host_allreduce_i64(c, &hi, 1, COMM_MAX);

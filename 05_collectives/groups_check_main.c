@@ -28,6 +28,7 @@
 #include "common/cli.h"
 #include "common/comm.h"
 #include "common/grid.h"
+#include "common/hash.h"
 #include "common/rng.h"
 
 typedef struct {
@@ -187,10 +188,7 @@ static uint64_t hash_allreduce(ctx_t* x, size_t n, int rank_order) {
             fprintf(stderr, "%s rank %d: the all-reduce is not the left-to-right sum over the group's ranks: WRONG\n", g->name, g->rank);
         }
     }
-    uint64_t h = 1469598103934665603ULL;
-    const unsigned char* b = (const unsigned char*)x->h_b;
-    for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ULL;
-    return h;
+    return fnv1a(FNV1A_INIT, x->h_b, n * sizeof(float));
 }
 
 static void run_checks(ctx_t* x, const int64_t* counts, int ncounts, int backwards) {

@@ -59,15 +59,13 @@
 #include "common/grid.h"
 #include "common/lm.h"
 #include "common/alloc.h"
+#include "common/hash.h"
 #include "common/train_loop.h"
 
 // FNV-1a over this rank's parameter slices: equal across replicas iff bitwise identical.
 static long long slices_hash(const float* P, const size_t* b, const size_t* e, int v) {
-    unsigned long long x = 1469598103934665603ull;
-    for (int c = 0; c < v; c++) {
-        const unsigned char* q = (const unsigned char*)(P + b[c]);
-        for (size_t i = 0; i < (e[c] - b[c]) * sizeof(float); i++) x = (x ^ q[i]) * 1099511628211ull;
-    }
+    uint64_t x = FNV1A_INIT;
+    for (int c = 0; c < v; c++) x = fnv1a(x, P + b[c], (e[c] - b[c]) * sizeof(float));
     return (long long)(x >> 1);
 }
 

@@ -31,6 +31,7 @@
 #include "common/comm.h"
 #include "common/data.h"
 #include "common/grid.h"
+#include "common/hash.h"
 #include "common/model_cpu.h"
 #include "common/referee.h"
 #include "common/stats.h"
@@ -39,16 +40,6 @@
 
 #define MAX_STEPS 100000
 
-static unsigned long long fnv1a(unsigned long long h, const void* p, size_t n) {
-    const unsigned char* b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static int cmp_double(const void* a, const void* b) {
-    const double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
 
 
 // --check: rank 0 runs common/referee.h (one process's model on the whole global batch of every
@@ -192,15 +183,7 @@ int main(int argc, char** argv) {
         if (!isfinite(losses[k])) comm_fatal(c, 1, "step %d: the loss is not finite (%g)", k, losses[k]);
         if (c->rank == 0) printf("  step %3d  loss %.6f  grad norm %.6f  %.1f ms\n", k, losses[k], gnorms[k], ms[k]);
     }
-    double med = 0;
-    {
-        double* v = malloc((size_t)f.steps * sizeof(double));
-        if (!v) DIE("tp_train: out of memory");
-        memcpy(v, ms + f.warmup, (size_t)f.steps * sizeof(double));
-        qsort(v, (size_t)f.steps, sizeof(double), cmp_double);
-        med = f.steps % 2 ? v[f.steps / 2] : 0.5 * (v[f.steps / 2 - 1] + v[f.steps / 2]);
-        free(v);
-    }
+    const double med = stats_compute(ms + f.warmup, f.steps).median;
     int status = 0;
     // AdamW's moments as the counting allocator (common/alloc.h) holds them, beside the formula:
     // ZeRO-1 8·S (S = the shard padded to dp·64s, over dp), without it 8·Ψ_tp.
@@ -208,12 +191,12 @@ int main(int argc, char** argv) {
     comm_host_allreduce_i64(c, &opt_lo, 1, COMM_MIN);
     comm_host_allreduce_i64(c, &opt_hi, 1, COMM_MAX);
     // The replicated RMSNorm weights: bitwise the same on every rank of a tensor group.
-    unsigned long long h = 1469598103934665603ull;
+    unsigned long long h = FNV1A_INIT;
     for (int i = 0; i < m.layout.n; i++)
         if (m.p[i].split == TP_REPL) h = fnv1a(h, m.params + m.p[i].off, m.p[i].numel * sizeof(float));
     const int repl_same = train_hashes_agree(c, h, di, dp);
     // Every shard: bitwise the same across its dp group.
-    const int dp_same = train_hashes_agree(c, fnv1a(1469598103934665603ull, m.params, m.total * sizeof(float)), ti, tp);
+    const int dp_same = train_hashes_agree(c, fnv1a(FNV1A_INIT, m.params, m.total * sizeof(float)), ti, tp);
     if (c->rank == 0) {
         printf("step: %.2f ms (median of %d after %d warm-up, slowest rank)\n", med, f.steps, f.warmup);
         printf("tensor-group collectives per step: %lld all-reduces (%.0f elements), %lld all-gathers (%.0f), %lld reduce-scatters (%.0f); a ring sends %.4f MiB from each rank\n",
@@ -252,7 +235,7 @@ int main(int argc, char** argv) {
         tp_model_gather(&m, m.params, gp);
         if (c->rank == 0) {
             // A fingerprint of the whole trained model, to compare two layouts of one run bit for bit.
-            printf("check: gathered parameters fnv1a %016llx\n", fnv1a(1469598103934665603ull, gp, m.layout.total * sizeof(float)));
+            printf("check: gathered parameters fnv1a %016llx\n", (unsigned long long)fnv1a(FNV1A_INIT, gp, m.layout.total * sizeof(float)));
             char what[96];
             snprintf(what, sizeof what, "tp %d%s x dp %d%s", tp, sp ? " + SP" : "", dp, zero ? " with ZeRO-1" : "");
             status |= referee_one_process(&s.cfg, &s.opt, &data, B * dp, T, K, (uint64_t)f.seed, losses, gnorms, g0, gp,

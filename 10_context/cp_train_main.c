@@ -23,6 +23,8 @@
 #include "common/cli.h"
 #include "common/comm.h"
 #include "common/data.h"
+#include "common/hash.h"
+#include "common/stats.h"
 #include "common/grid.h"
 #include "common/model_cpu.h"
 #include "common/referee.h"
@@ -31,16 +33,6 @@
 
 #define MAX_STEPS 100000
 
-static unsigned long long fnv1a(unsigned long long h, const void* p, size_t n) {
-    const unsigned char* b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static int cmp_double(const void* a, const void* b) {
-    const double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
 
 
 // --check: rank 0 runs common/referee.h (one process's model on the whole global batch of every
@@ -152,17 +144,9 @@ int main(int argc, char** argv) {
         if (!isfinite(losses[k])) comm_fatal(c, 1, "step %d: the loss is not finite (%g)", k, losses[k]);
         if (c->rank == 0) printf("  step %3d  loss %.6f  grad norm %.6f  %.1f ms\n", k, losses[k], gnorms[k], ms[k]);
     }
-    double med = 0;
-    {
-        double* v = malloc((size_t)f.steps * sizeof(double));
-        if (!v) DIE("cp_train: out of memory");
-        memcpy(v, ms + f.warmup, (size_t)f.steps * sizeof(double));
-        qsort(v, (size_t)f.steps, sizeof(double), cmp_double);
-        med = f.steps % 2 ? v[f.steps / 2] : 0.5 * (v[f.steps / 2 - 1] + v[f.steps / 2]);
-        free(v);
-    }
+    const double med = stats_compute(ms + f.warmup, f.steps).median;
     // Every rank holds the whole model: bitwise the same everywhere.
-    const int same = train_hashes_agree(c, fnv1a(1469598103934665603ull, m.params, m.layout.total * sizeof(float)), 0, 1);
+    const int same = train_hashes_agree(c, fnv1a(FNV1A_INIT, m.params, m.layout.total * sizeof(float)), 0, 1);
     int status = same ? 0 : 1;
     if (c->rank == 0) {
         printf("step: %.2f ms (median of %d after %d warm-up, slowest rank)\n", med, f.steps, f.warmup);

@@ -28,11 +28,7 @@
 static uint64_t g_bytes_read;
 uint64_t ckpt_bytes_read(void) { return g_bytes_read; }
 
-uint64_t ckpt_fnv(uint64_t h, const void* p, size_t n) {
-    const unsigned char* b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
+uint64_t ckpt_fnv(uint64_t h, const void* p, size_t n) { return fnv1a(h, p, n); }
 
 // ckpt_sum (checkpoint.h). K1, K2 odd (multiplication by them is a bijection mod 2^64): the
 // golden ratio's and splitmix64's constants; each lane starts from its own seed.

@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "common/comm.h"
+#include "common/hash.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,7 +106,7 @@ typedef struct {
 
 // FNV-1a 64 over n bytes, continuing from h (start with CKPT_FNV_INIT): the manifest's own
 // last line and the trainer's final parameter hash (small, or printed for people to compare).
-#define CKPT_FNV_INIT 1469598103934665603ull
+#define CKPT_FNV_INIT FNV1A_INIT
 uint64_t ckpt_fnv(uint64_t h, const void* p, size_t n);
 
 // The checksum of a checkpoint file (format 3): a stream hash that runs near memory speed on one

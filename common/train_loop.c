@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/fileio.h"
 #include "common/gpu.h"
+#include "common/hash.h"
 #include "common/nvtx.h"
 #include "common/stats.h"
 #include "common/timer.h"
@@ -198,9 +199,7 @@ static unsigned long long params_hash(lm_t* m) {
     float* h = malloc(n * sizeof(float));
     if (!h) DIE("out of host memory");
     lm_get_params(m, h);
-    unsigned long long x = 1469598103934665603ull;
-    const unsigned char* p = (const unsigned char*)h;
-    for (size_t i = 0; i < n * sizeof(float); i++) x = (x ^ p[i]) * 1099511628211ull;
+    const unsigned long long x = fnv1a(FNV1A_INIT, h, n * sizeof(float));
     free(h);
     return x;
 }
