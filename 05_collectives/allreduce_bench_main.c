@@ -135,6 +135,11 @@ static void run_ring(bench_t* b, op_t op, const float* s, float* r, size_t count
     else ring_allreduce_host(b->c, s, r, count, COMM_SUM);
 }
 
+static void run_alt_ring(bench_t* b, op_t op, const float* s, float* r, size_t count) {
+    (void)op;
+    alt_ring_allreduce_host(b->c, s, r, count, COMM_SUM);
+}
+
 // The hierarchical all-reduce (hier.h) on the communicator's nodes (real, or emulated:
 // scripts/mpirun.sh --emulate-nodes K).
 static void run_hier(bench_t* b, op_t op, const float* s, float* r, size_t count) {
@@ -147,6 +152,7 @@ static const backend_entry_t BACKENDS[] = {
     {"mpi", COMM_MPI, ALL_OPS, run_library_blocking, "the communicator on host memory (all-reduce: shared memory on one node)"},
     {"mpi-lib", COMM_MPI, 1u << OP_ALLREDUCE, run_mpi_lib, "MPI_Allreduce called directly (the MPI library's own)"},
     {"ring-mpi", COMM_MPI, 1u << OP_ALLREDUCE, run_ring, "the hand-written ring over MPI send/recv"},
+    {"alt-ring-mpi", COMM_MPI, 1u << OP_ALLREDUCE, run_alt_ring, "the 2026 handout's alternate ring: whole inputs round the ring, (n-1)S a rank"},
     {"hier-mpi", COMM_MPI, 1u << OP_ALLREDUCE, run_hier, "hierarchical: reduce-scatter in the node, all-reduce across nodes, all-gather (MPI)"},
     {"nccl", COMM_NCCL, ALL_OPS, run_library, "NCCL through the communicator"},
     {"nccl-direct", COMM_NCCL, ALL_OPS, run_nccl_direct, "NCCL called directly"},
@@ -338,7 +344,7 @@ int main(int argc, char** argv) {
     int64_t ring_chunk = (int64_t)RING_CHUNK_BYTES_DEFAULT;
     cli_opt_t opts[] = {
         {"ring-chunk", CLI_SIZE, &ring_chunk, "512M", "ring-nccl: bytes per pipelined chunk (a transfer and an add kernel each)", NULL},
-        {"backends", CLI_STR, &backends_s, "auto", "comma list of mpi, mpi-lib, ring-mpi, hier-mpi, nccl, nccl-direct, ring-nccl, hier-nccl; auto: the GPU ones with a GPU per rank, else the MPI ones", NULL},
+        {"backends", CLI_STR, &backends_s, "auto", "comma list of mpi, mpi-lib, ring-mpi, alt-ring-mpi, hier-mpi, nccl, nccl-direct, ring-nccl, hier-nccl; auto: the GPU ones with a GPU per rank, else the MPI ones", NULL},
         {"op", CLI_CHOICE, &op_s, "allreduce", "operation", OP_CHOICES},
         {"minbytes", CLI_SIZE, &minb, "1K", "smallest size S (bytes; K/M/G)", NULL},
         {"maxbytes", CLI_SIZE, &maxb, "1G", "largest size S", NULL},
@@ -412,7 +418,7 @@ int main(int argc, char** argv) {
         snprintf(buf, sizeof buf, "%s", backends_s);
         for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
             const backend_entry_t* be = find_backend(tok);
-            if (!be) BAD("--backends: unknown backend '%s' (allowed: mpi, mpi-lib, ring-mpi, hier-mpi, nccl, nccl-direct, ring-nccl, hier-nccl, auto)", tok);
+            if (!be) BAD("--backends: unknown backend '%s' (allowed: mpi, mpi-lib, ring-mpi, alt-ring-mpi, hier-mpi, nccl, nccl-direct, ring-nccl, hier-nccl, auto)", tok);
             if (nchosen < N_BACKENDS) chosen[nchosen++] = be;
         }
     }

@@ -40,6 +40,10 @@ void ring_allreduce(comm_t* c, const float* sendbuf, float* recvbuf, size_t coun
                     cudaStream_t stream);
 void ring_allreduce_host(comm_t* c, const float* sendbuf, float* recvbuf, size_t count,
                          comm_op_t op);
+// The 2026 handout's alternate ring (alt_ring_host.c): whole inputs round the ring, n-1 steps of
+// S bytes each, (n-1)·S a rank; MPI backend, host buffers, sum or avg, in place allowed.
+void alt_ring_allreduce_host(comm_t* c, const float* sendbuf, float* recvbuf, size_t count,
+                             comm_op_t op);
 // Enqueued on `stream` (the caller's inputs are read after what is already on it; work
 // enqueued on it later sees the result). chunk_bytes 0: RING_CHUNK_BYTES_DEFAULT.
 #define RING_CHUNK_BYTES_DEFAULT ((size_t)512 << 20)  // measured best: see README.md

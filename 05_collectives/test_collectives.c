@@ -277,12 +277,13 @@ Test(collectives_mpi, nccl_without_a_gpu_is_a_clear_error) {
 Test(collectives_mpi, bench_runs_and_checks) {
     char args[512];
     snprintf(args, sizeof args,
-             "--backends mpi,mpi-lib,ring-mpi --op all --maxbytes 64K --iters 3 --warmup 1 --out %s --tag t",
+             "--backends mpi,mpi-lib,ring-mpi,alt-ring-mpi --op all --maxbytes 64K --iters 3 --warmup 1 --out %s --tag t",
              test_tmpdir());
     int st = mpi_run(3, "allreduce_bench", args, NULL);
     cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
     cr_assert(strstr(g_out, "# OK"), "%s", g_out);
-    cr_assert(strstr(g_out, "| reducescatter | mpi") && strstr(g_out, "| allreduce     | ring-mpi") && strstr(g_out, "| allreduce     | mpi-lib"), "%s", g_out);
+    cr_assert(strstr(g_out, "| reducescatter | mpi") && strstr(g_out, "| allreduce     | ring-mpi") && strstr(g_out, "| allreduce     | mpi-lib") &&
+                  strstr(g_out, "| allreduce     | alt-ring-mpi"), "%s", g_out);
     char path[512];
     snprintf(path, sizeof path, "%s/t.csv", test_tmpdir());
     FILE* f = fopen(path, "r");

@@ -1,0 +1,41 @@
+// The 2026 handout's alternate ring all-reduce on the MPI backend, host buffers (ring.h): whole
+// inputs travel round the ring instead of segments. At step t = 1 ... n-1 rank r sends to its
+// right the input it holds (its own at t = 1, then the one that arrived at the step before) and
+// adds the one arriving from its left (rank r - t's). Every input visits every rank once, so
+// every rank ends with the sum; but each step moves the whole S bytes on every link, (n-1)·S a
+// rank in all against the ring's 2(n-1)/n · S (README.md "A variant that passes whole tensors").
+// Each rank adds the inputs in its own order (its own first, then r-1, r-2, ...): on 3 or more
+// ranks the fp32 results may differ from rank to rank in the last bits (integer-valued data, as
+// the checks use, sums exactly).
+#include <stdlib.h>
+#include <string.h>
+
+#include "05_collectives/ring.h"
+#include "common/check.h"
+
+void alt_ring_allreduce_host(comm_t* c, const float* sendbuf, float* recvbuf, size_t count, comm_op_t op) {
+    if (op != COMM_SUM && op != COMM_AVG) DIE("alternate ring all-reduce: only sum and avg");
+    const int n = c->world, r = c->rank;
+    const float scale = op == COMM_AVG ? 1.0f / (float)n : 1.0f;
+    const int right = ring_mod(r + 1, n), left = ring_mod(r - 1, n);
+    // held: the input this rank passes on next; arriving: the one coming in. Both copies, so
+    // that recvbuf may be sendbuf (in place) and accumulate from the first step.
+    float* held = malloc((count ? count : 1) * sizeof(float));
+    float* arriving = malloc((count ? count : 1) * sizeof(float));
+    if (!held || !arriving) DIE("alternate ring all-reduce: out of host memory (2 x %zu floats)", count);
+    memcpy(held, sendbuf, count * sizeof(float));
+    if (recvbuf != sendbuf) memcpy(recvbuf, sendbuf, count * sizeof(float));
+    for (int t = 1; t < n; t++) {
+        comm_req_t* q[2];
+        q[0] = comm_irecv(c, arriving, count, COMM_F32, left, NULL);
+        q[1] = comm_isend(c, held, count, COMM_F32, right, NULL);
+        comm_waitall(c, q, 2);
+        for (size_t i = 0; i < count; i++) recvbuf[i] += arriving[i];
+        float* x = held;  // what arrived is what goes on at the next step
+        held = arriving, arriving = x;
+    }
+    if (scale != 1.0f)
+        for (size_t i = 0; i < count; i++) recvbuf[i] *= scale;
+    free(held);
+    free(arriving);
+}
