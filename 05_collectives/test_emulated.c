@@ -147,3 +147,16 @@ Test(emulated_nccl, every_operation_across_2_emulated_nodes) {
     cr_assert(strstr(g_out, "via NET/Socket"), "no connection through NCCL's socket transport:\n%s", g_out);
     if (np == 2) cr_assert(!strstr(g_out, "via P2P") && !strstr(g_out, "via SHM"), "one rank a node, yet:\n%s", g_out);
 }
+
+// make test-emulated-gpu's script: an unknown argument is one line, exit 2; without 2 GPUs the
+// GPU suite says so in one line and exits 0 (CI runs the CPU suite instead).
+Test(emulated_mpi, the_gpu_suite_script_refuses_and_skips_in_one_line) {
+    int st = run_capture("scripts/test_emulated.sh --bogus", g_out, sizeof g_out);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "test_emulated.sh: error: unknown argument '--bogus'; allowed: --gpu"), "%s", g_out);
+    if (gpu_count() >= 2) return;  // with them, --gpu runs the whole GPU suite
+    st = run_capture("scripts/test_emulated.sh --gpu", g_out, sizeof g_out);
+    cr_assert_eq(st, 0, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "test-emulated-gpu: skipped: needs 2 GPUs") && !strchr(strchr(g_out, '\n') + 1, '\n'),
+              "one line:\n%s", g_out);
+}

@@ -338,3 +338,24 @@ Test(leaderboard_gpu, the_8b_width_cut_to_one_block_2_gpus, .timeout = 300) {
               "%s", g_out);
     cr_assert(!strstr(g_out, "DIFFERENT") && !strstr(g_out, "!= "), "%s", g_out);
 }
+
+// make leaderboard's script: bad flags are one line and exit 2 before anything runs; without
+// 2 GPUs the run itself is refused in one line (with them it would start the 8b step).
+Test(leaderboard_mpi, the_script_refuses_in_one_line) {
+    const char* bad[][2] = {{"--steps x", "--steps and --warmup take whole numbers, got 'x'"},
+                            {"--steps 0", "--steps must be at least 1"},
+                            {"--bogus", "unknown argument '--bogus'"}};
+    for (int i = 0; i < 3; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "07_zero/leaderboard.sh %s", bad[i][0]);
+        int st = run_capture(cmd, g_out, sizeof g_out);
+        cr_assert_eq(st, 2, "%s: exit %d:\n%s", cmd, st, g_out);
+        cr_assert(strstr(g_out, bad[i][1]) && strstr(g_out, "leaderboard: error:") &&
+                      !strstr(strstr(g_out, "error:") + 1, "error:"),
+                  "%s:\n%s", cmd, g_out);
+    }
+    if (gpu_count() >= 2) return;
+    int st = run_capture("07_zero/leaderboard.sh --steps 1 --warmup 0", g_out, sizeof g_out);
+    cr_assert_eq(st, 2, "exit %d:\n%s", st, g_out);
+    cr_assert(strstr(g_out, "leaderboard: error: the step runs on 2 GPUs, this machine has"), "%s", g_out);
+}
