@@ -16,6 +16,9 @@
 #                  DDP bf16 at 4; ours on 1 GPU last
 #   pp4      75 s  the pipeline on 4 GPUs (p = 4), large model, context 512, m = 8 micro-batches of 2,
 #                  every schedule the GPU executor runs; the measured bubble beside the formula
+#   mp4     120 s  bf16 at 4: DDP, ZeRO-1 and ZeRO-3 (bf16 gathers) on XL with flash attention beside
+#                  PyTorch's DDP / ZeRO / FSDP2 with MixedPrecisionPolicy; context parallelism at 4:
+#                  the ring at N 128k, d 128, plain and zigzag, beside PyTorch's context_parallel
 #   fault4   60 s  faults at 4 ranks under NCCL: a rank that exits (dies), one that stops answering,
 #                  one stopped by SIGSTOP, each under a 5 s communication deadline; a pipeline rank
 #                  that dies; exit codes and the one-line messages in summary.txt
@@ -51,9 +54,9 @@ else
 fi
 TORCHRUN="python3 -m torch.distributed.run --standalone --nproc_per_node"
 . lab/device/device_lib.sh  # step, last_ok
-ALL="suite4 coll4 scale4 pp4 fault4"
+ALL="suite4 coll4 scale4 pp4 mp4 fault4"
 part_secs() {
-  case $1 in suite4) echo 100 ;; coll4) echo 50 ;; scale4) echo 180 ;; pp4) echo 75 ;; fault4) echo 60 ;; *) echo 0 ;; esac
+  case $1 in suite4) echo 100 ;; coll4) echo 50 ;; scale4) echo 180 ;; pp4) echo 75 ;; mp4) echo 120 ;; fault4) echo 60 ;; *) echo 0 ;; esac
 }
 for p in "$@"; do
   [ "$(part_secs "$p")" -gt 0 ] || { echo "device_4gpu: error: unknown part '$p'; allowed: $ALL" >&2; exit 2; }
@@ -114,6 +117,24 @@ part() {
       run $p pp4_$sc 18 scripts/mpirun.sh 4 "$B/08_pipeline/pp_train" --backend $BK $PPM \
         --batch 16 --micro-batches 8 --schedule $sc --steps 3 --warmup 1 --comm-timeout 30
     done
+    ;;
+  mp4)  # bf16 at 4 (07's bf16 table at 4 ranks), then the ring at P 4 (10's table at 4 ranks)
+    # (the dry run on the CPU: DDP in fp32, the CPU ring in f32; ZeRO-3's bf16 runs there as it is)
+    local xb="$XL --batch 2 --steps 5 --warmup 2 --backend $BK --comm-timeout 60 --precision bf16" dt=bf16 xd
+    [ -z "${GPU4_CPU:-}" ] && xb+=" --attention flash" || dt=f32
+    xd=${xb/--precision bf16/--precision $([ $dt = bf16 ] && echo bf16 || echo fp32)}
+    run $p ddp_xl_bf16f_np4 30 scripts/mpirun.sh 4 "$B/06_ddp/ddp_train" $xd --variant bucketed,none --bucket-mb 100 \
+      --csv $R/06/ddp_xl_bf16_flash_np4.csv
+    run $p zero_xl_bf16_np4 40 scripts/mpirun.sh 4 "$B/07_zero/zero_train" $xb --zero 3 --csv $R/07/zero_xl_bf16_np4.csv
+    run $p torch_bf16_np4 60 $TORCHRUN 4 07_zero/bench_torch_zero.py --model xl --context 512 --batch 2 \
+      --precision bf16 --sdpa --steps 5 --warmup 2 --csv $R/07/torch_bf16_np4.csv
+    local n=131072 sp; [ -n "${GPU4_CPU:-}" ] && n=257
+    for sp in plain zigzag; do
+      run $p cp4_$sp 25 scripts/mpirun.sh 4 "$B/10_context/ring_bench" --backend $BK --N $n --d 128 --heads 16 --causal 1 \
+        --split $sp --dtype $dt --warmup 2 --iters 5 --comm-timeout 30 --csv $R/cp4_ring.csv
+    done
+    run $p torch_cp4 40 $TORCHRUN 4 10_context/bench_torch.py --N $n --head-dim 128 --heads 16 --causal 1 --iters 5 \
+      --csv $R/cp4_torch.csv
     ;;
   fault4)  # 4 ranks, NCCL, a deadline of 5 s: which rank is named, how fast the job ends, its exit code
     local cc="$B/05_collectives/collectives_check --backend $BK --counts 1000 --comm-timeout 5"
