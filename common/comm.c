@@ -431,7 +431,7 @@ static void put_ranks(char* out, size_t cap, const int* node_of, int world, int 
 // of its own (its ranks share the flight recorder's window; nothing is shared across blocks, and
 // the shared-memory all-reduce, which needs the whole job on one node, is off). A block must lie
 // on one machine. The GPU of a rank stays its place on the machine (impl->host_rank). Rank 0
-// prints one line per node under emulation or COMM_VERBOSE=1.
+// prints one line per node when the job spans machines, under emulation, or with COMM_VERBOSE=1.
 static void node_split(comm_t* c) {
     comm_impl_t* im = c->impl;
     MPI_Comm host;
@@ -456,8 +456,11 @@ static void node_split(comm_t* c) {
     MPI_CHECK(MPI_Comm_rank(im->node, &c->local_rank));
     MPI_CHECK(MPI_Comm_size(im->node, &c->local_world));
 
+    // A job that spans machines says so at its start; one on a single machine only when asked.
+    int one_machine = im->host_world == c->world;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &one_machine, 1, MPI_INT, MPI_MIN, im->world));
     const char* v = getenv("COMM_VERBOSE");
-    if (!im->emulated_nodes && !(v && *v && strcmp(v, "0") != 0)) return;
+    if (!im->emulated_nodes && one_machine && !(v && *v && strcmp(v, "0") != 0)) return;
     // Every rank's node: the world rank of the node's first rank, numbered in order of it.
     int first = c->rank;
     MPI_CHECK(MPI_Bcast(&first, 1, MPI_INT, 0, im->node));

@@ -46,8 +46,9 @@
 // deadline line per node) and for the shared-memory all-reduce (off: the job spans nodes); a
 // rank's GPU is still its place on its machine, and NCCL_HOSTID (unless set) is made distinct
 // per emulated node so that NCCL treats the other blocks as remote hosts. scripts/mpirun.sh
-// --emulate-nodes N sets it and sends MPI's traffic over TCP on the loopback interface. Under
-// emulation, or with COMM_VERBOSE=1, rank 0 prints one line per node on stderr at start:
+// --emulate-nodes N sets it and sends MPI's traffic over TCP on the loopback interface. When the
+// job spans machines, under emulation, or with COMM_VERBOSE=1, rank 0 prints one line per node
+// on stderr at start:
 //     comm: node 1 of 2 (emulated): ranks 2,3 on <host>
 //
 // MPI backend, all ranks on one node: the blocking fp32/fp64 all-reduce goes through a shared-
