@@ -229,8 +229,12 @@ void comm_deadline(comm_t* c, int64_t pos) {
     }
     char line[2048];
     const comm_rec_ring_t* const* rings = (const comm_rec_ring_t* const*)im->rec_rings;
-    comm_rec_blame(line, sizeof line - 1, rings, im->rec_n, im->rec_shared ? c->local_rank : 0, pos,
-                   c->timeout_s, c->world, comm_rec_now_ns());
+    const int named = comm_rec_blame(line, sizeof line - 1, rings, im->rec_n, im->rec_shared ? c->local_rank : 0, pos,
+                                     c->timeout_s, c->world, comm_rec_now_ns());
+    // A node that names nobody (its own ranks all entered the operation and still run: the one
+    // the job waits for is on another node) lets that node speak first: the first line out
+    // aborts the job, and the other node's line is the one that names the rank.
+    if (named == 0 && c->world > im->rec_n) sleep_s(2 * grace);
     size_t n = strlen(line);
     line[n++] = '\n';
     fflush(stdout);
