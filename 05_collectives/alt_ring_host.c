@@ -18,24 +18,25 @@ void alt_ring_allreduce_host(comm_t* c, const float* sendbuf, float* recvbuf, si
     const int n = c->world, r = c->rank;
     const float scale = op == COMM_AVG ? 1.0f / (float)n : 1.0f;
     const int right = ring_mod(r + 1, n), left = ring_mod(r - 1, n);
-    // held: the input this rank passes on next; arriving: the one coming in. Both copies, so
-    // that recvbuf may be sendbuf (in place) and accumulate from the first step.
-    float* held = malloc((count ? count : 1) * sizeof(float));
-    float* arriving = malloc((count ? count : 1) * sizeof(float));
-    if (!held || !arriving) DIE("alternate ring all-reduce: out of host memory (2 x %zu floats)", count);
-    memcpy(held, sendbuf, count * sizeof(float));
-    if (recvbuf != sendbuf) memcpy(recvbuf, sendbuf, count * sizeof(float));
+    // held: the input this rank passes on next (its own at the first step, read in place);
+    // arriving: the one coming in. Two buffers take turns, so recvbuf may be sendbuf (in place).
+    float* buf[2] = {malloc((count ? count : 1) * sizeof(float)), malloc((count ? count : 1) * sizeof(float))};
+    if (!buf[0] || !buf[1]) DIE("alternate ring all-reduce: out of host memory (2 x %zu floats)", count);
+    const float* held = sendbuf;
     for (int t = 1; t < n; t++) {
+        float* arriving = buf[t % 2];
         comm_req_t* q[2];
         q[0] = comm_irecv(c, arriving, count, COMM_F32, left, NULL);
         q[1] = comm_isend(c, held, count, COMM_F32, right, NULL);
         comm_waitall(c, q, 2);
-        for (size_t i = 0; i < count; i++) recvbuf[i] += arriving[i];
-        float* x = held;  // what arrived is what goes on at the next step
-        held = arriving, arriving = x;
+        // the first sum starts from this rank's own input (sendbuf, which recvbuf may be)
+        const float* acc = t == 1 ? sendbuf : recvbuf;
+        for (size_t i = 0; i < count; i++) recvbuf[i] = acc[i] + arriving[i];
+        held = arriving;  // what arrived is what goes on at the next step
     }
+    if (n == 1 && recvbuf != sendbuf) memcpy(recvbuf, sendbuf, count * sizeof(float));
     if (scale != 1.0f)
         for (size_t i = 0; i < count; i++) recvbuf[i] *= scale;
-    free(held);
-    free(arriving);
+    free(buf[0]);
+    free(buf[1]);
 }
